@@ -1,0 +1,571 @@
+/*
+ * kvpool.h — the one public header of libkvpool.
+ *
+ * kvpool is the bookkeeping layer for a paged KV cache: which block is free,
+ * who holds it, how full it is, what content it holds (so a later request can
+ * reuse it), which cached block to evict, how the pool grows and shrinks, and
+ * the numbers about all of it.  Block ids index the caller's own storage;
+ * kvpool never touches tensors.
+ *
+ * Conventions (they hold for every call below):
+ * - Every call returns a kvp_status; results come back through out-parameters.
+ *   KVP_OK is 0.  kvp_strerror() names every code.
+ * - A call that fails changes nothing: arguments are checked, and memory is
+ *   reserved, before any state is touched.  The only things a failed call may
+ *   change are failure counters (kvp_stats.exhausted) and the capacity of
+ *   internal tables, neither of which is part of kvp_pool_fingerprint().
+ * - Output arrays are caller-owned.  A call that fills one takes its capacity;
+ *   when it is too small the call returns KVP_ESPACE and reports the size it
+ *   needed, and changes nothing.
+ * - Thread rules: a pool created with `thread_safe` takes an internal mutex
+ *   around every call, so any thread may call any function.  A pool without
+ *   it takes no lock at all; the caller must serialise every call on it.
+ * - Callbacks (eviction) run inside the call that caused them, on the calling
+ *   thread, with the pool's lock held.  They must not call back into the same
+ *   pool: such a call returns KVP_EBUSY and does nothing (detected in both
+ *   modes).  Calling into another pool is allowed.
+ * - Lifecycle: kvp_pool_create() returns a handle that stays valid until
+ *   kvp_pool_destroy().  Using a handle after destroy, or destroying it while
+ *   another thread is inside a call on it, is undefined behaviour and cannot
+ *   be detected.
+ * - Complexity figures use n for the number of ids passed and "O(1)" for
+ *   amortized constant time independent of the pool size.  No call listed as
+ *   O(1) or O(n) scans the pool or allocates memory after creation, except
+ *   where it grows something (pool growth, the owner table, shared-owner
+ *   references), and then always by doubling.
+ */
+#ifndef KVPOOL_H
+#define KVPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KVP_API __attribute__((visibility("default")))
+#else
+#define KVP_API
+#endif
+
+#define KVPOOL_VERSION_MAJOR 0
+#define KVPOOL_VERSION_MINOR 1
+#define KVPOOL_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every call returns one of these.  The numeric values are stable.
+ */
+typedef enum kvp_status {
+    KVP_OK = 0,           /* success */
+    KVP_EINVAL = 1,       /* an argument is invalid: NULL pointer, zero or
+                             overflowing count, unknown stream or format,
+                             the null block, a bad configuration */
+    KVP_EEXHAUSTED = 2,   /* not enough free blocks, and growth was not
+                             allowed or would pass the cap */
+    KVP_ENOTFOUND = 3,    /* no such owner, hash or content */
+    KVP_ENOTOWNER = 4,    /* the named owner holds no reference on that block
+                             (or, for KVP_ANON, the block has no anonymous
+                             reference left) */
+    KVP_EDOUBLEFREE = 5,  /* the block is already free */
+    KVP_EOWNERACTIVE = 6, /* explicit registration of an owner still active */
+    KVP_EBUSY = 7,        /* the object is in use: reset while blocks are held,
+                             a block in use where a free one is needed, a
+                             re-entrant call from a callback */
+    KVP_ENOMEM = 8,       /* the allocator refused memory */
+    KVP_ERANGE = 9,       /* a block id outside the pool or retired */
+    KVP_ESPACE = 10,      /* the caller's output buffer is too small; the size
+                             needed was reported */
+    KVP_ECORRUPT = 11     /* kvp_pool_check found a broken invariant */
+} kvp_status;
+
+/* The message for a status code (a static string; never NULL, also for
+ * unknown values).  Thread-safe, O(1). */
+KVP_API const char *kvp_strerror(int status);
+
+/* ------------------------------------------------------------------------ */
+/* Types                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kvp_pool kvp_pool;      /* opaque */
+
+/* A block id: a stable index into the caller's storage. */
+typedef uint32_t kvp_block;
+#define KVP_NO_BLOCK ((kvp_block)UINT32_MAX)
+/* The largest number of block ids a pool can address. */
+#define KVP_MAX_BLOCKS ((uint32_t)0x7fffffffu)
+
+/* An owner is a request id.  KVP_ANON stands for "no owner": the reference is
+ * anonymous and is dropped by naming KVP_ANON. */
+typedef uint64_t kvp_owner;
+#define KVP_ANON ((kvp_owner)UINT64_MAX)
+
+/*
+ * A block hash: 32 bytes, compared bytewise.  A 128-bit digest sits in the
+ * last 16 bytes with the first 16 zero, so the last 8 bytes identify a block
+ * under either algorithm.
+ */
+typedef struct kvp_hash {
+    uint8_t b[32];
+} kvp_hash;
+
+/*
+ * Streams.  With one shared free list (the default) all three values are
+ * accepted and mean the same list.  With separate K and V lists every block
+ * belongs to KVP_STREAM_K or KVP_STREAM_V and KVP_STREAM_SHARED is refused.
+ */
+typedef enum kvp_stream {
+    KVP_STREAM_SHARED = 0,
+    KVP_STREAM_K = 1,
+    KVP_STREAM_V = 2
+} kvp_stream;
+
+/* Format tags recorded per block.  Values from KVP_FMT_USER up to 255 are the
+ * caller's own. */
+enum {
+    KVP_FMT_FP16 = 0,
+    KVP_FMT_BF16 = 1,
+    KVP_FMT_FP8 = 2,
+    KVP_FMT_INT8 = 3,
+    KVP_FMT_INT4 = 4,
+    KVP_FMT_INT2 = 5,
+    KVP_FMT_USER = 64
+};
+
+/*
+ * Reuse order of free blocks (SPEC "Block lifecycle").  In every order cached
+ * blocks leave least recently freed first.
+ * - KVP_REUSE_LIFO: vacant before cached; vacant blocks most recently freed
+ *   first; never-used blocks after every freed vacant block, lowest id first.
+ * - KVP_REUSE_LOWEST: vacant before cached; vacant blocks lowest id first
+ *   (keeps the top of the pool free for shrinking).
+ * - KVP_REUSE_FIFO: one queue for all free blocks, vacant or cached, in the
+ *   order they were freed; never-used blocks first, in id order.
+ */
+typedef enum kvp_reuse {
+    KVP_REUSE_LIFO = 0,
+    KVP_REUSE_LOWEST = 1,
+    KVP_REUSE_FIFO = 2
+} kvp_reuse;
+
+/*
+ * Eviction callback.  Called once for every hash that leaves the content index
+ * (reuse of a cached block, kvp_evict, kvp_take_id, kvp_unpublish, retire or
+ * shrink of a cached block, relocation into a cached block) with the evicted
+ * hash and the block that held it.  Called once with hash == NULL and block ==
+ * KVP_NO_BLOCK when the whole index is cleared (kvp_clear_index,
+ * kvp_reset_prefix_cache, kvp_pool_clear).  See the callback rule above.
+ */
+typedef void (*kvp_evict_fn)(void *user, const kvp_hash *hash, kvp_block block);
+
+/*
+ * Memory hook.  Every allocation the library makes goes through it.
+ * `alloc` returns `size` bytes aligned for any type, or NULL; `release`
+ * returns a block obtained from `alloc` together with its size.  Both may be
+ * called from any thread that calls into a pool using them.
+ */
+typedef struct kvp_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*release)(void *user, void *ptr, size_t size);
+    void *user;
+} kvp_allocator;
+
+/*
+ * Pool configuration.  Start from kvp_config_default() and change fields.
+ */
+typedef struct kvp_config {
+    uint32_t block_size;        /* tokens per block, 1..65535 (default 16) */
+    uint32_t num_blocks;        /* blocks at creation (default 1024).  With
+                                   separate K/V lists, K gets ids
+                                   [0, ceil(n/2)) and V the rest. */
+    uint32_t max_blocks;        /* growth cap on managed blocks; 0 means
+                                   KVP_MAX_BLOCKS (default 0) */
+    int separate_kv;            /* separate K and V free lists (default 0) */
+    int grow_on_exhaustion;     /* kvp_alloc/kvp_take grow the stream just
+                                   enough instead of failing (default 0) */
+    int thread_safe;            /* lock around every call (default 0) */
+    int null_block;             /* reserve block 0 as the null block: never
+                                   handed out, freed or published (default 0) */
+    int prefix_caching;         /* keep content on free blocks so it can be
+                                   claimed again (default 1).  When 0,
+                                   publishing is refused (KVP_EINVAL) and every
+                                   free block is vacant. */
+    kvp_reuse reuse;            /* reuse order (default KVP_REUSE_LIFO) */
+    uint32_t history_len;       /* stats history ring length (default 64) */
+    int history_every_call;     /* snapshot after every changing call
+                                   (default 0; costs a copy per call) */
+    kvp_evict_fn on_evict;      /* eviction callback or NULL */
+    void *evict_user;           /* passed to on_evict */
+    const kvp_allocator *allocator; /* NULL: malloc/free.  Copied at create. */
+} kvp_config;
+
+/* Fill *cfg with the defaults listed above.  O(1). */
+KVP_API kvp_status kvp_config_default(kvp_config *cfg);
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Create a pool.  *out receives the handle, owned by the caller until
+ * kvp_pool_destroy().  Never-used blocks are set up lazily, so creation costs
+ * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
+ * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
+ * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
+ * order; allocator missing a function), KVP_ENOMEM.  *out is set only on
+ * success.
+ */
+KVP_API kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out);
+
+/*
+ * Destroy a pool and release all its memory.  NULL is accepted and ignored.
+ * No callbacks run.  Not from a callback.  O(owners + size of tables).
+ */
+KVP_API void kvp_pool_destroy(kvp_pool *pool);
+
+/*
+ * Return the pool to its just-created state whatever is in use: the initial
+ * number of blocks, all blocks never used, no owners, an empty index, zeroed
+ * statistics and history.  Fires one "all cleared" eviction callback when the
+ * index held anything.  Keeps internal memory.  Errors: KVP_EINVAL (NULL),
+ * KVP_EBUSY (from a callback).  O(size of tables / 64 + owners).
+ */
+KVP_API kvp_status kvp_pool_clear(kvp_pool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* Owner-tracked allocation                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Allocate ceil(tokens / block_size) blocks from `stream` to `owner` (or
+ * anonymously with KVP_ANON), tag them with `format`, and write their ids in
+ * reuse order to ids[0..]; *n_out receives the count.  Each block gets one
+ * reference held by `owner`, fill 0.  Vacant blocks go first in the configured
+ * order, then cached blocks least recently freed first; taking a cached block
+ * evicts its content (callback, counted).  All or nothing: when fewer blocks
+ * are free, the stream grows just enough if grow_on_exhaustion allows it
+ * within max_blocks; otherwise KVP_EEXHAUSTED (counted in stats.exhausted).
+ * An owner not yet active becomes active; one already active grows.
+ * Errors: KVP_EINVAL (NULL pool/ids/n_out, tokens 0, unknown stream, format >
+ * 255), KVP_ESPACE (ids_cap below the count; *n_out = count), KVP_EEXHAUSTED,
+ * KVP_ENOMEM, KVP_EBUSY (from a callback).
+ * O(blocks allocated); growth is amortized.
+ */
+KVP_API kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
+                             kvp_owner owner, unsigned format, kvp_block *ids,
+                             size_t ids_cap, size_t *n_out);
+
+/*
+ * Take one block from `stream` for fresh content, held by `owner` (or
+ * KVP_ANON): the same choice and rules as kvp_alloc for one block, with fill
+ * 0 and format KVP_FMT_FP16.  Errors as kvp_alloc.  O(1).
+ */
+KVP_API kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                            kvp_block *out);
+
+/*
+ * Take the specific free block `id` (vacant or cached) for fresh content,
+ * held by `owner`; a cached block's content is evicted (callback, counted).
+ * Errors: KVP_EINVAL (NULL pool, the null block), KVP_ERANGE (no such block),
+ * KVP_EBUSY (the block is in use, or from a callback), KVP_ENOMEM.  O(1).
+ */
+KVP_API kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner);
+
+/*
+ * Drop one reference on each of ids[0..n), each held by `owner` (KVP_ANON:
+ * an anonymous reference).  A block whose last reference goes becomes free:
+ * cached if it is published, vacant otherwise.  Blocks freed in one call join
+ * the free blocks in the order given: the first given is the first reused
+ * (and, when cached, the first evicted).  An id may appear several times if
+ * the owner holds that many references on it.  When the owner (not
+ * explicitly registered) drops its last reference, its record goes.
+ * All or nothing: every id is checked before any is freed.
+ * Errors: KVP_EINVAL (NULL pool, NULL ids with n > 0, the null block),
+ * KVP_ERANGE (no such block), KVP_EDOUBLEFREE (a free block, or more
+ * references dropped than the block has), KVP_ENOTOWNER (the owner holds no
+ * reference on a block, or fewer than the times it is named), KVP_EBUSY.
+ * O(n), plus O(owners sharing a block) for a block shared by several owners.
+ */
+KVP_API kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
+                            kvp_owner owner);
+
+/*
+ * Drop every reference `owner` holds, newest first (so its first block is the
+ * last freed), and retire its record (registered or not).  *n_freed (may be
+ * NULL) receives the number of references dropped.
+ * Errors: KVP_EINVAL (NULL pool, KVP_ANON), KVP_ENOTFOUND (owner not active),
+ * KVP_EBUSY.  O(references the owner holds), never a scan of the pool.
+ */
+KVP_API kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed);
+
+/*
+ * Mark `owner` active before it allocates, so that a second registration of
+ * an id still active is caught (a wrapped request counter, two callers racing
+ * on one id).  Allocation for an active owner is always growth, never an
+ * error.  Errors: KVP_EINVAL (NULL pool, KVP_ANON), KVP_EOWNERACTIVE (the
+ * owner holds references or is registered), KVP_ENOMEM, KVP_EBUSY.  O(1).
+ */
+KVP_API kvp_status kvp_owner_register(kvp_pool *pool, kvp_owner owner);
+
+/*
+ * Clear an active owner that holds no references (registered and never
+ * allocated, or everything already freed).  Errors: KVP_EINVAL (NULL pool,
+ * KVP_ANON), KVP_ENOTFOUND (not active), KVP_EBUSY (it still holds
+ * references: use kvp_free_owner; or from a callback).  O(1).
+ */
+KVP_API kvp_status kvp_owner_release(kvp_pool *pool, kvp_owner owner);
+
+/*
+ * Copy the blocks `owner` holds references on, in the order it took them
+ * (a block appears once per reference), to ids[0..]; *n_out receives the
+ * count.  Errors: KVP_EINVAL (NULL pool/n_out, NULL ids with cap > 0,
+ * KVP_ANON), KVP_ENOTFOUND (owner not active), KVP_ESPACE (cap too small;
+ * *n_out = count needed), KVP_EBUSY.  O(references the owner holds).
+ */
+KVP_API kvp_status kvp_owner_blocks(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
+                                    size_t ids_cap, size_t *n_out);
+
+/*
+ * Number of free blocks (vacant and cached) of `stream`.  Errors: KVP_EINVAL
+ * (NULL argument, unknown stream or KVP_STREAM_SHARED with separate lists),
+ * KVP_EBUSY.  O(1).
+ */
+KVP_API kvp_status kvp_free_count(kvp_pool *pool, kvp_stream stream, uint32_t *out);
+
+/*
+ * Set the fill level (tokens used) of a block in use, keeping the
+ * fragmentation count exact.  Errors: KVP_EINVAL (NULL pool, the null block,
+ * fill > block_size), KVP_ERANGE, KVP_EDOUBLEFREE (the block is free),
+ * KVP_EBUSY.  O(1).
+ */
+KVP_API kvp_status kvp_set_fill(kvp_pool *pool, kvp_block id, uint32_t fill);
+
+/*
+ * What the pool knows of one block.  state is one of the KVP_BLOCK_* values.
+ */
+enum { KVP_BLOCK_VACANT = 0, KVP_BLOCK_CACHED = 1, KVP_BLOCK_IN_USE = 2, KVP_BLOCK_RETIRED = 3 };
+typedef struct kvp_block_info {
+    int state;
+    kvp_stream stream;        /* KVP_STREAM_SHARED, _K or _V */
+    unsigned format;
+    uint32_t ref_count;
+    uint32_t anon_refs;       /* references without an owner */
+    uint32_t fill;
+    int published;            /* has a content hash */
+    int ever_allocated;       /* handed out at least once */
+    int is_null;
+    kvp_owner owner;          /* the first owner holding it, or KVP_ANON */
+    kvp_hash hash;            /* valid when published */
+} kvp_block_info;
+
+/* Describe block `id`.  Errors: KVP_EINVAL (NULL), KVP_ERANGE (beyond the
+ * highest id ever created; retired blocks are described), KVP_EBUSY.  O(1). */
+KVP_API kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out);
+
+/* ------------------------------------------------------------------------ */
+/* Shared blocks and the content index                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Take a share of block `id` for the content it holds, for `owner` (or
+ * KVP_ANON).  A block in use gets one more reference; a cached free block
+ * leaves the free list with its content (O(1)).  Errors: KVP_EINVAL (NULL
+ * pool, the null block), KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it
+ * holds no content to share), KVP_ENOMEM (a second owner's reference needs
+ * memory), KVP_EBUSY.  O(1).
+ */
+KVP_API kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner);
+
+/*
+ * Index block `id` (in use) under `hash` in its stream's index.  Several
+ * blocks may hold the same hash; lookup returns the one published first that
+ * is still indexed.  Publishing a block again under the hash it has is a
+ * no-op.  Errors: KVP_EINVAL (NULL argument, the null block, prefix caching
+ * off), KVP_ERANGE, KVP_EDOUBLEFREE (the block is free), KVP_EBUSY (the block
+ * is published under another hash, or from a callback).  O(1) expected.
+ */
+KVP_API kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash);
+
+/*
+ * Find the block indexed under `hash` in `stream`, in use or cached.  Counts
+ * nothing and changes nothing.  Errors: KVP_EINVAL (NULL argument, bad
+ * stream), KVP_ENOTFOUND, KVP_EBUSY.  O(1) expected.
+ */
+KVP_API kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash,
+                              kvp_block *out);
+
+/*
+ * Remove block `id`'s entry from the index (an eviction: callback, counted).
+ * A cached free block becomes vacant.  Other blocks with the same hash keep
+ * theirs.  Errors: KVP_EINVAL (NULL pool, the null block), KVP_ERANGE,
+ * KVP_ENOTFOUND (not published), KVP_EBUSY.  O(1) expected.
+ */
+KVP_API kvp_status kvp_unpublish(kvp_pool *pool, kvp_block id);
+
+/*
+ * Drop every index entry; blocks in use stay valid but are no longer
+ * findable, cached blocks become vacant.  Fires one "all cleared" callback, no
+ * per-block ones, counts no evictions.  Errors: KVP_EINVAL, KVP_EBUSY (from a
+ * callback).  O(indexed blocks + size / 64).
+ */
+KVP_API kvp_status kvp_clear_index(kvp_pool *pool);
+
+/*
+ * Evict up to `n` least recently freed cached blocks of `stream` (each:
+ * callback, counted; the block becomes vacant).  *n_evicted (may be NULL)
+ * receives how many.  Errors: KVP_EINVAL (NULL pool, bad stream), KVP_EBUSY.
+ * O(evicted).
+ */
+KVP_API kvp_status kvp_evict(kvp_pool *pool, kvp_stream stream, uint32_t n,
+                             uint32_t *n_evicted);
+
+/*
+ * Make at least `n` vacant blocks available in `stream` by evicting least
+ * recently freed cached blocks, without growing.  All or nothing: when vacant
+ * plus cached blocks are fewer than n, KVP_EEXHAUSTED and nothing is evicted.
+ * Errors: KVP_EINVAL, KVP_EEXHAUSTED, KVP_EBUSY.  O(evicted).
+ */
+KVP_API kvp_status kvp_ensure_free(kvp_pool *pool, kvp_stream stream, uint32_t n);
+
+/*
+ * Forget every block's content.  Refused with KVP_EBUSY while any block
+ * other than the null block is in use.  Fires one "all cleared" callback.
+ * Errors: KVP_EINVAL, KVP_EBUSY.  O(indexed blocks + size / 64).
+ */
+KVP_API kvp_status kvp_reset_prefix_cache(kvp_pool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* Growth, shrink, relocation                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Add up to `n` vacant blocks to `stream`, never past max_blocks.  Ids come
+ * first from those retired by shrink (lowest first), then above the top.  New
+ * blocks join the vacant blocks as if freed now, in id order.  *n_added (may
+ * be NULL) receives how many.  Errors: KVP_EINVAL (NULL pool, bad stream),
+ * KVP_ENOMEM (nothing added), KVP_EBUSY.  O(n) amortized.
+ */
+KVP_API kvp_status kvp_extend(kvp_pool *pool, kvp_stream stream, uint32_t n,
+                              uint32_t *n_added);
+
+/*
+ * Retire free blocks of `stream` until at most `target_free` remain free:
+ * vacant blocks first, then cached ones (evicted), highest ids first within
+ * each.  Never touches a block in use.  *n_retired (may be NULL) receives the
+ * count.  Errors: KVP_EINVAL, KVP_EBUSY.  O(retired).
+ */
+KVP_API kvp_status kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free,
+                              uint32_t *n_retired);
+
+/*
+ * Retire the highest managed block.  A free block is simply dropped (a cached
+ * one is evicted) and *moved_to = KVP_NO_BLOCK.  A block in use moves, with
+ * its whole identity (references, owners, hash and index entry, fill, format),
+ * into a free block of its stream taken in reuse order (evicting it if
+ * cached), and *moved_to receives the new id; the caller must rewrite its
+ * tables.  *retired receives the old id.  Errors: KVP_EINVAL (NULL argument;
+ * the top block is the null block), KVP_EEXHAUSTED (no managed block, or no
+ * free block to move into: nothing changes), KVP_EBUSY.  O(1) plus
+ * O(owners sharing the block).
+ */
+KVP_API kvp_status kvp_retire_top(kvp_pool *pool, kvp_block *retired, kvp_block *moved_to);
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Counters.  Gauges describe the pool now; counters (marked "rate") count
+ * since creation or the last kvp_stats_reset().
+ */
+typedef struct kvp_stats {
+    uint64_t blocks;           /* managed blocks (not retired) */
+    uint64_t in_use;           /* blocks with references (the null block too) */
+    uint64_t free;             /* vacant + cached */
+    uint64_t vacant;
+    uint64_t cached;
+    uint64_t shared;           /* blocks with two or more references */
+    uint64_t indexed;          /* index entries */
+    uint64_t fragmented;       /* in use with 0 < fill < block_size */
+    uint64_t owners;           /* active owners */
+    uint64_t peak_in_use;      /* high-water mark of in_use; reset to in_use */
+    uint64_t alloc_calls;      /* rate: successful kvp_alloc/kvp_take/take_id */
+    uint64_t blocks_allocated; /* rate */
+    uint64_t free_calls;       /* rate: successful kvp_free/kvp_free_owner */
+    uint64_t blocks_freed;     /* rate: references dropped */
+    uint64_t reused;           /* rate: blocks handed out that had been before */
+    uint64_t exhausted;        /* rate: allocation attempts refused for lack of
+                                  blocks */
+    uint64_t grown;            /* rate: blocks added by growth on exhaustion */
+    uint64_t extended;         /* rate: blocks added by kvp_extend */
+    uint64_t retired;          /* rate: blocks retired (shrink, retire_top) */
+    uint64_t relocated;        /* rate: blocks moved by retire_top */
+    uint64_t evictions;        /* rate: hashes evicted */
+    double fragmentation;      /* fragmented / blocks (0 with no blocks) */
+    double usage;              /* in_use / blocks (0 with no blocks) */
+} kvp_stats;
+
+/* Copy the counters.  Errors: KVP_EINVAL (NULL), KVP_EBUSY.  O(1). */
+KVP_API kvp_status kvp_stats_get(kvp_pool *pool, kvp_stats *out);
+
+/* Zero the rate counters and set peak_in_use to in_use.  The history ring is
+ * kept.  Errors: KVP_EINVAL, KVP_EBUSY.  O(1). */
+KVP_API kvp_status kvp_stats_reset(kvp_pool *pool);
+
+/* Append a snapshot of the counters to the history ring (the oldest is
+ * dropped when full).  Errors: KVP_EINVAL (NULL; history_len 0), KVP_EBUSY.
+ * O(1). */
+KVP_API kvp_status kvp_stats_snapshot(kvp_pool *pool);
+
+/* Copy the history ring, oldest first, into out[0..]; *n_out receives the
+ * count.  Errors: KVP_EINVAL (NULL pool/n_out, NULL out with cap > 0),
+ * KVP_ESPACE (*n_out = count needed), KVP_EBUSY.  O(history_len). */
+KVP_API kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap,
+                                     size_t *n_out);
+
+/*
+ * Render the counters as Prometheus text exposition (HELP and TYPE lines;
+ * counters end in _total) with metric names starting `prefix` (NULL:
+ * "kvpool"; letters, digits and '_' only, not starting with a digit), or as
+ * one JSON object.  Writes a NUL-terminated string into buf[0..cap);
+ * *needed (may be NULL) receives its length without the NUL.  Errors:
+ * KVP_EINVAL (NULL pool; NULL buf with cap > 0; bad prefix), KVP_ESPACE (cap
+ * <= length; buf[0] is then set to NUL), KVP_EBUSY.  O(number of metrics).
+ */
+KVP_API kvp_status kvp_stats_prometheus(kvp_pool *pool, const char *prefix, char *buf,
+                                        size_t cap, size_t *needed);
+KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t *needed);
+
+/* ------------------------------------------------------------------------ */
+/* Checking                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Walk the whole pool (blocks, free lists and sets, reference counts, owner
+ * records, the index, every counter) and verify every invariant.  On the first
+ * broken one returns KVP_ECORRUPT and writes a message naming it into
+ * msg[0..cap) (msg may be NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
+ * O(size of the pool + owners): for tests and debugging, never hot paths.
+ */
+KVP_API kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap);
+
+/*
+ * A 64-bit digest of the pool's whole logical state: every block's state,
+ * references, owners, fill, format, hash; the order free blocks will be
+ * reused and evicted; owner records; index entries and their order.  Not
+ * included: statistics counters, history, and internal capacities.  Equal
+ * states give equal digests, so tests can prove a refused call changed
+ * nothing.  Errors: KVP_EINVAL, KVP_EBUSY.  O(size of the pool + owners).
+ */
+KVP_API kvp_status kvp_pool_fingerprint(kvp_pool *pool, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVPOOL_H */

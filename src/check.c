@@ -1,0 +1,363 @@
+/*
+ * check.c — the invariant checker and the state fingerprint.
+ *
+ * kvp_pool_check recomputes every count and walks every structure from
+ * scratch (blocks, free lists, id sets, index chains, owner lists, xrefs,
+ * gauges) and compares it with what the pool keeps incrementally.  It shares
+ * no bookkeeping code with the paths it checks, so a bug in one does not hide
+ * in the other.  Tests and fuzzers call it after every step; it is O(size of
+ * the pool + owners) and never used on a hot path.
+ *
+ * kvp_pool_fingerprint digests the logical state only: things a caller can
+ * observe (states, references, owners, fills, hashes, reuse and eviction
+ * order, equal-hash order in the index).  Internal capacities, slot numbers,
+ * bucket layout and counters are left out, so a refused call that merely
+ * grew a table still leaves the fingerprint unchanged.
+ */
+#include "kvp_internal.h"
+
+#define XXH_STATIC_LINKING_ONLY
+#include <stdarg.h>
+#include <stdio.h>
+#include <xxhash.h>
+
+typedef struct ctx {
+    char *msg;
+    size_t cap;
+} ctx;
+
+static kvp_status fail(ctx *c, const char *fmt, ...)
+{
+    if (c->msg && c->cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->msg, c->cap, fmt, ap);
+        va_end(ap);
+    }
+    return KVP_ECORRUPT;
+}
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return fail(c, __VA_ARGS__);                                                           \
+    } while (0)
+
+static int fresh_stream(const kvp_pool *p, uint32_t b)
+{
+    for (int s = 0; s < p->nstreams; s++)
+        if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
+            return s;
+    return -1;
+}
+
+static uint32_t fresh_count(const kvp__stream *st)
+{
+    return st->fresh_hi > st->fresh_lo ? st->fresh_hi - st->fresh_lo : 0;
+}
+
+static uint32_t set_size(const kvp__idset *set)
+{
+    uint32_t n = 0;
+    for (uint32_t b = kvp__idset_min(set); b != KVP__NONE; b = kvp__idset_next(set, b + 1))
+        n++;
+    return n;
+}
+
+static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
+{
+    uint32_t vac[2] = {0}, cac[2] = {0}, used[2] = {0}, retired = 0;
+    uint64_t in_use = 0, shared = 0, frag = 0, published = 0;
+    *owned_refs = 0;
+    CHECK(p->top <= p->cap, "top %u beyond capacity %u", p->top, p->cap);
+    CHECK(kvp__managed(p) <= kvp__max_blocks(p), "managed blocks %u above cap", kvp__managed(p));
+    for (uint32_t b = 0; b < p->top; b++) {
+        int fs = fresh_stream(p, b);
+        if (fs >= 0) {
+            vac[fs]++;
+            continue;
+        }
+        const kvp__block *k = &p->blocks[b];
+        int s = k->stream;
+        CHECK(s < p->nstreams, "block %u: stream %d", b, s);
+        const kvp__stream *st = &p->st[s];
+        bool in_vac = kvp__idset_has(&st->vacant, b), in_cac = kvp__idset_has(&st->cached, b);
+        bool pub = (k->flags & KVP__F_PUBLISHED) != 0;
+        CHECK(!(k->flags & KVP__F_NULL) || (b == 0 && p->cfg.null_block),
+              "block %u: null flag on a non-null block", b);
+        CHECK(k->fill <= p->cfg.block_size, "block %u: fill %u above block size", b, k->fill);
+        CHECK(k->ref == 0 || k->state == KVP_BLOCK_IN_USE, "block %u: free with %u refs", b,
+              k->ref);
+        CHECK(k->state == KVP_BLOCK_IN_USE || (k->anon == 0 && k->owner == KVP__NONE),
+              "block %u: free block keeps references", b);
+        CHECK(k->owner != KVP__NONE || k->xhead == KVP__NONE,
+              "block %u: xref without inline owner", b);
+        CHECK(!pub || k->state == KVP_BLOCK_IN_USE || k->state == KVP_BLOCK_CACHED,
+              "block %u: published in state %d", b, k->state);
+        published += pub;
+        switch (k->state) {
+        case KVP_BLOCK_VACANT:
+            CHECK(in_vac && !in_cac && !pub, "block %u: vacant but vacant=%d cached=%d pub=%d", b,
+                  in_vac, in_cac, pub);
+            vac[s]++;
+            break;
+        case KVP_BLOCK_CACHED:
+            CHECK(in_cac && !in_vac && pub, "block %u: cached but vacant=%d cached=%d pub=%d", b,
+                  in_vac, in_cac, pub);
+            cac[s]++;
+            break;
+        case KVP_BLOCK_IN_USE: {
+            CHECK(!in_vac && !in_cac, "block %u: in use but in a free set", b);
+            uint32_t xn = 0;
+            for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->xcap; x = p->xrefs[x].bnext) {
+                CHECK(x < p->xcap && p->xrefs[x].block == b, "block %u: xref %u points elsewhere",
+                      b, x);
+                xn++;
+            }
+            uint32_t owned = (k->owner != KVP__NONE) + xn;
+            CHECK(k->ref > 0 && k->ref == k->anon + owned,
+                  "block %u: ref %u != anon %u + owned %u", b, k->ref, k->anon, owned);
+            *owned_refs += owned;
+            used[s]++;
+            in_use++;
+            shared += k->ref >= 2;
+            frag += k->fill > 0 && k->fill < p->cfg.block_size;
+            break;
+        }
+        case KVP_BLOCK_RETIRED:
+            CHECK(kvp__idset_has(&p->retired, b) && !in_vac && !in_cac && !pub,
+                  "block %u: retired but not only in the retired set", b);
+            CHECK(b + 1 < p->top, "block %u: retired block at the top", b);
+            retired++;
+            break;
+        default:
+            return fail(c, "block %u: unknown state %d", b, k->state);
+        }
+    }
+    CHECK(retired == p->nretired && set_size(&p->retired) == retired,
+          "retired: counted %u, kept %u", retired, p->nretired);
+    for (int s = 0; s < p->nstreams; s++) {
+        const kvp__stream *st = &p->st[s];
+        CHECK(st->nvacant == vac[s] && st->ncached == cac[s],
+              "stream %d: vacant %u/%u cached %u/%u (kept/counted)", s, st->nvacant, vac[s],
+              st->ncached, cac[s]);
+        CHECK(st->nblocks == vac[s] + cac[s] + used[s], "stream %d: nblocks %u != %u", s,
+              st->nblocks, vac[s] + cac[s] + used[s]);
+        CHECK(set_size(&st->vacant) == vac[s] - fresh_count(st), "stream %d: vacant set size", s);
+        CHECK(set_size(&st->cached) == cac[s], "stream %d: cached set size", s);
+    }
+    CHECK(in_use == p->in_use, "in_use kept %llu, counted %llu", (unsigned long long)p->in_use,
+          (unsigned long long)in_use);
+    CHECK(shared == p->shared, "shared kept %llu, counted %llu", (unsigned long long)p->shared,
+          (unsigned long long)shared);
+    CHECK(frag == p->fragmented, "fragmented kept %llu, counted %llu",
+          (unsigned long long)p->fragmented, (unsigned long long)frag);
+    CHECK(published == p->nindexed, "indexed kept %u, counted %llu", p->nindexed,
+          (unsigned long long)published);
+    CHECK(p->peak >= p->in_use, "peak below in_use");
+    return KVP_OK;
+}
+
+static kvp_status check_lists(kvp_pool *p, ctx *c)
+{
+    for (int s = 0; s < p->nstreams; s++) {
+        const kvp__stream *st = &p->st[s];
+        uint32_t n = 0, prev = KVP__NONE;
+        for (uint32_t b = st->lhead; b != KVP__NONE; prev = b, b = p->blocks[b].lnext) {
+            CHECK(b < p->top && n++ < p->top, "stream %d: LRU list broken at %u", s, b);
+            CHECK(p->blocks[b].state == KVP_BLOCK_CACHED && p->blocks[b].stream == s &&
+                      p->blocks[b].lprev == prev,
+                  "stream %d: LRU list holds block %u wrongly", s, b);
+        }
+        CHECK(n == st->ncached && st->ltail == prev, "stream %d: LRU list length %u, cached %u",
+              s, n, st->ncached);
+        if (p->cfg.reuse == KVP_REUSE_LOWEST) {
+            CHECK(st->qhead == KVP__NONE, "stream %d: queue used in LOWEST order", s);
+            continue;
+        }
+        bool fifo = p->cfg.reuse == KVP_REUSE_FIFO;
+        n = 0;
+        prev = KVP__NONE;
+        for (uint32_t b = st->qhead; b != KVP__NONE; prev = b, b = p->blocks[b].next) {
+            CHECK(b < p->top && n++ < p->top, "stream %d: free queue broken at %u", s, b);
+            int state = p->blocks[b].state;
+            CHECK((state == KVP_BLOCK_VACANT || (fifo && state == KVP_BLOCK_CACHED)) &&
+                      p->blocks[b].stream == s && p->blocks[b].prev == prev,
+                  "stream %d: free queue holds block %u wrongly", s, b);
+        }
+        uint32_t want = st->nvacant - fresh_count(st) + (fifo ? st->ncached : 0);
+        CHECK(n == want && st->qtail == prev, "stream %d: free queue length %u, expected %u", s,
+              n, want);
+    }
+    return KVP_OK;
+}
+
+static kvp_status check_index(kvp_pool *p, ctx *c)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i <= p->bmask; i++)
+        for (uint32_t b = p->buckets[i]; b != KVP__NONE; b = p->blocks[b].hnext) {
+            CHECK(b < p->top && n++ < p->top, "index chain %u broken", i);
+            CHECK(p->blocks[b].flags & KVP__F_PUBLISHED, "index holds unpublished block %u", b);
+            CHECK(kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b]) == i,
+                  "block %u in the wrong bucket", b);
+        }
+    CHECK(n == p->nindexed, "index holds %u entries, kept %u", n, p->nindexed);
+    return KVP_OK;
+}
+
+static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
+{
+    uint32_t active = 0, refs = 0, mapped = 0;
+    for (uint32_t i = 0; p->omap && i <= p->omask; i++)
+        mapped += p->omap[i] != KVP__NONE;
+    for (uint32_t slot = 0; slot < p->ocap; slot++) {
+        const kvp__owner *o = &p->owners[slot];
+        if (o->id == KVP_ANON)
+            continue;
+        active++;
+        CHECK(kvp__owner_find(p, o->id) == slot, "owner %llu not found in the map",
+              (unsigned long long)o->id);
+        CHECK(o->nrefs > 0 || o->registered, "owner %llu holds nothing and is not registered",
+              (unsigned long long)o->id);
+        uint32_t n = 0, prev = KVP__NONE;
+        for (uint32_t node = o->head; node != KVP__NONE; prev = node, node = kvp__node_next(p, node)) {
+            CHECK(n++ < owned_refs + 1, "owner %llu: list does not end", (unsigned long long)o->id);
+            uint32_t b = kvp__node_block(p, node);
+            CHECK(kvp__node_prev(p, node) == prev && b < p->top &&
+                      p->blocks[b].state == KVP_BLOCK_IN_USE,
+                  "owner %llu: bad node for block %u", (unsigned long long)o->id, b);
+            if (node & KVP__XREF)
+                CHECK(p->xrefs[node & ~KVP__XREF].owner == slot, "xref of block %u: wrong owner",
+                      b);
+            else
+                CHECK(p->blocks[b].owner == slot, "block %u: inline owner mismatch", b);
+        }
+        CHECK(n == o->nrefs && o->tail == prev, "owner %llu: %u nodes, nrefs %u",
+              (unsigned long long)o->id, n, o->nrefs);
+        refs += n;
+    }
+    CHECK(active == p->nowners && mapped == active, "owners: %u active, %u mapped, kept %u",
+          active, mapped, p->nowners);
+    CHECK(refs == owned_refs, "owner lists hold %u references, blocks %u", refs, owned_refs);
+    uint32_t xfree = 0;
+    for (uint32_t x = p->xfree; x != KVP__NONE; x = p->xrefs[x].onext) {
+        CHECK(x < p->xcap && xfree++ < p->xcap && p->xrefs[x].block == KVP__NONE,
+              "xref free list broken at %u", x);
+    }
+    CHECK(xfree == p->nxfree, "xref free list %u, kept %u", xfree, p->nxfree);
+    return KVP_OK;
+}
+
+kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
+{
+    ctx cc = {msg, cap}, *c = &cc;
+    uint32_t owned;
+    kvp_status rc = check_blocks(p, c, &owned);
+    if (!rc)
+        rc = check_lists(p, c);
+    if (!rc)
+        rc = check_index(p, c);
+    if (!rc)
+        rc = check_owners(p, c, owned);
+    if (!rc && msg && cap)
+        msg[0] = '\0';
+    return rc;
+}
+
+kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check(pool, msg, cap);
+    kvp__leave(pool, false);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fingerprint                                                               */
+/* ------------------------------------------------------------------------ */
+
+static void feed(XXH3_state_t *h, const void *data, size_t len)
+{
+    XXH3_64bits_update(h, data, len);
+}
+
+static void feed32(XXH3_state_t *h, uint32_t v) { feed(h, &v, sizeof v); }
+
+/* Position of b among the indexed blocks with its hash and stream. */
+static uint32_t dup_rank(const kvp_pool *p, uint32_t b)
+{
+    const kvp__block *k = &p->blocks[b];
+    uint32_t rank = 0;
+    for (uint32_t x = p->buckets[kvp__bucket_of(p, k->stream, &p->hashes[b])]; x != b;
+         x = p->blocks[x].hnext)
+        rank += p->blocks[x].stream == k->stream &&
+                memcmp(p->hashes[x].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0;
+    return rank;
+}
+
+static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
+{
+    feed32(h, p->top);
+    for (int s = 0; s < p->nstreams; s++) {
+        const kvp__stream *st = &p->st[s];
+        feed32(h, st->fresh_lo);
+        feed32(h, st->fresh_hi);
+        for (uint32_t b = st->qhead; b != KVP__NONE; b = p->blocks[b].next)
+            feed32(h, b);
+        feed32(h, KVP__NONE);
+        for (uint32_t b = st->lhead; b != KVP__NONE; b = p->blocks[b].lnext)
+            feed32(h, b);
+        feed32(h, KVP__NONE);
+    }
+    for (uint32_t b = 0; b < p->top; b++) {
+        if (kvp__is_fresh(p, b))
+            continue;
+        const kvp__block *k = &p->blocks[b];
+        struct {
+            uint32_t id, ref, anon, fill, format, stream, state, flags;
+            kvp_owner owner;
+        } rec = {b, k->ref, k->anon, k->fill, k->format, k->stream, k->state, k->flags,
+                 k->owner == KVP__NONE ? KVP_ANON : p->owners[k->owner].id};
+        feed(h, &rec, sizeof rec);
+        if (k->flags & KVP__F_PUBLISHED) {
+            feed(h, &p->hashes[b], sizeof p->hashes[b]);
+            feed32(h, dup_rank(p, b));
+        }
+    }
+    /* Owners in slot order would depend on slot numbering: combine their
+     * digests with a commutative sum instead. */
+    uint64_t owners = 0;
+    XXH3_state_t oh;
+    for (uint32_t slot = 0; slot < p->ocap; slot++) {
+        const kvp__owner *o = &p->owners[slot];
+        if (o->id == KVP_ANON)
+            continue;
+        XXH3_64bits_reset(&oh);
+        feed(&oh, &o->id, sizeof o->id);
+        feed32(&oh, o->registered);
+        for (uint32_t node = o->head; node != KVP__NONE; node = kvp__node_next(p, node))
+            feed32(&oh, kvp__node_block(p, node));
+        owners += XXH3_64bits_digest(&oh);
+    }
+    feed(h, &owners, sizeof owners);
+}
+
+kvp_status kvp_pool_fingerprint(kvp_pool *pool, uint64_t *out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    XXH3_state_t h;
+    XXH3_64bits_reset(&h);
+    fingerprint(pool, &h);
+    *out = XXH3_64bits_digest(&h);
+    kvp__leave(pool, false);
+    return KVP_OK;
+}

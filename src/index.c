@@ -1,0 +1,287 @@
+/*
+ * index.c — the content index: block hash -> block, per stream, and the calls
+ * that publish, find, evict and forget content.
+ *
+ * What it owns: the bucket array, each published block's digest and its
+ * place in a bucket chain, and the eviction count.
+ *
+ * Built as chaining through the block records (kvp__block.hnext) rather than
+ * a separate table: a block holds at most one hash, so the index can never
+ * need more entries than there are blocks, never allocates on publish, and
+ * removing a block's entry is a walk of one short chain.  The bucket array has
+ * at least as many buckets as blocks (load factor <= 1).
+ *
+ * Invariants:
+ * - A block is in a chain iff it is published; it is in the chain of
+ *   kvp__bucket_of(its stream, its digest).
+ * - New entries go to the tail of their chain, and relocation replaces an
+ *   entry in place, so among blocks with equal hashes the chain order is the
+ *   publish order: lookup returns the first published still indexed.
+ * - A cached block is always published (free, content findable).
+ */
+#include "kvp_internal.h"
+
+/* Bucket of (stream, hash): the last 8 bytes identify a block under every
+ * algorithm, and a multiplicative mix spreads ids that are small integers
+ * (as in traces) as well as random digests. */
+uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
+{
+    uint64_t x;
+    memcpy(&x, h->b + 24, sizeof x);
+    x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    return (uint32_t)x & p->bmask;
+}
+
+static bool same(const kvp_pool *p, uint32_t b, int s, const kvp_hash *h)
+{
+    return p->blocks[b].stream == s && memcmp(p->hashes[b].b, h->b, sizeof h->b) == 0;
+}
+
+/* Link b (digest already stored) at the tail of its chain. */
+void kvp__index_insert(kvp_pool *p, uint32_t b)
+{
+    uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
+    while (*link != KVP__NONE)
+        link = &p->blocks[*link].hnext;
+    *link = b;
+    p->blocks[b].hnext = KVP__NONE;
+    p->blocks[b].flags |= KVP__F_PUBLISHED;
+    p->nindexed++;
+}
+
+static uint32_t *link_to(kvp_pool *p, uint32_t b)
+{
+    uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
+    while (*link != b)
+        link = &p->blocks[*link].hnext;
+    return link;
+}
+
+void kvp__index_remove(kvp_pool *p, uint32_t b)
+{
+    uint32_t *link = link_to(p, b);
+    *link = p->blocks[b].hnext;
+    p->blocks[b].hnext = KVP__NONE;
+    p->blocks[b].flags &= (uint8_t)~KVP__F_PUBLISHED;
+    p->nindexed--;
+}
+
+/* Block `to` takes over `from`'s entry, at the same place in the chain.
+ * `to` already carries from's digest and stream. */
+void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to)
+{
+    uint32_t *link = link_to(p, from);
+    *link = to;
+    p->blocks[to].hnext = p->blocks[from].hnext;
+    p->blocks[from].hnext = KVP__NONE;
+}
+
+uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h)
+{
+    for (uint32_t b = p->buckets[kvp__bucket_of(p, s, h)]; b != KVP__NONE; b = p->blocks[b].hnext)
+        if (same(p, b, s, h))
+            return b;
+    return KVP__NONE;
+}
+
+/* Evict b's content: the entry goes, the callback hears of it, it counts. */
+void kvp__unindex(kvp_pool *p, uint32_t b)
+{
+    kvp__index_remove(p, b);
+    p->ctr.evictions++;
+    kvp__notify_evict(p, &p->hashes[b], b);
+}
+
+/* Re-chain every entry into `nbuckets` buckets, keeping chain order among
+ * equal hashes (they share a chain before and after).  All or nothing. */
+kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
+{
+    uint32_t *nb = kvp__alloc(p, (size_t)nbuckets * sizeof *nb);
+    if (!nb)
+        return KVP_ENOMEM;
+    memset(nb, 0xff, (size_t)nbuckets * sizeof *nb);
+    uint32_t *old = p->buckets, oldn = p->bmask + 1;
+    p->buckets = nb;
+    p->bmask = nbuckets - 1;
+    for (uint32_t i = 0; i < oldn; i++) {
+        uint32_t b = old[i];
+        while (b != KVP__NONE) {
+            uint32_t next = p->blocks[b].hnext;
+            uint32_t *link = &nb[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
+            while (*link != KVP__NONE)
+                link = &p->blocks[*link].hnext;
+            *link = b;
+            p->blocks[b].hnext = KVP__NONE;
+            b = next;
+        }
+    }
+    kvp__release(p, old, (size_t)oldn * sizeof *old);
+    return KVP_OK;
+}
+
+/* Forget all content: cached blocks become vacant, blocks in use lose their
+ * hash, the index empties, and one "all cleared" notice goes out.  No
+ * per-block callbacks and no eviction counts. */
+void kvp__forget_all(kvp_pool *p)
+{
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        while (st->lhead != KVP__NONE)
+            kvp__cached_to_vacant(p, st->lhead); /* unindexed below, silently */
+    }
+    for (uint32_t i = 0; i <= p->bmask; i++) {
+        for (uint32_t b = p->buckets[i]; b != KVP__NONE;) {
+            uint32_t next = p->blocks[b].hnext;
+            p->blocks[b].hnext = KVP__NONE;
+            p->blocks[b].flags &= (uint8_t)~KVP__F_PUBLISHED;
+            b = next;
+        }
+        p->buckets[i] = KVP__NONE;
+    }
+    p->nindexed = 0;
+    kvp__notify_evict(p, NULL, KVP_NO_BLOCK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public calls                                                              */
+/* ------------------------------------------------------------------------ */
+
+kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
+{
+    if (!pool || !hash || !pool->cfg.prefix_caching)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check_id(pool, id);
+    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
+        rc = KVP_EDOUBLEFREE;
+    bool changed = false;
+    if (!rc) {
+        kvp__block *blk = &pool->blocks[id];
+        if (!(blk->flags & KVP__F_PUBLISHED)) {
+            pool->hashes[id] = *hash;
+            kvp__index_insert(pool, id);
+            changed = true;
+        } else if (memcmp(pool->hashes[id].b, hash->b, sizeof hash->b) != 0) {
+            rc = KVP_EBUSY;
+        }
+    }
+    kvp__leave(pool, changed);
+    return rc;
+}
+
+kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash, kvp_block *out)
+{
+    if (!pool || !hash || !out)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    uint32_t b = kvp__index_find(pool, s, hash);
+    if (b == KVP__NONE)
+        rc = KVP_ENOTFOUND;
+    else
+        *out = b;
+    kvp__leave(pool, false);
+    return rc;
+}
+
+kvp_status kvp_unpublish(kvp_pool *pool, kvp_block id)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check_id(pool, id);
+    if (!rc && (kvp__is_fresh(pool, id) || !(pool->blocks[id].flags & KVP__F_PUBLISHED)))
+        rc = KVP_ENOTFOUND;
+    if (!rc) {
+        kvp__unindex(pool, id);
+        if (pool->blocks[id].state == KVP_BLOCK_CACHED)
+            kvp__cached_to_vacant(pool, id);
+    }
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+kvp_status kvp_clear_index(kvp_pool *pool)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp__forget_all(pool);
+    kvp__leave(pool, true);
+    return KVP_OK;
+}
+
+kvp_status kvp_reset_prefix_cache(kvp_pool *pool)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    if (pool->in_use > (pool->cfg.null_block ? 1u : 0u))
+        rc = KVP_EBUSY;
+    else
+        kvp__forget_all(pool);
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+/* Evict the n least recently freed cached blocks of stream s (n available). */
+static void evict_lru(kvp_pool *p, int s, uint32_t n)
+{
+    while (n--) {
+        uint32_t b = p->st[s].lhead;
+        kvp__unindex(p, b);
+        kvp__cached_to_vacant(p, b);
+    }
+}
+
+kvp_status kvp_evict(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_evicted)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    uint32_t k = n < pool->st[s].ncached ? n : pool->st[s].ncached;
+    evict_lru(pool, s, k);
+    if (n_evicted)
+        *n_evicted = k;
+    kvp__leave(pool, k > 0);
+    return KVP_OK;
+}
+
+kvp_status kvp_ensure_free(kvp_pool *pool, kvp_stream stream, uint32_t n)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    const kvp__stream *st = &pool->st[s];
+    uint32_t k = 0;
+    if ((uint64_t)st->nvacant + st->ncached < n)
+        rc = KVP_EEXHAUSTED;
+    else if (st->nvacant < n)
+        evict_lru(pool, s, k = n - st->nvacant);
+    kvp__leave(pool, k > 0);
+    return rc;
+}

@@ -1,0 +1,232 @@
+/*
+ * kvp_internal.h — the pool's data structures, shared by the files in src/.
+ *
+ * Layout, and why:
+ * - Block metadata is one array of 48-byte records indexed by block id, plus a
+ *   parallel array of 32-byte digests that only published blocks use.  Arrays
+ *   of plain records keep every per-block operation a couple of cache lines.
+ * - Links are 32-bit ids, never pointers, so arrays can be reallocated when
+ *   the pool grows and the checker can validate every link by range.
+ * - A block's `prev/next` pair is reused by state: while free it links the
+ *   block into its stream's vacant stack or free queue; while in use it links
+ *   the block's first owner reference into that owner's reference list.
+ * - Owner references: the first owner of a block is stored inline (the common
+ *   case: one owner per block, no extra memory).  Further owners on the same
+ *   block get an `xref` node from a slab.  An owner's reference list mixes both
+ *   kinds of node; a node id with KVP__XREF set names a slab node.
+ * - Never-used blocks of the initial pool are not initialised at creation: each
+ *   stream keeps them as a "fresh" id range [fresh_lo, fresh_hi) whose records
+ *   are set up when first touched.  That makes creating a 1M-block pool cost
+ *   almost nothing beyond zeroed memory.
+ * - Ordered id sets (idset.c) answer "lowest vacant", "highest vacant",
+ *   "highest cached" and "lowest retired" in O(log64 n) for LOWEST reuse,
+ *   shrink and growth.
+ */
+#ifndef KVP_INTERNAL_H
+#define KVP_INTERNAL_H
+
+#include "kvpool.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+
+#ifndef KVP_DEBUG
+#define KVP_DEBUG 0
+#endif
+
+#if KVP_DEBUG >= 1
+#include <assert.h>
+#define kvp__assert(x) assert(x)
+#else
+#define kvp__assert(x) ((void)0)
+#endif
+
+#define KVP__NONE UINT32_MAX
+#define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
+
+/* Block flags. */
+#define KVP__F_EVER 0x01u      /* handed out at least once */
+#define KVP__F_PUBLISHED 0x02u /* has a digest and sits in the index */
+#define KVP__F_NULL 0x04u      /* the reserved null block */
+
+typedef struct kvp__block {
+    uint32_t prev, next;   /* free: vacant stack / free queue; in use: links of
+                              the inline owner reference */
+    uint32_t lprev, lnext; /* cached: LRU list (head = least recently freed) */
+    uint32_t ref;          /* all references */
+    uint32_t anon;         /* anonymous references */
+    uint32_t owner;        /* owner slot of the inline reference, or NONE */
+    uint32_t xhead;        /* first xref (further owners), or NONE */
+    uint32_t hnext;        /* next block in the same index bucket */
+    uint32_t scratch;      /* per-call counter (kvp_free validation) */
+    uint16_t fill;
+    uint8_t format;
+    uint8_t stream; /* internal stream index, 0 or 1 */
+    uint8_t state;  /* KVP_BLOCK_* */
+    uint8_t flags;  /* KVP__F_* */
+    uint16_t pad;
+} kvp__block;
+
+/* A reference held by an owner that is not the block's inline owner. */
+typedef struct kvp__xref {
+    uint32_t block;        /* NONE while on the free list */
+    uint32_t owner;        /* owner slot */
+    uint32_t oprev, onext; /* owner's reference list (node ids); onext links
+                              the free list */
+    uint32_t bprev, bnext; /* the block's xref chain (xref indices) */
+} kvp__xref;
+
+typedef struct kvp__owner {
+    kvp_owner id;     /* KVP_ANON while the slot is unused */
+    uint32_t head;    /* oldest reference node; next free slot when unused */
+    uint32_t tail;    /* newest reference node */
+    uint32_t nrefs;
+    uint32_t registered;
+} kvp__owner;
+
+/* Ordered set of ids: a 64-ary tree of bitmaps (idset.c). */
+#define KVP__IDSET_MAXLV 6
+typedef struct kvp__idset {
+    uint64_t *lv[KVP__IDSET_MAXLV]; /* lv[0] = one bit per id */
+    uint32_t words[KVP__IDSET_MAXLV];
+    int levels;
+    uint32_t cap; /* ids [0, cap) */
+    size_t bytes; /* of the single allocation behind lv[] */
+} kvp__idset;
+
+typedef struct kvp__stream {
+    uint32_t qhead, qtail;   /* LIFO: vacant stack (head = top); FIFO: queue of
+                                all free blocks (head = oldest); LOWEST: unused */
+    uint32_t lhead, ltail;   /* cached blocks, head = least recently freed */
+    uint32_t fresh_lo, fresh_hi; /* never-touched ids of the initial pool */
+    uint32_t nvacant;        /* vacant blocks, fresh ones included */
+    uint32_t ncached;
+    uint32_t nblocks;        /* managed blocks of this stream */
+    kvp__idset vacant;       /* vacant ids, fresh ones excluded */
+    kvp__idset cached;
+} kvp__stream;
+
+/* Rate counters (reset by kvp_stats_reset). */
+typedef struct kvp__counters {
+    uint64_t alloc_calls, blocks_allocated, free_calls, blocks_freed, reused,
+        exhausted, grown, extended, retired, relocated, evictions;
+} kvp__counters;
+
+struct kvp_pool {
+    kvp_config cfg;
+    kvp_allocator mem;
+    int nstreams;
+    bool ts;
+    pthread_mutex_t lock;
+
+    /* blocks */
+    uint32_t top;       /* ids [0, top) exist; top-1 is never retired */
+    uint32_t cap;       /* capacity of the arrays below */
+    kvp__block *blocks;
+    kvp_hash *hashes;
+    kvp__stream st[2];
+    kvp__idset retired; /* retired ids below top */
+    uint32_t nretired;
+
+    /* index: chained through kvp__block.hnext, bucket count = cap rounded up
+     * to a power of two, so the load factor stays at most 1 */
+    uint32_t *buckets;
+    uint32_t bmask;
+    uint32_t nindexed;
+
+    /* owners: slots, an open-addressing map id -> slot, and the xref slab */
+    kvp__owner *owners;
+    uint32_t ocap, nowners, ofree;
+    uint32_t *omap; /* slot indices, NONE = empty */
+    uint32_t omask;
+    kvp__xref *xrefs;
+    uint32_t xcap, xfree, nxfree;
+
+    /* gauges kept exactly, so reading them is O(1) */
+    uint64_t in_use, shared, fragmented, peak;
+    kvp__counters ctr;
+
+    /* history ring */
+    kvp_stats *hist;
+    uint32_t hist_head, hist_count;
+};
+
+/* ---- memory (pool.c) ---- */
+void *kvp__alloc(kvp_pool *p, size_t size);
+void *kvp__zalloc(kvp_pool *p, size_t size);
+void kvp__release(kvp_pool *p, void *ptr, size_t size);
+
+/* ---- entering and leaving the API (pool.c) ---- */
+extern _Thread_local const kvp_pool *kvp__cb_pool;
+kvp_status kvp__enter(kvp_pool *p);
+void kvp__leave(kvp_pool *p, bool changed);
+int kvp__stream_index(const kvp_pool *p, int stream);
+
+/* ---- block states and free structures (pool.c) ---- */
+bool kvp__is_fresh(const kvp_pool *p, uint32_t b);
+int kvp__state(const kvp_pool *p, uint32_t b);
+kvp_status kvp__check_id(const kvp_pool *p, uint32_t b);
+void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state);
+uint32_t kvp__pick(kvp_pool *p, int s);
+void kvp__free_remove(kvp_pool *p, uint32_t b);
+void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t *cursor);
+void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t *cursor);
+void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
+void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
+bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk);
+void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b);
+void kvp__reset_blocks(kvp_pool *p);
+
+/* ---- owners and references (owner.c) ---- */
+uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id);
+kvp_status kvp__owner_reserve(kvp_pool *p);
+uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id);
+void kvp__owner_remove(kvp_pool *p, uint32_t slot);
+kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
+void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
+void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
+void kvp__ref_drop_node(kvp_pool *p, uint32_t node);
+uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot);
+uint32_t kvp__node_block(const kvp_pool *p, uint32_t node);
+uint32_t kvp__node_next(const kvp_pool *p, uint32_t node);
+uint32_t kvp__node_prev(const kvp_pool *p, uint32_t node);
+void kvp__owner_relocate(kvp_pool *p, uint32_t from, uint32_t to);
+void kvp__owners_reset(kvp_pool *p);
+void kvp__owners_destroy(kvp_pool *p);
+
+/* ---- content index (index.c) ---- */
+void kvp__index_insert(kvp_pool *p, uint32_t b);
+void kvp__index_remove(kvp_pool *p, uint32_t b);
+void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to);
+uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h);
+uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h);
+void kvp__unindex(kvp_pool *p, uint32_t b);
+void kvp__forget_all(kvp_pool *p);
+kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
+
+/* ---- growth (resize.c) ---- */
+kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
+uint32_t kvp__managed(const kvp_pool *p);
+uint32_t kvp__max_blocks(const kvp_pool *p);
+
+/* ---- ordered id sets (idset.c) ---- */
+kvp_status kvp__idset_init(kvp_pool *p, kvp__idset *set, uint32_t cap);
+kvp_status kvp__idset_resize(kvp_pool *p, kvp__idset *set, uint32_t cap);
+void kvp__idset_free(kvp_pool *p, kvp__idset *set);
+void kvp__idset_clear(kvp__idset *set);
+void kvp__idset_add(kvp__idset *set, uint32_t id);
+void kvp__idset_del(kvp__idset *set, uint32_t id);
+bool kvp__idset_has(const kvp__idset *set, uint32_t id);
+uint32_t kvp__idset_min(const kvp__idset *set);
+uint32_t kvp__idset_max(const kvp__idset *set);
+uint32_t kvp__idset_next(const kvp__idset *set, uint32_t from);
+
+/* ---- statistics (stats.c) ---- */
+void kvp__stats_fill(const kvp_pool *p, kvp_stats *out);
+void kvp__history_push(kvp_pool *p);
+
+/* ---- checking (check.c) ---- */
+kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap);
+
+#endif /* KVP_INTERNAL_H */

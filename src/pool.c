@@ -1,0 +1,848 @@
+/*
+ * pool.c — the block pool: lifecycle, block states, free structures, and the
+ * calls that hand blocks out and take them back (alloc, take, claim, free).
+ *
+ * What it owns: every block's state, reference count and fill; the per-stream
+ * free structures; the gauges in_use, shared, fragmented, peak.
+ *
+ * Invariants (checked by check.c):
+ * - A block is in exactly one state.  A vacant block is in its stream's vacant
+ *   idset (unless fresh) and, in LIFO/FIFO order, in the stream's q list.  A
+ *   cached block is published, in the stream's cached idset and LRU list, and
+ *   in FIFO order also in the q list.  A block in use has ref > 0 and is in no
+ *   free structure.  A retired block is in the retired idset.
+ * - ref == anon + references held by owners.
+ * - nvacant + ncached + in-use blocks of a stream == its nblocks.
+ *
+ * Why this shape: allocation and free are the hottest calls of an engine's
+ * scheduler, so each is a handful of array accesses.  Reuse orders differ
+ * only in kvp__pick and kvp__free_insert; everything else is shared.
+ */
+#include "kvp_internal.h"
+
+#include <stdlib.h>
+
+_Thread_local const kvp_pool *kvp__cb_pool;
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void *std_alloc(void *user, size_t size)
+{
+    (void)user;
+    return malloc(size);
+}
+
+static void std_release(void *user, void *ptr, size_t size)
+{
+    (void)user;
+    (void)size;
+    free(ptr);
+}
+
+static const kvp_allocator kvp__std_allocator = {std_alloc, std_release, NULL};
+
+void *kvp__alloc(kvp_pool *p, size_t size)
+{
+    return size ? p->mem.alloc(p->mem.user, size) : NULL;
+}
+
+/* Zeroed memory.  With the default allocator this is calloc, whose fresh
+ * pages cost nothing until touched: the reason a big pool is cheap to make. */
+void *kvp__zalloc(kvp_pool *p, size_t size)
+{
+    if (!size)
+        return NULL;
+    if (p->mem.alloc == std_alloc)
+        return calloc(1, size);
+    void *m = p->mem.alloc(p->mem.user, size);
+    if (m)
+        memset(m, 0, size);
+    return m;
+}
+
+void kvp__release(kvp_pool *p, void *ptr, size_t size)
+{
+    if (ptr)
+        p->mem.release(p->mem.user, ptr, size);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entering and leaving                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Every public call that reads or writes the pool goes through here: a call
+ * from inside this pool's callback is refused (the lock is held, and the
+ * state is mid-change), then the lock is taken if the pool has one. */
+kvp_status kvp__enter(kvp_pool *p)
+{
+    if (kvp__cb_pool == p)
+        return KVP_EBUSY;
+    if (p->ts)
+        pthread_mutex_lock(&p->lock);
+    return KVP_OK;
+}
+
+void kvp__leave(kvp_pool *p, bool changed)
+{
+    if (changed && p->cfg.history_every_call && p->cfg.history_len)
+        kvp__history_push(p);
+#if KVP_DEBUG >= 3
+    if (changed) {
+        char msg[256];
+        if (kvp__check(p, msg, sizeof msg) != KVP_OK) {
+            fprintf(stderr, "kvpool: invariant broken: %s\n", msg);
+            abort();
+        }
+    }
+#endif
+    if (p->ts)
+        pthread_mutex_unlock(&p->lock);
+}
+
+/* Map a public stream value to an internal index, or -1 if refused. */
+int kvp__stream_index(const kvp_pool *p, int stream)
+{
+    if (stream < KVP_STREAM_SHARED || stream > KVP_STREAM_V)
+        return -1;
+    if (p->nstreams == 1)
+        return 0;
+    return stream == KVP_STREAM_SHARED ? -1 : stream - 1;
+}
+
+/* Callbacks run with a thread-local marker set, which is what makes a call
+ * back into the same pool detectable in both locking modes. */
+void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b)
+{
+    if (!p->cfg.on_evict)
+        return;
+    const kvp_pool *outer = kvp__cb_pool;
+    kvp__cb_pool = p;
+    p->cfg.on_evict(p->cfg.evict_user, h, h ? b : KVP_NO_BLOCK);
+    kvp__cb_pool = outer;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Configuration and lifecycle                                               */
+/* ------------------------------------------------------------------------ */
+
+kvp_status kvp_config_default(kvp_config *cfg)
+{
+    if (!cfg)
+        return KVP_EINVAL;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->block_size = 16;
+    cfg->num_blocks = 1024;
+    cfg->prefix_caching = 1;
+    cfg->reuse = KVP_REUSE_LIFO;
+    cfg->history_len = 64;
+    return KVP_OK;
+}
+
+uint32_t kvp__max_blocks(const kvp_pool *p)
+{
+    return p->cfg.max_blocks ? p->cfg.max_blocks : KVP_MAX_BLOCKS;
+}
+
+/* Lay out the initial blocks: stream ranges, all fresh, and the null block.
+ * Used by create and by clear, so the two cannot disagree. */
+void kvp__reset_blocks(kvp_pool *p)
+{
+    uint32_t n = p->cfg.num_blocks;
+    uint32_t k = p->nstreams == 2 ? (n + 1) / 2 : n;
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        st->qhead = st->qtail = st->lhead = st->ltail = KVP__NONE;
+        st->fresh_lo = s == 0 ? 0 : k;
+        st->fresh_hi = s == 0 ? k : n;
+        st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
+        st->ncached = 0;
+        kvp__idset_clear(&st->vacant);
+        kvp__idset_clear(&st->cached);
+    }
+    kvp__idset_clear(&p->retired);
+    p->nretired = 0;
+    p->top = n;
+    p->in_use = p->shared = p->fragmented = p->peak = 0;
+    p->nindexed = 0;
+    memset(p->buckets, 0xff, ((size_t)p->bmask + 1) * sizeof *p->buckets);
+    if (p->cfg.null_block) {
+        p->st[0].fresh_lo = 1;
+        p->st[0].nvacant--;
+        kvp__init_block(p, 0, 0, KVP_BLOCK_IN_USE);
+        p->blocks[0].ref = p->blocks[0].anon = 1;
+        p->blocks[0].flags = KVP__F_NULL | KVP__F_EVER;
+        p->in_use = p->peak = 1;
+    }
+}
+
+static kvp_status validate_config(const kvp_config *c)
+{
+    if (c->block_size == 0 || c->block_size > 65535)
+        return KVP_EINVAL;
+    if (c->num_blocks > KVP_MAX_BLOCKS || c->max_blocks > KVP_MAX_BLOCKS)
+        return KVP_EINVAL;
+    if (c->max_blocks && c->num_blocks > c->max_blocks)
+        return KVP_EINVAL;
+    if (c->null_block && c->num_blocks == 0)
+        return KVP_EINVAL;
+    if ((unsigned)c->reuse > KVP_REUSE_FIFO)
+        return KVP_EINVAL;
+    if (c->allocator && (!c->allocator->alloc || !c->allocator->release))
+        return KVP_EINVAL;
+    if (c->history_len > (1u << 20))
+        return KVP_EINVAL;
+    return KVP_OK;
+}
+
+static uint32_t pow2_at_least(uint32_t n)
+{
+    uint32_t b = 1;
+    while (b < n)
+        b <<= 1;
+    return b;
+}
+
+static void free_arrays(kvp_pool *p)
+{
+    kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
+    kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
+    kvp__release(p, p->buckets, ((size_t)p->bmask + 1) * sizeof *p->buckets);
+    for (int s = 0; s < 2; s++) {
+        kvp__idset_free(p, &p->st[s].vacant);
+        kvp__idset_free(p, &p->st[s].cached);
+    }
+    kvp__idset_free(p, &p->retired);
+    kvp__release(p, p->hist, (size_t)p->cfg.history_len * sizeof *p->hist);
+}
+
+kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
+{
+    if (!cfg || !out)
+        return KVP_EINVAL;
+    kvp_status rc = validate_config(cfg);
+    if (rc)
+        return rc;
+    const kvp_allocator *mem = cfg->allocator ? cfg->allocator : &kvp__std_allocator;
+    kvp_pool *p = mem->alloc(mem->user, sizeof *p);
+    if (!p)
+        return KVP_ENOMEM;
+    memset(p, 0, sizeof *p);
+    p->cfg = *cfg;
+    p->mem = *mem;
+    p->cfg.allocator = NULL; /* the copy in p->mem is the one used */
+    p->nstreams = cfg->separate_kv ? 2 : 1;
+    p->ts = cfg->thread_safe != 0;
+    p->ofree = p->xfree = KVP__NONE;
+
+    uint32_t cap = cfg->num_blocks ? cfg->num_blocks : 1;
+    p->cap = cap;
+    p->bmask = pow2_at_least(cap) - 1;
+    p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
+    p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
+    p->buckets = kvp__alloc(p, ((size_t)p->bmask + 1) * sizeof *p->buckets);
+    p->hist = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist);
+    rc = (!p->blocks || !p->hashes || !p->buckets || (cfg->history_len && !p->hist))
+             ? KVP_ENOMEM
+             : KVP_OK;
+    for (int s = 0; s < 2 && !rc; s++) {
+        rc = kvp__idset_init(p, &p->st[s].vacant, s < p->nstreams ? cap : 0);
+        if (!rc)
+            rc = kvp__idset_init(p, &p->st[s].cached, s < p->nstreams ? cap : 0);
+    }
+    if (!rc)
+        rc = kvp__idset_init(p, &p->retired, cap);
+    if (!rc && p->ts && pthread_mutex_init(&p->lock, NULL) != 0)
+        rc = KVP_ENOMEM;
+    if (rc) {
+        free_arrays(p);
+        p->mem.release(p->mem.user, p, sizeof *p);
+        return rc;
+    }
+    kvp__reset_blocks(p);
+    *out = p;
+    return KVP_OK;
+}
+
+void kvp_pool_destroy(kvp_pool *pool)
+{
+    if (!pool)
+        return;
+    kvp__owners_destroy(pool);
+    free_arrays(pool);
+    if (pool->ts)
+        pthread_mutex_destroy(&pool->lock);
+    kvp_allocator mem = pool->mem;
+    mem.release(mem.user, pool, sizeof *pool);
+}
+
+kvp_status kvp_pool_clear(kvp_pool *pool)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    bool had_index = pool->nindexed > 0;
+    kvp__owners_reset(pool);
+    kvp__reset_blocks(pool);
+    memset(&pool->ctr, 0, sizeof pool->ctr);
+    pool->hist_head = pool->hist_count = 0;
+    if (had_index)
+        kvp__notify_evict(pool, NULL, KVP_NO_BLOCK);
+    kvp__leave(pool, true);
+    return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Block states                                                              */
+/* ------------------------------------------------------------------------ */
+
+bool kvp__is_fresh(const kvp_pool *p, uint32_t b)
+{
+    for (int s = 0; s < p->nstreams; s++)
+        if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
+            return true;
+    return false;
+}
+
+int kvp__state(const kvp_pool *p, uint32_t b)
+{
+    return kvp__is_fresh(p, b) ? KVP_BLOCK_VACANT : p->blocks[b].state;
+}
+
+/* The common id check: KVP_ERANGE for ids that do not exist or are retired,
+ * KVP_EINVAL for the null block. */
+kvp_status kvp__check_id(const kvp_pool *p, uint32_t b)
+{
+    if (b >= p->top)
+        return KVP_ERANGE;
+    if (kvp__is_fresh(p, b))
+        return KVP_OK;
+    if (p->blocks[b].state == KVP_BLOCK_RETIRED)
+        return KVP_ERANGE;
+    if (p->blocks[b].flags & KVP__F_NULL)
+        return KVP_EINVAL;
+    return KVP_OK;
+}
+
+void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
+{
+    kvp__block *blk = &p->blocks[b];
+    blk->prev = blk->next = blk->lprev = blk->lnext = KVP__NONE;
+    blk->ref = blk->anon = 0;
+    blk->owner = blk->xhead = blk->hnext = KVP__NONE;
+    blk->scratch = 0;
+    blk->fill = 0;
+    blk->format = 0;
+    blk->stream = (uint8_t)s;
+    blk->state = (uint8_t)state;
+    blk->flags = 0;
+    blk->pad = 0;
+}
+
+bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk)
+{
+    return blk->state == KVP_BLOCK_IN_USE && blk->fill > 0 && blk->fill < p->cfg.block_size;
+}
+
+/* q list: vacant stack (LIFO) or free queue (FIFO). */
+static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    if (blk->prev != KVP__NONE)
+        p->blocks[blk->prev].next = blk->next;
+    else
+        st->qhead = blk->next;
+    if (blk->next != KVP__NONE)
+        p->blocks[blk->next].prev = blk->prev;
+    else
+        st->qtail = blk->prev;
+    blk->prev = blk->next = KVP__NONE;
+}
+
+/* Insert b after `at` (NONE: at the head). */
+static void q_insert_after(kvp_pool *p, kvp__stream *st, uint32_t at, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    blk->prev = at;
+    blk->next = at == KVP__NONE ? st->qhead : p->blocks[at].next;
+    if (blk->next != KVP__NONE)
+        p->blocks[blk->next].prev = b;
+    else
+        st->qtail = b;
+    if (at != KVP__NONE)
+        p->blocks[at].next = b;
+    else
+        st->qhead = b;
+}
+
+static void lru_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    if (blk->lprev != KVP__NONE)
+        p->blocks[blk->lprev].lnext = blk->lnext;
+    else
+        st->lhead = blk->lnext;
+    if (blk->lnext != KVP__NONE)
+        p->blocks[blk->lnext].lprev = blk->lprev;
+    else
+        st->ltail = blk->lprev;
+    blk->lprev = blk->lnext = KVP__NONE;
+}
+
+static void lru_append(kvp_pool *p, kvp__stream *st, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    blk->lprev = st->ltail;
+    blk->lnext = KVP__NONE;
+    if (st->ltail != KVP__NONE)
+        p->blocks[st->ltail].lnext = b;
+    else
+        st->lhead = b;
+    st->ltail = b;
+}
+
+/* Give every fresh block of stream s a record, placed where the reuse order
+ * already put it: behind the freed vacant blocks (LIFO), ahead of the queue
+ * (FIFO), or in the id set alone (LOWEST).  Needed only when a fresh block
+ * in the middle of the range is taken by id; each block is materialised at
+ * most once per pool life, so the cost is amortized O(1). */
+static void materialize_fresh(kvp_pool *p, int s)
+{
+    kvp__stream *st = &p->st[s];
+    uint32_t lo = st->fresh_lo, hi = st->fresh_hi;
+    st->fresh_lo = st->fresh_hi = 0;
+    uint32_t at = p->cfg.reuse == KVP_REUSE_LIFO ? st->qtail : KVP__NONE;
+    for (uint32_t b = lo; b < hi; b++) {
+        kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
+        kvp__idset_add(&st->vacant, b);
+        if (p->cfg.reuse != KVP_REUSE_LOWEST) {
+            q_insert_after(p, st, at, b);
+            at = b;
+        }
+    }
+}
+
+/* The block the next allocation of stream s gets, or NONE. */
+uint32_t kvp__pick(kvp_pool *p, int s)
+{
+    kvp__stream *st = &p->st[s];
+    bool fresh = st->fresh_lo < st->fresh_hi;
+    switch (p->cfg.reuse) {
+    case KVP_REUSE_LIFO:
+        if (st->qhead != KVP__NONE)
+            return st->qhead;
+        if (fresh)
+            return st->fresh_lo;
+        return st->lhead;
+    case KVP_REUSE_LOWEST: {
+        uint32_t v = kvp__idset_min(&st->vacant);
+        if (fresh && (v == KVP__NONE || st->fresh_lo < v))
+            return st->fresh_lo;
+        return v != KVP__NONE ? v : st->lhead;
+    }
+    default: /* FIFO */
+        return fresh ? st->fresh_lo : st->qhead;
+    }
+}
+
+/* Take free block b out of every free structure, keeping its content.  A
+ * fresh block gets its record here. */
+void kvp__free_remove(kvp_pool *p, uint32_t b)
+{
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        if (b < st->fresh_lo || b >= st->fresh_hi)
+            continue;
+        if (b == st->fresh_lo)
+            st->fresh_lo++;
+        else if (b == st->fresh_hi - 1)
+            st->fresh_hi--;
+        else {
+            materialize_fresh(p, s);
+            break;
+        }
+        kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
+        st->nvacant--;
+        return;
+    }
+    kvp__block *blk = &p->blocks[b];
+    kvp__stream *st = &p->st[blk->stream];
+    if (blk->state == KVP_BLOCK_CACHED) {
+        lru_unlink(p, st, b);
+        kvp__idset_del(&st->cached, b);
+        st->ncached--;
+    } else {
+        kvp__idset_del(&st->vacant, b);
+        st->nvacant--;
+    }
+    if (p->cfg.reuse != KVP_REUSE_LOWEST &&
+        (blk->state == KVP_BLOCK_VACANT || p->cfg.reuse == KVP_REUSE_FIFO))
+        q_unlink(p, st, b);
+}
+
+/* Put block b, whose last reference just went, among the free blocks.
+ * `cursor` carries the LIFO insertion point through one call, so that blocks
+ * freed together are reused in the order given. */
+void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t *cursor)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__stream *st = &p->st[blk->stream];
+    if (blk->flags & KVP__F_PUBLISHED) {
+        blk->state = KVP_BLOCK_CACHED;
+        lru_append(p, st, b);
+        kvp__idset_add(&st->cached, b);
+        st->ncached++;
+        if (p->cfg.reuse == KVP_REUSE_FIFO)
+            q_insert_after(p, st, st->qtail, b);
+        return;
+    }
+    blk->state = KVP_BLOCK_VACANT;
+    kvp__idset_add(&st->vacant, b);
+    st->nvacant++;
+    if (p->cfg.reuse == KVP_REUSE_LIFO) {
+        q_insert_after(p, st, *cursor, b);
+        *cursor = b;
+    } else if (p->cfg.reuse == KVP_REUSE_FIFO) {
+        q_insert_after(p, st, st->qtail, b);
+    }
+}
+
+/* The last reference on block b went: account for it and free it. */
+void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t *cursor)
+{
+    p->fragmented -= kvp__is_frag(p, &p->blocks[b]);
+    p->in_use--;
+    kvp__free_insert(p, b, cursor);
+}
+
+/* A cached free block whose content is gone (the caller unindexed it)
+ * becomes vacant: it keeps its place in the FIFO queue, goes to the bottom of the LIFO stack
+ * (reused after the blocks vacant before it), or into the id set (LOWEST). */
+void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__stream *st = &p->st[blk->stream];
+    lru_unlink(p, st, b);
+    kvp__idset_del(&st->cached, b);
+    st->ncached--;
+    blk->state = KVP_BLOCK_VACANT;
+    kvp__idset_add(&st->vacant, b);
+    st->nvacant++;
+    if (p->cfg.reuse == KVP_REUSE_LIFO)
+        q_insert_after(p, st, st->qtail, b);
+}
+
+/* Hand out block b (already removed from the free structures) for fresh
+ * content: its old content is evicted, and one reference goes to `oslot`. */
+void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
+{
+    kvp__block *blk = &p->blocks[b];
+    if (blk->flags & KVP__F_PUBLISHED)
+        kvp__unindex(p, b);
+    if (blk->flags & KVP__F_EVER)
+        p->ctr.reused++;
+    blk->flags |= KVP__F_EVER;
+    blk->state = KVP_BLOCK_IN_USE;
+    blk->prev = blk->next = KVP__NONE;
+    blk->fill = 0;
+    blk->format = (uint8_t)format;
+    kvp__ref_add(p, b, oslot);
+    if (++p->in_use > p->peak)
+        p->peak = p->in_use;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Allocation                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Find or make room for the owner record of `owner`; *slot is NONE for
+ * KVP_ANON and for an owner that does not exist yet (*create set). */
+static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t *slot, bool *create)
+{
+    *create = false;
+    *slot = KVP__NONE;
+    if (owner == KVP_ANON)
+        return KVP_OK;
+    *slot = kvp__owner_find(p, owner);
+    if (*slot != KVP__NONE)
+        return KVP_OK;
+    *create = true;
+    return kvp__owner_reserve(p);
+}
+
+static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
+                               unsigned format, kvp_block *ids)
+{
+    uint32_t slot;
+    bool create;
+    kvp_status rc = owner_prepare(p, owner, &slot, &create);
+    if (rc)
+        return rc;
+    kvp__stream *st = &p->st[s];
+    uint32_t avail = st->nvacant + st->ncached;
+    if (avail < nb) {
+        uint32_t need = nb - avail;
+        if (!p->cfg.grow_on_exhaustion || need > kvp__max_blocks(p) - kvp__managed(p)) {
+            p->ctr.exhausted++;
+            return KVP_EEXHAUSTED;
+        }
+        rc = kvp__grow(p, s, need);
+        if (rc)
+            return rc;
+        p->ctr.grown += need;
+    }
+    if (create)
+        slot = kvp__owner_add(p, owner);
+    for (uint32_t i = 0; i < nb; i++) {
+        uint32_t b = kvp__pick(p, s);
+        kvp__free_remove(p, b);
+        kvp__hand_out(p, b, slot, format);
+        ids[i] = b;
+    }
+    p->ctr.alloc_calls++;
+    p->ctr.blocks_allocated += nb;
+    return KVP_OK;
+}
+
+kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens, kvp_owner owner,
+                     unsigned format, kvp_block *ids, size_t ids_cap, size_t *n_out)
+{
+    if (!pool || !ids || !n_out || tokens == 0 || format > 255)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    uint64_t nb = (tokens - 1) / pool->cfg.block_size + 1;
+    if (nb > KVP_MAX_BLOCKS)
+        return KVP_EINVAL;
+    if (ids_cap < nb) {
+        *n_out = (size_t)nb;
+        return KVP_ESPACE;
+    }
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = alloc_locked(pool, s, (uint32_t)nb, owner, format, ids);
+    if (!rc)
+        *n_out = (size_t)nb;
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner, kvp_block *out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = alloc_locked(pool, s, 1, owner, KVP_FMT_FP16, out);
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    uint32_t slot;
+    bool create;
+    rc = kvp__check_id(pool, id);
+    if (!rc && kvp__state(pool, id) == KVP_BLOCK_IN_USE)
+        rc = KVP_EBUSY;
+    if (!rc)
+        rc = owner_prepare(pool, owner, &slot, &create);
+    if (!rc) {
+        if (create)
+            slot = kvp__owner_add(pool, owner);
+        kvp__free_remove(pool, id);
+        kvp__hand_out(pool, id, slot, KVP_FMT_FP16);
+        pool->ctr.alloc_calls++;
+        pool->ctr.blocks_allocated++;
+    }
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Claim and free                                                            */
+/* ------------------------------------------------------------------------ */
+
+kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    uint32_t slot = KVP__NONE;
+    bool create = false;
+    rc = kvp__check_id(pool, id);
+    int state = rc ? 0 : kvp__state(pool, id);
+    if (!rc && state == KVP_BLOCK_VACANT)
+        rc = KVP_ENOTFOUND;
+    if (!rc)
+        rc = owner_prepare(pool, owner, &slot, &create);
+    /* A second owner on a block needs an xref node. */
+    if (!rc && owner != KVP_ANON && state == KVP_BLOCK_IN_USE &&
+        pool->blocks[id].owner != KVP__NONE)
+        rc = kvp__xref_reserve(pool, 1);
+    if (!rc) {
+        if (create)
+            slot = kvp__owner_add(pool, owner);
+        kvp__block *blk = &pool->blocks[id];
+        if (state == KVP_BLOCK_CACHED) {
+            kvp__free_remove(pool, id);
+            blk->state = KVP_BLOCK_IN_USE;
+            blk->prev = blk->next = KVP__NONE;
+            if (kvp__is_frag(pool, blk))
+                pool->fragmented++;
+            if (++pool->in_use > pool->peak)
+                pool->peak = pool->in_use;
+        }
+        kvp__ref_add(pool, id, slot);
+    }
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+/* Why a reference on b cannot be dropped the `times`-th time in one call. */
+static kvp_status drop_refused(const kvp_pool *p, uint32_t b, uint32_t times, uint32_t oslot,
+                               kvp_owner owner)
+{
+    const kvp__block *blk = &p->blocks[b];
+    if (times > blk->ref)
+        return KVP_EDOUBLEFREE;
+    uint32_t held = owner == KVP_ANON ? blk->anon
+                    : oslot == KVP__NONE ? 0
+                                         : kvp__refs_held(p, b, oslot);
+    return times > held ? KVP_ENOTOWNER : KVP_OK;
+}
+
+kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner owner)
+{
+    if (!pool || (!ids && n))
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    uint32_t slot = owner == KVP_ANON ? KVP__NONE : kvp__owner_find(pool, owner);
+    /* Check everything first: ids exist and are in use, then count how often
+     * each is named (scratch) against the references the owner holds. */
+    for (size_t i = 0; i < n && !rc; i++) {
+        rc = kvp__check_id(pool, ids[i]);
+        if (!rc && kvp__state(pool, ids[i]) != KVP_BLOCK_IN_USE)
+            rc = KVP_EDOUBLEFREE;
+        if (!rc)
+            pool->blocks[ids[i]].scratch = 0;
+    }
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = drop_refused(pool, ids[i], ++pool->blocks[ids[i]].scratch, slot, owner);
+    if (!rc && n) {
+        uint32_t cursor = KVP__NONE;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b = ids[i];
+            kvp__ref_drop(pool, b, slot);
+            if (pool->blocks[b].ref == 0)
+                kvp__release_block(pool, b, &cursor);
+        }
+        if (slot != KVP__NONE && pool->owners[slot].nrefs == 0 &&
+            !pool->owners[slot].registered)
+            kvp__owner_remove(pool, slot);
+        pool->ctr.free_calls++;
+        pool->ctr.blocks_freed += n;
+    }
+    kvp__leave(pool, rc == KVP_OK && n > 0);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fill, counts, block info                                                  */
+/* ------------------------------------------------------------------------ */
+
+kvp_status kvp_set_fill(kvp_pool *pool, kvp_block id, uint32_t fill)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check_id(pool, id);
+    if (!rc && fill > pool->cfg.block_size)
+        rc = KVP_EINVAL;
+    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
+        rc = KVP_EDOUBLEFREE;
+    if (!rc) {
+        kvp__block *blk = &pool->blocks[id];
+        pool->fragmented -= kvp__is_frag(pool, blk);
+        blk->fill = (uint16_t)fill;
+        pool->fragmented += kvp__is_frag(pool, blk);
+    }
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+kvp_status kvp_free_count(kvp_pool *pool, kvp_stream stream, uint32_t *out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    *out = pool->st[s].nvacant + pool->st[s].ncached;
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
+static kvp_stream public_stream(const kvp_pool *p, int s)
+{
+    return p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);
+}
+
+kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    if (id >= pool->top) {
+        kvp__leave(pool, false);
+        return KVP_ERANGE;
+    }
+    memset(out, 0, sizeof *out);
+    out->owner = KVP_ANON;
+    if (kvp__is_fresh(pool, id)) {
+        out->state = KVP_BLOCK_VACANT;
+        out->stream = public_stream(pool, id < pool->st[0].fresh_hi ? 0 : 1);
+    } else {
+        const kvp__block *blk = &pool->blocks[id];
+        out->state = blk->state;
+        out->stream = public_stream(pool, blk->stream);
+        out->format = blk->format;
+        out->ref_count = blk->ref;
+        out->anon_refs = blk->anon;
+        out->fill = blk->fill;
+        out->published = (blk->flags & KVP__F_PUBLISHED) != 0;
+        out->ever_allocated = (blk->flags & KVP__F_EVER) != 0;
+        out->is_null = (blk->flags & KVP__F_NULL) != 0;
+        if (blk->owner != KVP__NONE)
+            out->owner = pool->owners[blk->owner].id;
+        if (out->published)
+            out->hash = pool->hashes[id];
+    }
+    kvp__leave(pool, false);
+    return KVP_OK;
+}

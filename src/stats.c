@@ -1,0 +1,250 @@
+/*
+ * stats.c — counters, the history ring, and their text renderings.
+ *
+ * What it owns: kvp_stats assembly, the rate counters' reset, the history
+ * ring, and the Prometheus and JSON writers.
+ *
+ * Every gauge is kept exactly by the code that changes it (pool.c, owner.c,
+ * index.c, resize.c), so reading the stats is O(1).  Both renderers walk one
+ * table of metrics, so a counter added to the table appears in both, with
+ * the same name.
+ */
+#include "kvp_internal.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
+{
+    memset(o, 0, sizeof *o);
+    o->blocks = kvp__managed(p);
+    o->in_use = p->in_use;
+    for (int s = 0; s < p->nstreams; s++) {
+        o->vacant += p->st[s].nvacant;
+        o->cached += p->st[s].ncached;
+    }
+    o->free = o->vacant + o->cached;
+    o->shared = p->shared;
+    o->indexed = p->nindexed;
+    o->fragmented = p->fragmented;
+    o->owners = p->nowners;
+    o->peak_in_use = p->peak;
+    o->alloc_calls = p->ctr.alloc_calls;
+    o->blocks_allocated = p->ctr.blocks_allocated;
+    o->free_calls = p->ctr.free_calls;
+    o->blocks_freed = p->ctr.blocks_freed;
+    o->reused = p->ctr.reused;
+    o->exhausted = p->ctr.exhausted;
+    o->grown = p->ctr.grown;
+    o->extended = p->ctr.extended;
+    o->retired = p->ctr.retired;
+    o->relocated = p->ctr.relocated;
+    o->evictions = p->ctr.evictions;
+    o->fragmentation = o->blocks ? (double)o->fragmented / (double)o->blocks : 0.0;
+    o->usage = o->blocks ? (double)o->in_use / (double)o->blocks : 0.0;
+}
+
+kvp_status kvp_stats_get(kvp_pool *pool, kvp_stats *out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp__stats_fill(pool, out);
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
+kvp_status kvp_stats_reset(kvp_pool *pool)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    memset(&pool->ctr, 0, sizeof pool->ctr);
+    pool->peak = pool->in_use;
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* History                                                                   */
+/* ------------------------------------------------------------------------ */
+
+void kvp__history_push(kvp_pool *p)
+{
+    uint32_t len = p->cfg.history_len;
+    kvp__stats_fill(p, &p->hist[(p->hist_head + p->hist_count) % len]);
+    if (p->hist_count < len)
+        p->hist_count++;
+    else
+        p->hist_head = (p->hist_head + 1) % len;
+}
+
+kvp_status kvp_stats_snapshot(kvp_pool *pool)
+{
+    if (!pool || !pool->cfg.history_len)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp__history_push(pool);
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
+kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap, size_t *n_out)
+{
+    if (!pool || !n_out || (!out && cap))
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    *n_out = pool->hist_count;
+    if (cap < pool->hist_count)
+        rc = KVP_ESPACE;
+    else
+        for (uint32_t i = 0; i < pool->hist_count; i++)
+            out[i] = pool->hist[(pool->hist_head + i) % pool->cfg.history_len];
+    kvp__leave(pool, false);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Renderers                                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum { GAUGE, COUNTER, RATIO };
+
+static const struct metric {
+    const char *name;
+    int kind;
+    size_t off;
+    const char *help;
+} metrics[] = {
+#define M(field, kind, help) {#field, kind, offsetof(kvp_stats, field), help}
+    M(blocks, GAUGE, "Blocks managed by the pool (not retired)."),
+    M(in_use, GAUGE, "Blocks holding at least one reference."),
+    M(free, GAUGE, "Free blocks, vacant and cached."),
+    M(vacant, GAUGE, "Free blocks without content."),
+    M(cached, GAUGE, "Free blocks whose content can still be claimed."),
+    M(shared, GAUGE, "Blocks with two or more references."),
+    M(indexed, GAUGE, "Entries in the content index."),
+    M(fragmented, GAUGE, "Blocks in use that are partly filled."),
+    M(owners, GAUGE, "Active owners."),
+    M(peak_in_use, GAUGE, "High-water mark of blocks in use."),
+    M(alloc_calls, COUNTER, "Successful allocation calls."),
+    M(blocks_allocated, COUNTER, "Blocks handed out."),
+    M(free_calls, COUNTER, "Successful free calls."),
+    M(blocks_freed, COUNTER, "References dropped by free calls."),
+    M(reused, COUNTER, "Blocks handed out that had been handed out before."),
+    M(exhausted, COUNTER, "Allocation attempts refused for lack of blocks."),
+    M(grown, COUNTER, "Blocks added by growth on exhaustion."),
+    M(extended, COUNTER, "Blocks added by explicit extension."),
+    M(retired, COUNTER, "Blocks retired by shrink or retire-top."),
+    M(relocated, COUNTER, "Blocks moved to a new id by retire-top."),
+    M(evictions, COUNTER, "Hashes evicted from the content index."),
+    M(fragmentation, RATIO, "Fraction of managed blocks in use and partly filled."),
+    M(usage, RATIO, "Fraction of managed blocks in use."),
+#undef M
+};
+
+/* A writer that counts what it would write, and writes only while it fits:
+ * one pass gives both the text and the size needed. */
+typedef struct out {
+    char *buf;
+    size_t cap, len;
+} out;
+
+static void put(out *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = o->len < o->cap ? o->cap - o->len : 0;
+    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->len += (size_t)n;
+}
+
+static void put_value(out *o, const kvp_stats *st, const struct metric *m)
+{
+    const char *field = (const char *)st + m->off;
+    if (m->kind == RATIO) {
+        double v;
+        memcpy(&v, field, sizeof v);
+        put(o, "%.6f", v);
+    } else {
+        uint64_t v;
+        memcpy(&v, field, sizeof v);
+        put(o, "%llu", (unsigned long long)v);
+    }
+}
+
+static bool valid_prefix(const char *s)
+{
+    if (!*s || (*s >= '0' && *s <= '9'))
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return false;
+    return true;
+}
+
+static kvp_status render(kvp_pool *pool, const char *prefix, char *buf, size_t cap,
+                         size_t *needed)
+{
+    if (!pool || (!buf && cap) || (prefix && !valid_prefix(prefix)))
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp_stats st;
+    kvp__stats_fill(pool, &st);
+    kvp__leave(pool, false);
+
+    out o = {buf, cap, 0};
+    size_t n = sizeof metrics / sizeof metrics[0];
+    if (!prefix)
+        put(&o, "{");
+    for (size_t i = 0; i < n; i++) {
+        const struct metric *m = &metrics[i];
+        if (prefix) {
+            const char *suffix = m->kind == COUNTER ? "_total" : "";
+            const char *type = m->kind == COUNTER ? "counter" : "gauge";
+            put(&o, "# HELP %s_%s%s %s\n", prefix, m->name, suffix, m->help);
+            put(&o, "# TYPE %s_%s%s %s\n", prefix, m->name, suffix, type);
+            put(&o, "%s_%s%s ", prefix, m->name, suffix);
+            put_value(&o, &st, m);
+            put(&o, "\n");
+        } else {
+            put(&o, "%s\"%s\":", i ? "," : "", m->name);
+            put_value(&o, &st, m);
+        }
+    }
+    if (!prefix)
+        put(&o, "}");
+    if (needed)
+        *needed = o.len;
+    if (o.len >= cap) {
+        if (cap)
+            buf[0] = '\0';
+        return KVP_ESPACE;
+    }
+    return KVP_OK;
+}
+
+kvp_status kvp_stats_prometheus(kvp_pool *pool, const char *prefix, char *buf, size_t cap,
+                                size_t *needed)
+{
+    return render(pool, prefix ? prefix : "kvpool", buf, cap, needed);
+}
+
+kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t *needed)
+{
+    return render(pool, NULL, buf, cap, needed);
+}
