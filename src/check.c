@@ -134,6 +134,9 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             return fail(c, "block %u: unknown state %d", b, k->state);
         }
     }
+    CHECK(p->hwm >= p->top && p->hwm <= p->cap, "hwm %u outside [top, cap]", p->hwm);
+    for (uint32_t b = p->top; b < p->hwm; b++)
+        CHECK(p->blocks[b].state == KVP_BLOCK_RETIRED, "block %u above the top not retired", b);
     CHECK(retired == p->nretired && set_size(&p->retired) == retired,
           "retired: counted %u, kept %u", retired, p->nretired);
     for (int s = 0; s < p->nstreams; s++) {

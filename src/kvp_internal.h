@@ -122,6 +122,7 @@ struct kvp_pool {
 
     /* blocks */
     uint32_t top;       /* ids [0, top) exist; top-1 is never retired */
+    uint32_t hwm;       /* highest top so far: ids in [top, hwm) are retired */
     uint32_t cap;       /* capacity of the arrays below */
     kvp__block *blocks;
     kvp_hash *hashes;
@@ -209,6 +210,7 @@ kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
 kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
 uint32_t kvp__managed(const kvp_pool *p);
 uint32_t kvp__max_blocks(const kvp_pool *p);
+uint32_t kvp__pow2_at_least(uint32_t n);
 
 /* ---- ordered id sets (idset.c) ---- */
 kvp_status kvp__idset_init(kvp_pool *p, kvp__idset *set, uint32_t cap);

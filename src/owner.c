@@ -317,8 +317,12 @@ void kvp__ref_drop_node(kvp_pool *p, uint32_t node)
         list_unlink(p, &p->owners[blk->owner], node);
         blk->owner = KVP__NONE;
         blk->prev = blk->next = KVP__NONE;
-        if (blk->xhead != KVP__NONE) { /* promote the first xref inline */
+        if (blk->xhead != KVP__NONE) {
+            /* Promote the oldest xref (the chain's tail: new ones go to the
+             * head) so the inline owner stays the earliest holder. */
             uint32_t xi = blk->xhead;
+            while (p->xrefs[xi].bnext != KVP__NONE)
+                xi = p->xrefs[xi].bnext;
             uint32_t oslot = p->xrefs[xi].owner;
             list_replace(p, &p->owners[oslot], xi | KVP__XREF, b);
             blk->owner = oslot;

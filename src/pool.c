@@ -163,7 +163,7 @@ void kvp__reset_blocks(kvp_pool *p)
     }
     kvp__idset_clear(&p->retired);
     p->nretired = 0;
-    p->top = n;
+    p->top = p->hwm = n;
     p->in_use = p->shared = p->fragmented = p->peak = 0;
     p->nindexed = 0;
     memset(p->buckets, 0xff, ((size_t)p->bmask + 1) * sizeof *p->buckets);
@@ -196,7 +196,7 @@ static kvp_status validate_config(const kvp_config *c)
     return KVP_OK;
 }
 
-static uint32_t pow2_at_least(uint32_t n)
+uint32_t kvp__pow2_at_least(uint32_t n)
 {
     uint32_t b = 1;
     while (b < n)
@@ -238,7 +238,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
 
     uint32_t cap = cfg->num_blocks ? cfg->num_blocks : 1;
     p->cap = cap;
-    p->bmask = pow2_at_least(cap) - 1;
+    p->bmask = kvp__pow2_at_least(cap) - 1;
     p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
     p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
     p->buckets = kvp__alloc(p, ((size_t)p->bmask + 1) * sizeof *p->buckets);
@@ -818,13 +818,16 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    if (id >= pool->top) {
+    if (id >= pool->hwm) {
         kvp__leave(pool, false);
         return KVP_ERANGE;
     }
     memset(out, 0, sizeof *out);
     out->owner = KVP_ANON;
-    if (kvp__is_fresh(pool, id)) {
+    if (id >= pool->top) {
+        out->state = KVP_BLOCK_RETIRED;
+        out->stream = public_stream(pool, pool->blocks[id].stream);
+    } else if (kvp__is_fresh(pool, id)) {
         out->state = KVP_BLOCK_VACANT;
         out->stream = public_stream(pool, id < pool->st[0].fresh_hi ? 0 : 1);
     } else {

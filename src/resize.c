@@ -20,14 +20,6 @@ uint32_t kvp__managed(const kvp_pool *p)
     return p->top - p->nretired;
 }
 
-static uint32_t pow2_at_least(uint32_t n)
-{
-    uint32_t b = 1;
-    while (b < n)
-        b <<= 1;
-    return b;
-}
-
 /* Make the arrays hold at least `need` ids. */
 static kvp_status reserve(kvp_pool *p, uint32_t need)
 {
@@ -47,7 +39,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     }
     if (!rc)
         rc = kvp__idset_resize(p, &p->retired, ncap);
-    uint32_t nbuckets = pow2_at_least(ncap);
+    uint32_t nbuckets = kvp__pow2_at_least(ncap);
     if (!rc && nbuckets > p->bmask + 1)
         rc = kvp__index_rebuild(p, nbuckets);
     if (rc) {
@@ -82,6 +74,8 @@ kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
             p->nretired--;
         } else {
             b = p->top++;
+            if (p->top > p->hwm)
+                p->hwm = p->top;
         }
         kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
         kvp__free_insert(p, b, &cursor);

@@ -154,12 +154,12 @@ static const struct metric {
 
 /* A writer that counts what it would write, and writes only while it fits:
  * one pass gives both the text and the size needed. */
-typedef struct out {
+typedef struct writer {
     char *buf;
     size_t cap, len;
-} out;
+} writer;
 
-static void put(out *o, const char *fmt, ...)
+static void put(writer *o, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -170,7 +170,7 @@ static void put(out *o, const char *fmt, ...)
         o->len += (size_t)n;
 }
 
-static void put_value(out *o, const kvp_stats *st, const struct metric *m)
+static void put_value(writer *o, const kvp_stats *st, const struct metric *m)
 {
     const char *field = (const char *)st + m->off;
     if (m->kind == RATIO) {
@@ -207,7 +207,7 @@ static kvp_status render(kvp_pool *pool, const char *prefix, char *buf, size_t c
     kvp__stats_fill(pool, &st);
     kvp__leave(pool, false);
 
-    out o = {buf, cap, 0};
+    writer o = {buf, cap, 0};
     size_t n = sizeof metrics / sizeof metrics[0];
     if (!prefix)
         put(&o, "{");
