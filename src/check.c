@@ -223,28 +223,33 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
               (unsigned long long)o->id);
         CHECK(o->nrefs > 0 || o->registered, "owner %llu holds nothing and is not registered",
               (unsigned long long)o->id);
-        uint32_t n = 0, prev = KVP__NONE;
-        for (uint32_t node = o->head; node != KVP__NONE; prev = node, node = kvp__node_next(p, node)) {
-            CHECK(n++ < owned_refs + 1, "owner %llu: list does not end", (unsigned long long)o->id);
+        uint32_t n = 0;
+        CHECK(o->len <= o->cap && (o->len == 0 || o->refs[o->len - 1] != KVP__NONE),
+              "owner %llu: array length %u", (unsigned long long)o->id, o->len);
+        for (uint32_t i = 0; i < o->len; i++) {
+            uint32_t node = o->refs[i];
+            if (node == KVP__NONE)
+                continue;
+            n++;
             uint32_t b = kvp__node_block(p, node);
-            CHECK(kvp__node_prev(p, node) == prev && b < p->top &&
+            CHECK(kvp__node_pos(p, node) == i && b < p->top &&
                       p->blocks[b].state == KVP_BLOCK_IN_USE,
-                  "owner %llu: bad node for block %u", (unsigned long long)o->id, b);
+                  "owner %llu: bad entry %u for block %u", (unsigned long long)o->id, i, b);
             if (node & KVP__XREF)
-                CHECK(p->xrefs[node & ~KVP__XREF].owner == slot, "xref of block %u: wrong owner",
-                      b);
+                CHECK((node & ~KVP__XREF) < p->xcap && p->xrefs[node & ~KVP__XREF].owner == slot,
+                      "xref of block %u: wrong owner", b);
             else
                 CHECK(p->blocks[b].owner == slot, "block %u: inline owner mismatch", b);
         }
-        CHECK(n == o->nrefs && o->tail == prev, "owner %llu: %u nodes, nrefs %u",
-              (unsigned long long)o->id, n, o->nrefs);
+        CHECK(n == o->nrefs, "owner %llu: %u live entries, nrefs %u", (unsigned long long)o->id,
+              n, o->nrefs);
         refs += n;
     }
     CHECK(active == p->nowners && mapped == active, "owners: %u active, %u mapped, kept %u",
           active, mapped, p->nowners);
     CHECK(refs == owned_refs, "owner lists hold %u references, blocks %u", refs, owned_refs);
     uint32_t xfree = 0;
-    for (uint32_t x = p->xfree; x != KVP__NONE; x = p->xrefs[x].onext) {
+    for (uint32_t x = p->xfree; x != KVP__NONE; x = p->xrefs[x].pos) {
         CHECK(x < p->xcap && xfree++ < p->xcap && p->xrefs[x].block == KVP__NONE,
               "xref free list broken at %u", x);
     }
@@ -343,8 +348,9 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
         XXH3_64bits_reset(&oh);
         feed(&oh, &o->id, sizeof o->id);
         feed32(&oh, o->registered);
-        for (uint32_t node = o->head; node != KVP__NONE; node = kvp__node_next(p, node))
-            feed32(&oh, kvp__node_block(p, node));
+        for (uint32_t i = 0; i < o->len; i++)
+            if (o->refs[i] != KVP__NONE)
+                feed32(&oh, kvp__node_block(p, o->refs[i]));
         owners += XXH3_64bits_digest(&oh);
     }
     feed(h, &owners, sizeof owners);

@@ -7,13 +7,12 @@
  *   of plain records keep every per-block operation a couple of cache lines.
  * - Links are 32-bit ids, never pointers, so arrays can be reallocated when
  *   the pool grows and the checker can validate every link by range.
- * - A block's `prev/next` pair is reused by state: while free it links the
- *   block into its stream's vacant stack or free queue; while in use it links
- *   the block's first owner reference into that owner's reference list.
- * - Owner references: the first owner of a block is stored inline (the common
- *   case: one owner per block, no extra memory).  Further owners on the same
- *   block get an `xref` node from a slab.  An owner's reference list mixes both
- *   kinds of node; a node id with KVP__XREF set names a slab node.
+ * - An owner's references are an array of node ids in the order it took
+ *   them, so freeing a whole owner is a sequential pass, not a pointer chase.
+ *   The node for a block's first owner is the block id itself, and the block
+ *   records its position (opos); further owners of the same block get an
+ *   xref node from a slab, which records its own position.  Removing one
+ *   reference leaves a tombstone; arrays compact when half dead.
  * - Never-used blocks of the initial pool are not initialised at creation: each
  *   stream keeps them as a "fresh" id range [fresh_lo, fresh_hi) whose records
  *   are set up when first touched.  That makes creating a 1M-block pool cost
@@ -51,8 +50,12 @@
 #define KVP__F_NULL 0x04u      /* the reserved null block */
 
 typedef struct kvp__block {
-    uint32_t prev, next;   /* free: vacant stack / free queue; in use: links of
-                              the inline owner reference */
+    union {
+        uint32_t prev; /* free: vacant stack / free queue links */
+        uint32_t opos; /* in use: position of the inline reference in its
+                          owner's array */
+    };
+    uint32_t next;
     uint32_t lprev, lnext; /* cached: LRU list (head = least recently freed) */
     uint32_t ref;          /* all references */
     uint32_t anon;         /* anonymous references */
@@ -72,17 +75,19 @@ typedef struct kvp__block {
 typedef struct kvp__xref {
     uint32_t block;        /* NONE while on the free list */
     uint32_t owner;        /* owner slot */
-    uint32_t oprev, onext; /* owner's reference list (node ids); onext links
-                              the free list */
+    uint32_t pos;          /* position in the owner's array; free-list link
+                              while unused */
     uint32_t bprev, bnext; /* the block's xref chain (xref indices) */
 } kvp__xref;
 
 typedef struct kvp__owner {
     kvp_owner id;     /* KVP_ANON while the slot is unused */
-    uint32_t head;    /* oldest reference node; next free slot when unused */
-    uint32_t tail;    /* newest reference node */
-    uint32_t nrefs;
+    uint32_t *refs;   /* reference nodes, oldest first; NONE = removed */
+    uint32_t len;     /* entries used in refs, tombstones included */
+    uint32_t cap;     /* capacity of refs (kept when the slot is reused) */
+    uint32_t nrefs;   /* live entries */
     uint32_t registered;
+    uint32_t nextfree; /* free-slot list while unused */
 } kvp__owner;
 
 /* Ordered set of ids: a 64-ary tree of bitmaps (idset.c). */
@@ -159,7 +164,7 @@ void *kvp__zalloc(kvp_pool *p, size_t size);
 void kvp__release(kvp_pool *p, void *ptr, size_t size);
 
 /* ---- entering and leaving the API (pool.c) ---- */
-extern _Thread_local const kvp_pool *kvp__cb_pool;
+extern __attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
 kvp_status kvp__enter(kvp_pool *p);
 void kvp__leave(kvp_pool *p, bool changed);
 int kvp__stream_index(const kvp_pool *p, int stream);
@@ -187,11 +192,10 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot);
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
-void kvp__ref_drop_node(kvp_pool *p, uint32_t node);
+kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n);
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot);
 uint32_t kvp__node_block(const kvp_pool *p, uint32_t node);
-uint32_t kvp__node_next(const kvp_pool *p, uint32_t node);
-uint32_t kvp__node_prev(const kvp_pool *p, uint32_t node);
+uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node);
 void kvp__owner_relocate(kvp_pool *p, uint32_t from, uint32_t to);
 void kvp__owners_reset(kvp_pool *p);
 void kvp__owners_destroy(kvp_pool *p);

@@ -5,20 +5,23 @@
  * and every block's ref/anon counts and owner links.
  *
  * A reference is anonymous (counted in kvp__block.anon) or held by an owner.
- * An owner's references form a doubly linked list in the order it took them,
- * so kvp_owner_blocks reports allocation order and kvp_free_owner costs
- * O(references held), never a scan.  The list's nodes live where the
- * reference does: the block's first owner inline in the block record (no
- * memory, the common case), further owners of the same block in xref nodes.
+ * An owner's references are an array of nodes in the order it took them, so
+ * kvp_owner_blocks reports allocation order and kvp_free_owner is one
+ * sequential pass over O(references held), never a scan of the pool and
+ * never a pointer chase.  The node for a block's first owner is the block id
+ * (the block stores its position: no memory, the common case); further
+ * owners of the same block get xref nodes.  Dropping one reference leaves a
+ * tombstone, so it is O(1); an array compacts once half of it is dead.
  *
  * Invariants:
  * - ref == anon + (owner != NONE) + length of the xref chain.
  * - owner == NONE implies xhead == NONE (dropping the inline reference
- *   promotes an xref into its place), so a block with one owner never costs
- *   an xref.
- * - An owner slot is in the map iff its id != KVP_ANON; nrefs is the length
- *   of its list; an owner with nrefs == 0 exists only while registered or
- *   inside kvp_free_owner.
+ *   promotes the oldest xref into its place), so a block with one owner never
+ *   costs an xref.
+ * - Every live node sits at the position it records, in its owner's array;
+ *   nrefs counts the live entries; refs[len-1] is live when len > 0.
+ * - An owner slot is in the map iff its id != KVP_ANON; an owner with
+ *   nrefs == 0 exists only while registered or inside kvp_free_owner.
  */
 #include "kvp_internal.h"
 
@@ -31,74 +34,77 @@ static uint32_t mix(kvp_owner id)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Reference-node links                                                      */
+/* Reference nodes and owner arrays                                          */
 /* ------------------------------------------------------------------------ */
-
-static uint32_t *np(kvp_pool *p, uint32_t node)
-{
-    return node & KVP__XREF ? &p->xrefs[node & ~KVP__XREF].oprev : &p->blocks[node].prev;
-}
-
-static uint32_t *nn(kvp_pool *p, uint32_t node)
-{
-    return node & KVP__XREF ? &p->xrefs[node & ~KVP__XREF].onext : &p->blocks[node].next;
-}
-
-uint32_t kvp__node_prev(const kvp_pool *p, uint32_t node)
-{
-    return *np((kvp_pool *)p, node);
-}
-
-uint32_t kvp__node_next(const kvp_pool *p, uint32_t node)
-{
-    return *nn((kvp_pool *)p, node);
-}
 
 uint32_t kvp__node_block(const kvp_pool *p, uint32_t node)
 {
     return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].block : node;
 }
 
-static void list_append(kvp_pool *p, kvp__owner *o, uint32_t node)
+uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node)
 {
-    *np(p, node) = o->tail;
-    *nn(p, node) = KVP__NONE;
-    if (o->tail != KVP__NONE)
-        *nn(p, o->tail) = node;
+    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
+}
+
+static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
+{
+    if (node & KVP__XREF)
+        p->xrefs[node & ~KVP__XREF].pos = pos;
     else
-        o->head = node;
-    o->tail = node;
+        p->blocks[node].opos = pos;
+}
+
+/* Append (room reserved by kvp__refs_reserve). */
+static void arr_append(kvp_pool *p, kvp__owner *o, uint32_t node)
+{
+    set_pos(p, node, o->len);
+    o->refs[o->len++] = node;
     o->nrefs++;
 }
 
-static void list_unlink(kvp_pool *p, kvp__owner *o, uint32_t node)
+/* Remove the entry at pos: a tombstone, trailing tombstones trimmed, and a
+ * compaction once half the array is dead (amortized O(1)). */
+static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
 {
-    uint32_t prev = *np(p, node), next = *nn(p, node);
-    if (prev != KVP__NONE)
-        *nn(p, prev) = next;
-    else
-        o->head = next;
-    if (next != KVP__NONE)
-        *np(p, next) = prev;
-    else
-        o->tail = prev;
+    o->refs[pos] = KVP__NONE;
     o->nrefs--;
+    while (o->len && o->refs[o->len - 1] == KVP__NONE)
+        o->len--;
+    if (o->len >= 32 && o->len - o->nrefs > o->len / 2) {
+        uint32_t j = 0;
+        for (uint32_t i = 0; i < o->len; i++)
+            if (o->refs[i] != KVP__NONE) {
+                set_pos(p, o->refs[i], j);
+                o->refs[j++] = o->refs[i];
+            }
+        o->len = j;
+    }
 }
 
-/* Put node `to` where node `from` is in owner o's list. */
-static void list_replace(kvp_pool *p, kvp__owner *o, uint32_t from, uint32_t to)
+/* Room for n more entries in the array of owner slot `oslot` (an existing
+ * owner, or the free slot kvp__owner_add will use next).  Doubling; a failure
+ * changes nothing visible. */
+kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n)
 {
-    uint32_t prev = *np(p, from), next = *nn(p, from);
-    *np(p, to) = prev;
-    *nn(p, to) = next;
-    if (prev != KVP__NONE)
-        *nn(p, prev) = to;
-    else
-        o->head = to;
-    if (next != KVP__NONE)
-        *np(p, next) = to;
-    else
-        o->tail = to;
+    kvp__owner *o = &p->owners[oslot];
+    uint32_t len = o->id == KVP_ANON ? 0 : o->len;
+    if ((uint64_t)len + n <= o->cap)
+        return KVP_OK;
+    uint64_t ncap = o->cap ? o->cap : 8;
+    while (ncap < (uint64_t)len + n)
+        ncap *= 2;
+    if (ncap > UINT32_MAX)
+        return KVP_ENOMEM;
+    uint32_t *nr = kvp__alloc(p, (size_t)ncap * sizeof *nr);
+    if (!nr)
+        return KVP_ENOMEM;
+    if (len)
+        memcpy(nr, o->refs, (size_t)len * sizeof *nr);
+    kvp__release(p, o->refs, (size_t)o->cap * sizeof *o->refs);
+    o->refs = nr;
+    o->cap = (uint32_t)ncap;
+    return KVP_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -126,7 +132,7 @@ static void map_put(uint32_t *map, uint32_t mask, const kvp__owner *owners, uint
 
 /* Make room for one more owner: a free slot, and the map at most 3/4 full.
  * Both double when short, so the cost is amortized O(1); on failure nothing
- * changes. */
+ * changes.  The slot kvp__owner_add will use is then p->ofree. */
 kvp_status kvp__owner_reserve(kvp_pool *p)
 {
     if (p->ofree == KVP__NONE) {
@@ -136,9 +142,10 @@ kvp_status kvp__owner_reserve(kvp_pool *p)
             return KVP_ENOMEM;
         if (p->ocap)
             memcpy(no, p->owners, (size_t)p->ocap * sizeof *no);
+        memset(no + p->ocap, 0, (size_t)(ncap - p->ocap) * sizeof *no);
         for (uint32_t i = p->ocap; i < ncap; i++) {
             no[i].id = KVP_ANON;
-            no[i].head = i + 1 < ncap ? i + 1 : KVP__NONE;
+            no[i].nextfree = i + 1 < ncap ? i + 1 : KVP__NONE;
         }
         kvp__release(p, p->owners, (size_t)p->ocap * sizeof *p->owners);
         p->ofree = p->ocap;
@@ -167,21 +174,20 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
 {
     uint32_t slot = p->ofree;
     kvp__owner *o = &p->owners[slot];
-    p->ofree = o->head;
+    p->ofree = o->nextfree;
     o->id = id;
-    o->head = o->tail = KVP__NONE;
-    o->nrefs = 0;
+    o->len = o->nrefs = 0;
     o->registered = 0;
     map_put(p->omap, p->omask, p->owners, slot);
     p->nowners++;
     return slot;
 }
 
-/* Remove an owner that holds no references.  Linear probing deletes by
- * shifting later entries of the run back, so no tombstones accumulate. */
+/* Remove an owner; its array keeps its capacity for the slot's next owner.
+ * Linear probing deletes by shifting later entries of the run back, so no
+ * tombstones accumulate in the map. */
 void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 {
-    kvp__assert(p->owners[slot].nrefs == 0);
     uint32_t i = mix(p->owners[slot].id) & p->omask;
     while (p->omap[i] != slot)
         i = (i + 1) & p->omask;
@@ -194,8 +200,10 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
         }
     }
     p->omap[i] = KVP__NONE;
-    p->owners[slot].id = KVP_ANON;
-    p->owners[slot].head = p->ofree;
+    kvp__owner *o = &p->owners[slot];
+    o->id = KVP_ANON;
+    o->len = o->nrefs = 0;
+    o->nextfree = p->ofree;
     p->ofree = slot;
     p->nowners--;
 }
@@ -207,15 +215,17 @@ void kvp__owners_reset(kvp_pool *p)
         memset(p->omap, 0xff, ((size_t)p->omask + 1) * sizeof *p->omap);
     p->ofree = KVP__NONE;
     for (uint32_t i = p->ocap; i-- > 0;) {
-        p->owners[i].id = KVP_ANON;
-        p->owners[i].head = p->ofree;
+        kvp__owner *o = &p->owners[i];
+        o->id = KVP_ANON;
+        o->len = o->nrefs = 0;
+        o->nextfree = p->ofree;
         p->ofree = i;
     }
     p->nowners = 0;
     p->xfree = KVP__NONE;
     for (uint32_t i = p->xcap; i-- > 0;) {
         p->xrefs[i].block = KVP__NONE;
-        p->xrefs[i].onext = p->xfree;
+        p->xrefs[i].pos = p->xfree;
         p->xfree = i;
     }
     p->nxfree = p->xcap;
@@ -223,6 +233,8 @@ void kvp__owners_reset(kvp_pool *p)
 
 void kvp__owners_destroy(kvp_pool *p)
 {
+    for (uint32_t i = 0; i < p->ocap; i++)
+        kvp__release(p, p->owners[i].refs, (size_t)p->owners[i].cap * sizeof(uint32_t));
     kvp__release(p, p->owners, (size_t)p->ocap * sizeof *p->owners);
     kvp__release(p, p->omap, p->omap ? ((size_t)p->omask + 1) * sizeof *p->omap : 0);
     kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
@@ -237,10 +249,8 @@ kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n)
 {
     if (p->nxfree >= n)
         return KVP_OK;
-    uint32_t ncap = p->xcap ? p->xcap : 16;
+    uint64_t ncap = p->xcap ? (uint64_t)p->xcap * 2 : 16;
     while (ncap - p->xcap + p->nxfree < n)
-        ncap *= 2;
-    if (ncap == p->xcap)
         ncap *= 2;
     if (ncap > KVP__XREF)
         return KVP_ENOMEM;
@@ -249,20 +259,20 @@ kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n)
         return KVP_ENOMEM;
     if (p->xcap)
         memcpy(nx, p->xrefs, (size_t)p->xcap * sizeof *nx);
-    for (uint32_t i = ncap; i-- > p->xcap;) {
+    for (uint32_t i = (uint32_t)ncap; i-- > p->xcap;) {
         nx[i].block = KVP__NONE;
-        nx[i].onext = p->xfree;
+        nx[i].pos = p->xfree;
         p->xfree = i;
     }
     kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
-    p->nxfree += ncap - p->xcap;
+    p->nxfree += (uint32_t)ncap - p->xcap;
     p->xrefs = nx;
-    p->xcap = ncap;
+    p->xcap = (uint32_t)ncap;
     return KVP_OK;
 }
 
 /* Add one reference on block b for owner slot `oslot` (NONE: anonymous).
- * A second owner needs a free xref (reserved by the caller). */
+ * The owner's array has room, and a second owner's xref is reserved. */
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
 {
     kvp__block *blk = &p->blocks[b];
@@ -272,11 +282,11 @@ void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
         blk->anon++;
     } else if (blk->owner == KVP__NONE) {
         blk->owner = oslot;
-        list_append(p, &p->owners[oslot], b);
+        arr_append(p, &p->owners[oslot], b);
     } else {
         uint32_t xi = p->xfree;
         kvp__xref *x = &p->xrefs[xi];
-        p->xfree = x->onext;
+        p->xfree = x->pos;
         p->nxfree--;
         x->block = b;
         x->owner = oslot;
@@ -285,7 +295,7 @@ void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
         if (blk->xhead != KVP__NONE)
             p->xrefs[blk->xhead].bprev = xi;
         blk->xhead = xi;
-        list_append(p, &p->owners[oslot], xi | KVP__XREF);
+        arr_append(p, &p->owners[oslot], xi | KVP__XREF);
     }
 }
 
@@ -299,33 +309,37 @@ static void xref_unchain(kvp_pool *p, kvp__block *blk, uint32_t xi)
     if (x->bnext != KVP__NONE)
         p->xrefs[x->bnext].bprev = x->bprev;
     x->block = KVP__NONE;
-    x->onext = p->xfree;
+    x->pos = p->xfree;
     p->xfree = xi;
     p->nxfree++;
 }
 
-/* Drop the reference that list node `node` stands for. */
-void kvp__ref_drop_node(kvp_pool *p, uint32_t node)
+/* Drop the reference that `node` stands for.  `whole` is set while the
+ * owner's whole array is being dropped (kvp_free_owner), which then skips
+ * maintaining that array entry by entry. */
+static void drop_node(kvp_pool *p, uint32_t node, bool whole)
 {
     uint32_t b = kvp__node_block(p, node);
     kvp__block *blk = &p->blocks[b];
     if (node & KVP__XREF) {
         uint32_t xi = node & ~KVP__XREF;
-        list_unlink(p, &p->owners[p->xrefs[xi].owner], node);
+        if (!whole)
+            arr_remove(p, &p->owners[p->xrefs[xi].owner], p->xrefs[xi].pos);
         xref_unchain(p, blk, xi);
     } else {
-        list_unlink(p, &p->owners[blk->owner], node);
+        if (!whole)
+            arr_remove(p, &p->owners[blk->owner], blk->opos);
         blk->owner = KVP__NONE;
-        blk->prev = blk->next = KVP__NONE;
         if (blk->xhead != KVP__NONE) {
             /* Promote the oldest xref (the chain's tail: new ones go to the
              * head) so the inline owner stays the earliest holder. */
             uint32_t xi = blk->xhead;
             while (p->xrefs[xi].bnext != KVP__NONE)
                 xi = p->xrefs[xi].bnext;
-            uint32_t oslot = p->xrefs[xi].owner;
-            list_replace(p, &p->owners[oslot], xi | KVP__XREF, b);
-            blk->owner = oslot;
+            kvp__xref *x = &p->xrefs[xi];
+            blk->owner = x->owner;
+            blk->opos = x->pos;
+            p->owners[x->owner].refs[x->pos] = b;
             xref_unchain(p, blk, xi);
         }
     }
@@ -345,13 +359,13 @@ void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
         return;
     }
     if (blk->owner == oslot) {
-        kvp__ref_drop_node(p, b);
+        drop_node(p, b, false);
         return;
     }
     uint32_t xi = blk->xhead;
     while (p->xrefs[xi].owner != oslot)
         xi = p->xrefs[xi].bnext;
-    kvp__ref_drop_node(p, xi | KVP__XREF);
+    drop_node(p, xi | KVP__XREF, false);
 }
 
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot)
@@ -363,25 +377,16 @@ uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot)
     return n;
 }
 
-/* Block `to` has just received `from`'s record (relocation): make the owner
- * list and the xrefs point at the new id. */
+/* Block `to` has just received `from`'s record (relocation): the owner
+ * array entry and the xrefs follow the new id. */
 void kvp__owner_relocate(kvp_pool *p, uint32_t from, uint32_t to)
 {
     kvp__block *blk = &p->blocks[to];
-    if (blk->owner != KVP__NONE) {
-        kvp__owner *o = &p->owners[blk->owner];
-        if (blk->prev != KVP__NONE)
-            *nn(p, blk->prev) = to;
-        else
-            o->head = to;
-        if (blk->next != KVP__NONE)
-            *np(p, blk->next) = to;
-        else
-            o->tail = to;
-    }
+    (void)from;
+    if (blk->owner != KVP__NONE)
+        p->owners[blk->owner].refs[blk->opos] = to;
     for (uint32_t xi = blk->xhead; xi != KVP__NONE; xi = p->xrefs[xi].bnext)
         p->xrefs[xi].block = to;
-    (void)from;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -402,14 +407,15 @@ kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
     }
     kvp__owner *o = &pool->owners[slot];
     uint32_t cursor = KVP__NONE;
-    size_t n = 0;
-    while (o->tail != KVP__NONE) {
-        uint32_t node = o->tail;
+    size_t n = o->nrefs;
+    for (uint32_t i = o->len; i-- > 0;) {
+        uint32_t node = o->refs[i];
+        if (node == KVP__NONE)
+            continue;
         uint32_t b = kvp__node_block(pool, node);
-        kvp__ref_drop_node(pool, node);
+        drop_node(pool, node, true);
         if (pool->blocks[b].ref == 0)
             kvp__release_block(pool, b, &cursor);
-        n++;
     }
     kvp__owner_remove(pool, slot);
     pool->ctr.free_calls++;
@@ -472,9 +478,10 @@ kvp_status kvp_owner_blocks(kvp_pool *pool, kvp_owner owner, kvp_block *ids, siz
         if (ids_cap < o->nrefs) {
             rc = KVP_ESPACE;
         } else {
-            size_t i = 0;
-            for (uint32_t node = o->head; node != KVP__NONE; node = kvp__node_next(pool, node))
-                ids[i++] = kvp__node_block(pool, node);
+            size_t n = 0;
+            for (uint32_t i = 0; i < o->len; i++)
+                if (o->refs[i] != KVP__NONE)
+                    ids[n++] = kvp__node_block(pool, o->refs[i]);
         }
     }
     kvp__leave(pool, false);

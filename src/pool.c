@@ -22,7 +22,8 @@
 
 #include <stdlib.h>
 
-_Thread_local const kvp_pool *kvp__cb_pool;
+/* initial-exec: one load per call instead of a __tls_get_addr call. */
+__attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
 
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
@@ -558,19 +559,28 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 /* Allocation                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Find or make room for the owner record of `owner`; *slot is NONE for
- * KVP_ANON and for an owner that does not exist yet (*create set). */
-static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t *slot, bool *create)
+/* Find `owner`'s slot, or make room to create it (*create set; the slot it
+ * will get is p->ofree), and room in its array for n more references.  For
+ * KVP_ANON *slot is NONE.  Changes nothing visible. */
+static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t n, uint32_t *slot,
+                                bool *create)
 {
     *create = false;
     *slot = KVP__NONE;
     if (owner == KVP_ANON)
         return KVP_OK;
-    *slot = kvp__owner_find(p, owner);
-    if (*slot != KVP__NONE)
-        return KVP_OK;
-    *create = true;
-    return kvp__owner_reserve(p);
+    uint32_t s = kvp__owner_find(p, owner);
+    if (s == KVP__NONE) {
+        kvp_status rc = kvp__owner_reserve(p);
+        if (rc)
+            return rc;
+        *create = true;
+        s = p->ofree;
+    }
+    kvp_status rc = kvp__refs_reserve(p, s, n);
+    if (!rc && !*create)
+        *slot = s;
+    return rc;
 }
 
 static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
@@ -578,7 +588,7 @@ static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
 {
     uint32_t slot;
     bool create;
-    kvp_status rc = owner_prepare(p, owner, &slot, &create);
+    kvp_status rc = owner_prepare(p, owner, nb, &slot, &create);
     if (rc)
         return rc;
     kvp__stream *st = &p->st[s];
@@ -660,7 +670,7 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc && kvp__state(pool, id) == KVP_BLOCK_IN_USE)
         rc = KVP_EBUSY;
     if (!rc)
-        rc = owner_prepare(pool, owner, &slot, &create);
+        rc = owner_prepare(pool, owner, 1, &slot, &create);
     if (!rc) {
         if (create)
             slot = kvp__owner_add(pool, owner);
@@ -691,7 +701,7 @@ kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc && state == KVP_BLOCK_VACANT)
         rc = KVP_ENOTFOUND;
     if (!rc)
-        rc = owner_prepare(pool, owner, &slot, &create);
+        rc = owner_prepare(pool, owner, 1, &slot, &create);
     /* A second owner on a block needs an xref node. */
     if (!rc && owner != KVP_ANON && state == KVP_BLOCK_IN_USE &&
         pool->blocks[id].owner != KVP__NONE)
