@@ -20,6 +20,7 @@
  */
 #include "kvp_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* initial-exec: one load per call instead of a __tls_get_addr call. */
