@@ -176,6 +176,57 @@ typedef struct kvp_allocator {
 } kvp_allocator;
 
 /*
+ * Block hash algorithms.  SHA-256 comes from OpenSSL libcrypto, XXH3-128 from
+ * libxxhash; KVP_HASH_CUSTOM calls kvp_config.hash_fn.
+ */
+typedef enum kvp_hash_alg {
+    KVP_HASH_SHA256 = 0,
+    KVP_HASH_XXH3_128 = 1,
+    KVP_HASH_CUSTOM = 2
+} kvp_hash_alg;
+
+/* A multimodal input: its content hash and the prompt tokens [start, end)
+ * it covers (absolute positions). */
+typedef struct kvp_mm_span {
+    kvp_hash hash;
+    uint64_t start, end;
+} kvp_mm_span;
+
+/*
+ * Extra keys mixed into block hashes besides the tokens.  All optional; a
+ * NULL kvp_extra_keys pointer means none.  The caller owns the arrays; calls
+ * that keep extra keys (kvp_seq_create) copy them.
+ */
+typedef struct kvp_extra_keys {
+    int has_lora;             /* lora_id counts */
+    uint64_t lora_id;         /* LoRA adapter id */
+    const char *lora_name;    /* for events; not hashed; may be NULL */
+    const kvp_mm_span *mm;    /* multimodal spans, n_mm of them */
+    size_t n_mm;
+    const uint8_t *salt;      /* cache salt (tenant isolation), salt_len bytes;
+                                 hashed into the first block only */
+    size_t salt_len;
+} kvp_extra_keys;
+
+/*
+ * Caller-supplied block hash (KVP_HASH_CUSTOM): hash the block whose tokens
+ * are tokens[0..n) and which starts at absolute token position `start`, with
+ * parent hash `parent` (the pool's root seed for the first block), into *out.
+ * Must be pure and thread-safe; it runs without the pool lock.
+ */
+typedef kvp_status (*kvp_hash_fn)(void *user, const kvp_hash *parent, const uint32_t *tokens,
+                                  size_t n, uint64_t start, const kvp_extra_keys *extra,
+                                  kvp_hash *out);
+
+/*
+ * Storage copy hook: copy the contents of block `src` into block `dst` (both
+ * in `stream`, as KVP_STREAM_SHARED/_K/_V).  Called for copy-on-write and for
+ * relocation, before the change is visible.  Runs inside the call, under the
+ * pool lock; it must not call into the pool.
+ */
+typedef void (*kvp_copy_fn)(void *user, kvp_stream stream, kvp_block src, kvp_block dst);
+
+/*
  * Pool configuration.  Start from kvp_config_default() and change fields.
  */
 typedef struct kvp_config {
@@ -202,6 +253,29 @@ typedef struct kvp_config {
     kvp_evict_fn on_evict;      /* eviction callback or NULL */
     void *evict_user;           /* passed to on_evict */
     const kvp_allocator *allocator; /* NULL: malloc/free.  Copied at create. */
+
+    /* Hashing (see "Block hashing" below). */
+    kvp_hash_alg hash_alg;      /* default KVP_HASH_SHA256 */
+    kvp_hash_fn hash_fn;        /* with KVP_HASH_CUSTOM */
+    void *hash_user;            /* passed to hash_fn */
+    kvp_hash root_seed;         /* parent of every first block (default all
+                                   zero: identical on every machine) */
+    int random_root;            /* draw root_seed from getrandom() at
+                                   creation instead (default 0) */
+    int verify_hits;            /* beyond: keep each published block's tokens
+                                   and parent, and confirm both on verified
+                                   lookups (default 0).  Costs
+                                   4 * block_size + 8 bytes per block. */
+
+    /* Backing storage (optional).  block_bytes[s] is the size of one block of
+     * stream s (index 0: shared or K, 1: V).  With host_arena, kvpool
+     * allocates an aligned arena (huge pages when the system gives them) and
+     * kvp_block_ptr returns addresses in it; otherwise, when copy is set,
+     * kvpool calls it to move bytes it cannot touch (device memory). */
+    size_t block_bytes[2];
+    int host_arena;             /* default 0 */
+    kvp_copy_fn copy;           /* default NULL */
+    void *copy_user;
 } kvp_config;
 
 /* Fill *cfg with the defaults listed above.  O(1). */
@@ -476,6 +550,193 @@ KVP_API kvp_status kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target
 KVP_API kvp_status kvp_retire_top(kvp_pool *pool, kvp_block *retired, kvp_block *moved_to);
 
 /* ------------------------------------------------------------------------ */
+/* Block hashing                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The hash of one full block, chained: it covers the parent block's hash,
+ * the block's token ids and the extra keys.  Exact bytes hashed, so that any
+ * language can reproduce a kvpool hash (all integers little-endian):
+ *
+ *   parent     32 bytes   the parent's kvp_hash; the pool's root seed for
+ *                         the first block of a sequence
+ *   n          u32        number of tokens (the block size)
+ *   tokens     n x u32    token ids
+ *   flags      u8         bit 0: LoRA, bit 1: multimodal, bit 2: salt
+ *   lora_id    u64        if bit 0 (extra->has_lora)
+ *   k          u32        if bit 1: number of spans that overlap this block
+ *   spans      k x (32-byte hash, u32 start, u32 end), if bit 1: each span
+ *                         overlapping [block start, block start + n), in the
+ *                         order given, with start/end made relative to the
+ *                         block start and clipped to [0, n]
+ *   salt_len   u32        if bit 2 (salt given, first block only)
+ *   salt       salt_len bytes
+ *
+ * Bit 1 is set only when at least one span overlaps the block; bit 2 only on
+ * the first block (start 0) and only with salt_len > 0, so the salt reaches
+ * later blocks through the chain.  SHA-256 fills all 32 bytes of the result;
+ * XXH3-128 (seed 0) writes its canonical (big-endian) 16 bytes into bytes
+ * 16..31 and zeroes bytes 0..15.
+ */
+
+/*
+ * Hash one full block: tokens[0..n) with n == block_size, starting at
+ * absolute token position `start` (a multiple of block_size), child of
+ * `parent` (NULL: the root seed, and then start must be 0).  Pure: reads the
+ * pool's configuration only.  Errors: KVP_EINVAL (NULL pool/tokens/out; n !=
+ * block_size; start not a multiple of it; parent NULL with start != 0; a
+ * span with end < start), or what a custom hash function returns.  Thread
+ * rules: callable concurrently, also on a pool without locking, as long as
+ * the pool is not destroyed meanwhile.  O(n + spans).
+ */
+KVP_API kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent,
+                                  const uint32_t *tokens, size_t n, uint64_t start,
+                                  const kvp_extra_keys *extra, kvp_hash *out);
+
+/*
+ * Hash every full block of tokens[0..n_tokens) as a chain into
+ * hashes[0..n_tokens / block_size).  The first `n_known` entries of hashes[]
+ * are taken as already computed for this same token prefix and are not
+ * recomputed, so a request that grows by one block costs one block hash.
+ * *n_out (may be NULL) receives the number of full blocks.  Errors:
+ * KVP_EINVAL (NULL pool; NULL tokens with n_tokens > 0; NULL hashes with
+ * cap > 0; n_known above the number of full blocks), KVP_ESPACE (cap too
+ * small; *n_out = blocks needed), or a custom hash function's status.
+ * Thread rules as kvp_hash_block.  O(new blocks x block_size).
+ */
+KVP_API kvp_status kvp_hash_tokens(const kvp_pool *pool, const uint32_t *tokens, size_t n_tokens,
+                                   const kvp_extra_keys *extra, kvp_hash *hashes, size_t cap,
+                                   size_t n_known, size_t *n_out);
+
+/* ------------------------------------------------------------------------ */
+/* Verified hits (beyond)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * With verify_hits, a published block can carry its token ids and its parent
+ * block, and a verified lookup accepts a block only if both match.  Parents
+ * are recorded as (id, content generation), so a parent whose content was
+ * evicted, replaced or relocated since never confirms a child: even a hash
+ * function under which everything collides cannot hand one request another's
+ * cache.  A miss is always safe; a hit is exact.
+ */
+
+/*
+ * kvp_publish, and record tokens[0..n) (n == block_size) and the parent block
+ * `parent` (KVP_NO_BLOCK for a chain's first block; otherwise a published
+ * block).  Errors: as kvp_publish; KVP_EINVAL also for verify_hits off, NULL
+ * tokens, n != block_size, or a parent that is not published.  O(n).
+ */
+KVP_API kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *hash,
+                                        kvp_block parent, const uint32_t *tokens, size_t n);
+
+/*
+ * Find a block indexed under `hash` in `stream` that was published verified
+ * with exactly tokens[0..n) and with `parent` as its parent (KVP_NO_BLOCK for
+ * a first block), as it is now.  Among several such blocks, the first
+ * published.  Counts nothing.  Errors: KVP_EINVAL (NULL argument, verify_hits
+ * off, n != block_size, bad stream), KVP_ENOTFOUND.  O(n x blocks with that
+ * hash).
+ */
+KVP_API kvp_status kvp_lookup_verified(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash,
+                                       kvp_block parent, const uint32_t *tokens, size_t n,
+                                       kvp_block *out);
+
+/* ------------------------------------------------------------------------ */
+/* Sequences (per-request block tables)                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A sequence is one request's block table, managed through the pool: admit a
+ * prompt (reusing the longest cached prefix), append generated tokens (a
+ * block is allocated when the last one fills and published when it becomes
+ * full), fork (the child shares every block; copy-on-write when a write lands
+ * in a shared partial block), destroy (tail first, so a request's last blocks
+ * are evicted before its first).  Sequences hold anonymous references, so
+ * owner calls never touch them.  They need one shared free list (not
+ * separate_kv).  A sequence handle belongs to its pool and stays valid until
+ * kvp_seq_destroy, kvp_pool_clear or kvp_pool_destroy.  Locking follows the
+ * pool's.
+ */
+typedef struct kvp_seq kvp_seq;
+
+/*
+ * Create an empty sequence for `request_id` with extra keys (copied; NULL for
+ * none).  Errors: KVP_EINVAL (NULL pool/out; a pool with separate K/V lists),
+ * KVP_EOWNERACTIVE (a sequence with that id exists), KVP_ENOMEM, KVP_EBUSY.
+ * O(size of extra keys).
+ */
+KVP_API kvp_status kvp_seq_create(kvp_pool *pool, uint64_t request_id,
+                                  const kvp_extra_keys *extra, kvp_seq **out);
+
+/* Find the sequence of `request_id`.  Errors: KVP_EINVAL, KVP_ENOTFOUND,
+ * KVP_EBUSY.  O(1) expected. */
+KVP_API kvp_status kvp_seq_find(kvp_pool *pool, uint64_t request_id, kvp_seq **out);
+
+/* Free the sequence's blocks, last block first, and the sequence.  The handle
+ * is invalid afterwards.  Errors: KVP_EINVAL (NULL), KVP_EBUSY (from a
+ * callback).  O(blocks). */
+KVP_API kvp_status kvp_seq_destroy(kvp_seq *seq);
+
+/*
+ * Admit a prompt into an empty sequence: hash its full blocks, claim the
+ * longest prefix of them found in the index (verified lookups with
+ * verify_hits), allocate blocks for the rest, publish the prompt's full blocks
+ * that were not cached, and report in *cached_tokens how many prompt tokens
+ * were served from cache.  At least one token is always left to compute: the
+ * hit covers at most the first n-1 tokens, in whole blocks.  Blocks matched
+ * here are never evicted to make room for this admission.  Counts prefix
+ * queries and hits (blocks and tokens).  All or nothing.
+ * Errors: KVP_EINVAL (NULL seq/tokens, n == 0), KVP_EBUSY (the sequence
+ * already has tokens; or from a callback), KVP_EEXHAUSTED, KVP_ENOMEM.
+ * O(n) plus O(1) per block.
+ */
+KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                 size_t *cached_tokens);
+
+/*
+ * Append tokens[0..n) (generated tokens, or a prompt's continuation) to a
+ * sequence: fill the last block, allocate blocks as they are needed, publish
+ * each block when it becomes full.  Appending into a shared, partly filled
+ * last block first copies it into a fresh block (copy-on-write, through the
+ * storage hook, counted in cow_copies).  All or nothing.  Errors: KVP_EINVAL
+ * (NULL seq, NULL tokens with n > 0), KVP_EEXHAUSTED, KVP_ENOMEM, KVP_EBUSY.
+ * O(n) plus O(1) per block.
+ */
+KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n);
+
+/*
+ * Fork: create sequence `child_id` sharing every block of `parent` (one more
+ * reference each), with the same tokens and extra keys.  Errors: KVP_EINVAL,
+ * KVP_EOWNERACTIVE (child_id exists), KVP_ENOMEM, KVP_EBUSY.  O(blocks +
+ * tokens).
+ */
+KVP_API kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child);
+
+/*
+ * The block table, in logical order, without copying: *ids points into the
+ * sequence and stays valid until the next call that changes this sequence
+ * (admit, append, destroy) or relocates a block (kvp_retire_top), or
+ * kvp_pool_clear.  *n_tokens (may be NULL) receives the token count.
+ * Errors: KVP_EINVAL.  O(1).
+ */
+KVP_API kvp_status kvp_seq_blocks(kvp_seq *seq, const kvp_block **ids, size_t *n_blocks,
+                                  size_t *n_tokens);
+
+/* ------------------------------------------------------------------------ */
+/* Backing storage                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Address of block `id`'s bytes in the host arena (host_arena set, and
+ * block_bytes for its stream non-zero).  The address stays valid until the
+ * pool grows past its arena (growth moves the arena) or is destroyed.
+ * Errors: KVP_EINVAL (NULL argument; no host arena), KVP_ERANGE, KVP_EBUSY.
+ * O(1).
+ */
+KVP_API kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out);
+
+/* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -506,6 +767,13 @@ typedef struct kvp_stats {
     uint64_t retired;          /* rate: blocks retired (shrink, retire_top) */
     uint64_t relocated;        /* rate: blocks moved by retire_top */
     uint64_t evictions;        /* rate: hashes evicted */
+    uint64_t prefix_queries;   /* rate: full blocks looked up at admission
+                                  (after the leave-one-token cap) */
+    uint64_t prefix_hits;      /* rate: of those, blocks served from cache */
+    uint64_t prefix_tokens_queried; /* rate: prefix_queries x block_size */
+    uint64_t prefix_tokens_hit;     /* rate: prefix_hits x block_size */
+    uint64_t cow_copies;       /* rate: copy-on-write copies */
+    uint64_t tokens_in_use;    /* gauge: sum of fill over blocks in use */
     double fragmentation;      /* fragmented / blocks (0 with no blocks) */
     double usage;              /* in_use / blocks (0 with no blocks) */
 } kvp_stats;

@@ -67,7 +67,7 @@ static uint32_t set_size(const kvp__idset *set)
 static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
 {
     uint32_t vac[2] = {0}, cac[2] = {0}, used[2] = {0}, retired = 0;
-    uint64_t in_use = 0, shared = 0, frag = 0, published = 0;
+    uint64_t in_use = 0, shared = 0, frag = 0, published = 0, fill = 0;
     *owned_refs = 0;
     CHECK(p->top <= p->cap, "top %u beyond capacity %u", p->top, p->cap);
     CHECK(kvp__managed(p) <= kvp__max_blocks(p), "managed blocks %u above cap", kvp__managed(p));
@@ -122,6 +122,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             in_use++;
             shared += k->ref >= 2;
             frag += k->fill > 0 && k->fill < p->cfg.block_size;
+            fill += k->fill;
             break;
         }
         case KVP_BLOCK_RETIRED:
@@ -155,6 +156,8 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
           (unsigned long long)shared);
     CHECK(frag == p->fragmented, "fragmented kept %llu, counted %llu",
           (unsigned long long)p->fragmented, (unsigned long long)frag);
+    CHECK(fill == p->fill_sum, "tokens in use kept %llu, counted %llu",
+          (unsigned long long)p->fill_sum, (unsigned long long)fill);
     CHECK(published == p->nindexed, "indexed kept %u, counted %llu", p->nindexed,
           (unsigned long long)published);
     CHECK(p->peak >= p->in_use, "peak below in_use");
@@ -212,8 +215,8 @@ static kvp_status check_index(kvp_pool *p, ctx *c)
 static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
 {
     uint32_t active = 0, refs = 0, mapped = 0;
-    for (uint32_t i = 0; p->omap && i <= p->omask; i++)
-        mapped += p->omap[i] != KVP__NONE;
+    for (uint32_t i = 0; p->omap.e && i <= p->omap.mask; i++)
+        mapped += p->omap.e[i].val != KVP__NONE;
     for (uint32_t slot = 0; slot < p->ocap; slot++) {
         const kvp__owner *o = &p->owners[slot];
         if (o->id == KVP_ANON)

@@ -64,8 +64,10 @@ void kvp__index_remove(kvp_pool *p, uint32_t b)
     uint32_t *link = link_to(p, b);
     *link = p->blocks[b].hnext;
     p->blocks[b].hnext = KVP__NONE;
-    p->blocks[b].flags &= (uint8_t)~KVP__F_PUBLISHED;
+    p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED);
     p->nindexed--;
+    if (p->gen)
+        p->gen[b]++; /* children recorded against this content no longer match */
 }
 
 /* Block `to` takes over `from`'s entry, at the same place in the chain.
@@ -135,13 +137,79 @@ void kvp__forget_all(kvp_pool *p)
         for (uint32_t b = p->buckets[i]; b != KVP__NONE;) {
             uint32_t next = p->blocks[b].hnext;
             p->blocks[b].hnext = KVP__NONE;
-            p->blocks[b].flags &= (uint8_t)~KVP__F_PUBLISHED;
+            p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED);
+            if (p->gen)
+                p->gen[b]++;
             b = next;
         }
         p->buckets[i] = KVP__NONE;
     }
     p->nindexed = 0;
     kvp__notify_evict(p, NULL, KVP_NO_BLOCK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Verified hits                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* New verification arrays for `ncap` blocks holding the current ones' data.
+ * All or nothing; the caller swaps them in (and frees the old ones) or
+ * releases them. */
+kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint32_t **vparent,
+                               uint32_t **vpgen, uint32_t **gen)
+{
+    size_t bs = p->cfg.block_size;
+    *vtok = kvp__zalloc(p, (size_t)ncap * bs * sizeof(uint32_t));
+    *vparent = kvp__zalloc(p, (size_t)ncap * sizeof(uint32_t));
+    *vpgen = kvp__zalloc(p, (size_t)ncap * sizeof(uint32_t));
+    *gen = kvp__zalloc(p, (size_t)ncap * sizeof(uint32_t));
+    if (!*vtok || !*vparent || !*vpgen || !*gen) {
+        kvp__release(p, *vtok, (size_t)ncap * bs * sizeof(uint32_t));
+        kvp__release(p, *vparent, (size_t)ncap * sizeof(uint32_t));
+        kvp__release(p, *vpgen, (size_t)ncap * sizeof(uint32_t));
+        kvp__release(p, *gen, (size_t)ncap * sizeof(uint32_t));
+        return KVP_ENOMEM;
+    }
+    if (p->vtok) {
+        memcpy(*vtok, p->vtok, (size_t)p->top * bs * sizeof(uint32_t));
+        memcpy(*vparent, p->vparent, (size_t)p->top * sizeof(uint32_t));
+        memcpy(*vpgen, p->vpgen, (size_t)p->top * sizeof(uint32_t));
+        memcpy(*gen, p->gen, (size_t)p->top * sizeof(uint32_t));
+    }
+    return KVP_OK;
+}
+
+void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h, uint32_t parent,
+                           const uint32_t *tokens)
+{
+    size_t bs = p->cfg.block_size;
+    memcpy(p->vtok + (size_t)b * bs, tokens, bs * sizeof *tokens);
+    p->vparent[b] = parent;
+    p->vpgen[b] = parent == KVP__NONE ? 0 : p->gen[parent];
+    p->hashes[b] = *h;
+    kvp__index_insert(p, b);
+    p->blocks[b].flags |= KVP__F_VERIFIED;
+}
+
+/* Does b hold exactly `tokens`, as the child of `parent` as it is now? */
+static bool verified(const kvp_pool *p, uint32_t b, uint32_t parent, const uint32_t *tokens)
+{
+    size_t bs = p->cfg.block_size;
+    if (!(p->blocks[b].flags & KVP__F_VERIFIED) || p->vparent[b] != parent)
+        return false;
+    if (parent != KVP__NONE && (!(p->blocks[parent].flags & KVP__F_PUBLISHED) ||
+                                p->gen[parent] != p->vpgen[b]))
+        return false;
+    return memcmp(p->vtok + (size_t)b * bs, tokens, bs * sizeof *tokens) == 0;
+}
+
+uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
+                              const uint32_t *tokens)
+{
+    for (uint32_t b = p->buckets[kvp__bucket_of(p, s, h)]; b != KVP__NONE; b = p->blocks[b].hnext)
+        if (same(p, b, s, h) && verified(p, b, parent, tokens))
+            return b;
+    return KVP__NONE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -184,6 +252,54 @@ kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash, k
     if (rc)
         return rc;
     uint32_t b = kvp__index_find(pool, s, hash);
+    if (b == KVP__NONE)
+        rc = KVP_ENOTFOUND;
+    else
+        *out = b;
+    kvp__leave(pool, false);
+    return rc;
+}
+
+kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *hash,
+                                kvp_block parent, const uint32_t *tokens, size_t n)
+{
+    if (!pool || !hash || !tokens || !pool->cfg.prefix_caching || !pool->cfg.verify_hits ||
+        n != pool->cfg.block_size)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check_id(pool, id);
+    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
+        rc = KVP_EDOUBLEFREE;
+    if (!rc && parent != KVP_NO_BLOCK &&
+        (parent >= pool->top || kvp__is_fresh(pool, parent) ||
+         !(pool->blocks[parent].flags & KVP__F_PUBLISHED) || parent == id))
+        rc = KVP_EINVAL;
+    if (!rc && (pool->blocks[id].flags & KVP__F_PUBLISHED))
+        rc = KVP_EBUSY;
+    if (!rc)
+        kvp__publish_verified(pool, id, hash, parent, tokens);
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+kvp_status kvp_lookup_verified(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash,
+                               kvp_block parent, const uint32_t *tokens, size_t n, kvp_block *out)
+{
+    if (!pool || !hash || !tokens || !out || !pool->cfg.verify_hits ||
+        n != pool->cfg.block_size)
+        return KVP_EINVAL;
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    uint32_t b = parent < pool->top && !kvp__is_fresh(pool, parent) ? parent : KVP__NONE;
+    b = parent == KVP_NO_BLOCK || b != KVP__NONE
+            ? kvp__lookup_verified(pool, s, hash, parent, tokens)
+            : KVP__NONE;
     if (b == KVP__NONE)
         rc = KVP_ENOTFOUND;
     else

@@ -24,6 +24,10 @@
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* getrandom, madvise, MAP_ANONYMOUS */
+#endif
+
 #include "kvpool.h"
 
 #include <pthread.h>
@@ -48,6 +52,7 @@
 #define KVP__F_EVER 0x01u      /* handed out at least once */
 #define KVP__F_PUBLISHED 0x02u /* has a digest and sits in the index */
 #define KVP__F_NULL 0x04u      /* the reserved null block */
+#define KVP__F_VERIFIED 0x08u  /* published with tokens and parent recorded */
 
 typedef struct kvp__block {
     union {
@@ -90,6 +95,16 @@ typedef struct kvp__owner {
     uint32_t nextfree; /* free-slot list while unused */
 } kvp__owner;
 
+/* Map from 64-bit ids to 32-bit values (map.c). */
+typedef struct kvp__map_entry {
+    uint64_t key;
+    uint32_t val; /* NONE = empty */
+} kvp__map_entry;
+typedef struct kvp__map {
+    kvp__map_entry *e;
+    uint32_t mask, count;
+} kvp__map;
+
 /* Ordered set of ids: a 64-ary tree of bitmaps (idset.c). */
 #define KVP__IDSET_MAXLV 6
 typedef struct kvp__idset {
@@ -115,7 +130,8 @@ typedef struct kvp__stream {
 /* Rate counters (reset by kvp_stats_reset). */
 typedef struct kvp__counters {
     uint64_t alloc_calls, blocks_allocated, free_calls, blocks_freed, reused,
-        exhausted, grown, extended, retired, relocated, evictions;
+        exhausted, grown, extended, retired, relocated, evictions, prefix_queries, prefix_hits,
+        cow_copies;
 } kvp__counters;
 
 struct kvp_pool {
@@ -141,16 +157,30 @@ struct kvp_pool {
     uint32_t bmask;
     uint32_t nindexed;
 
+    /* verified hits (cfg.verify_hits): per block, the tokens and the parent
+     * (id and content generation) recorded at publish, and the block's own
+     * content generation, bumped whenever its indexed content goes away */
+    uint32_t *vtok;   /* cap x block_size */
+    uint32_t *vparent, *vpgen, *gen;
+
+    /* sequences (sequence.c) register here; the pool only calls the hooks */
+    void *seqs;
+    void (*seq_relocate)(kvp_pool *p, uint32_t from, uint32_t to);
+    void (*seq_clear)(kvp_pool *p);
+
+    /* backing storage (storage.c) */
+    uint8_t *arena[2];
+    size_t arena_bytes[2];
+
     /* owners: slots, an open-addressing map id -> slot, and the xref slab */
     kvp__owner *owners;
     uint32_t ocap, nowners, ofree;
-    uint32_t *omap; /* slot indices, NONE = empty */
-    uint32_t omask;
+    kvp__map omap; /* owner id -> slot */
     kvp__xref *xrefs;
     uint32_t xcap, xfree, nxfree;
 
     /* gauges kept exactly, so reading them is O(1) */
-    uint64_t in_use, shared, fragmented, peak;
+    uint64_t in_use, shared, fragmented, peak, fill_sum;
     kvp__counters ctr;
 
     /* history ring */
@@ -181,6 +211,7 @@ void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t *cursor);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
 bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk);
+void kvp__account(kvp_pool *p, const kvp__block *blk, int sign);
 void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b);
 void kvp__reset_blocks(kvp_pool *p);
 
@@ -210,11 +241,38 @@ void kvp__unindex(kvp_pool *p, uint32_t b);
 void kvp__forget_all(kvp_pool *p);
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
 
+/* ---- hashing (hashing.c) ---- */
+kvp_status kvp__hash_chain(const kvp_pool *p, const uint32_t *tokens, size_t nblocks,
+                           const kvp_extra_keys *x, kvp_hash *hashes, size_t known);
+
+/* ---- verified hits (index.c) ---- */
+kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint32_t **vparent,
+                               uint32_t **vpgen, uint32_t **gen);
+uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
+                              const uint32_t *tokens);
+void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h, uint32_t parent,
+                           const uint32_t *tokens);
+
+/* ---- storage (storage.c) ---- */
+kvp_status kvp__storage_init(kvp_pool *p);
+kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap, uint8_t **arena);
+void kvp__storage_commit(kvp_pool *p, uint8_t **arena, uint32_t ncap);
+void kvp__storage_free(kvp_pool *p);
+void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst);
+
 /* ---- growth (resize.c) ---- */
 kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
 uint32_t kvp__managed(const kvp_pool *p);
 uint32_t kvp__max_blocks(const kvp_pool *p);
 uint32_t kvp__pow2_at_least(uint32_t n);
+
+/* ---- id maps (map.c) ---- */
+uint32_t kvp__map_get(const kvp__map *m, uint64_t key);
+kvp_status kvp__map_reserve(kvp_pool *p, kvp__map *m, uint32_t extra);
+void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val);
+void kvp__map_del(kvp__map *m, uint64_t key);
+void kvp__map_clear(kvp__map *m);
+void kvp__map_free(kvp_pool *p, kvp__map *m);
 
 /* ---- ordered id sets (idset.c) ---- */
 kvp_status kvp__idset_init(kvp_pool *p, kvp__idset *set, uint32_t cap);

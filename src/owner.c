@@ -20,18 +20,10 @@
  *   costs an xref.
  * - Every live node sits at the position it records, in its owner's array;
  *   nrefs counts the live entries; refs[len-1] is live when len > 0.
- * - An owner slot is in the map iff its id != KVP_ANON; an owner with
+ * - An owner slot is in the map (map.c) iff its id != KVP_ANON; an owner with
  *   nrefs == 0 exists only while registered or inside kvp_free_owner.
  */
 #include "kvp_internal.h"
-
-static uint32_t mix(kvp_owner id)
-{
-    id ^= id >> 33;
-    id *= 0xff51afd7ed558ccdull;
-    id ^= id >> 33;
-    return (uint32_t)id;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Reference nodes and owner arrays                                          */
@@ -113,21 +105,7 @@ kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n)
 
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id)
 {
-    if (!p->omap)
-        return KVP__NONE;
-    for (uint32_t i = mix(id) & p->omask;; i = (i + 1) & p->omask) {
-        uint32_t slot = p->omap[i];
-        if (slot == KVP__NONE || p->owners[slot].id == id)
-            return slot;
-    }
-}
-
-static void map_put(uint32_t *map, uint32_t mask, const kvp__owner *owners, uint32_t slot)
-{
-    uint32_t i = mix(owners[slot].id) & mask;
-    while (map[i] != KVP__NONE)
-        i = (i + 1) & mask;
-    map[i] = slot;
+    return kvp__map_get(&p->omap, id);
 }
 
 /* Make room for one more owner: a free slot, and the map at most 3/4 full.
@@ -152,21 +130,7 @@ kvp_status kvp__owner_reserve(kvp_pool *p)
         p->owners = no;
         p->ocap = ncap;
     }
-    uint32_t msize = p->omap ? p->omask + 1 : 0;
-    if ((uint64_t)(p->nowners + 1) * 4 > (uint64_t)msize * 3) {
-        uint32_t nsize = msize ? msize * 2 : 32;
-        uint32_t *nm = kvp__alloc(p, (size_t)nsize * sizeof *nm);
-        if (!nm)
-            return KVP_ENOMEM;
-        memset(nm, 0xff, (size_t)nsize * sizeof *nm);
-        for (uint32_t i = 0; i < msize; i++)
-            if (p->omap[i] != KVP__NONE)
-                map_put(nm, nsize - 1, p->owners, p->omap[i]);
-        kvp__release(p, p->omap, (size_t)msize * sizeof *p->omap);
-        p->omap = nm;
-        p->omask = nsize - 1;
-    }
-    return KVP_OK;
+    return kvp__map_reserve(p, &p->omap, 1);
 }
 
 /* Add owner `id` (not present; room reserved).  Returns its slot. */
@@ -178,29 +142,16 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
     o->id = id;
     o->len = o->nrefs = 0;
     o->registered = 0;
-    map_put(p->omap, p->omask, p->owners, slot);
+    kvp__map_put(&p->omap, id, slot);
     p->nowners++;
     return slot;
 }
 
-/* Remove an owner; its array keeps its capacity for the slot's next owner.
- * Linear probing deletes by shifting later entries of the run back, so no
- * tombstones accumulate in the map. */
+/* Remove an owner; its array keeps its capacity for the slot's next owner. */
 void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 {
-    uint32_t i = mix(p->owners[slot].id) & p->omask;
-    while (p->omap[i] != slot)
-        i = (i + 1) & p->omask;
-    for (uint32_t j = (i + 1) & p->omask; p->omap[j] != KVP__NONE; j = (j + 1) & p->omask) {
-        uint32_t home = mix(p->owners[p->omap[j]].id) & p->omask;
-        /* Move entry j into hole i unless its home lies cyclically in (i, j]. */
-        if (((j - home) & p->omask) >= ((j - i) & p->omask)) {
-            p->omap[i] = p->omap[j];
-            i = j;
-        }
-    }
-    p->omap[i] = KVP__NONE;
     kvp__owner *o = &p->owners[slot];
+    kvp__map_del(&p->omap, o->id);
     o->id = KVP_ANON;
     o->len = o->nrefs = 0;
     o->nextfree = p->ofree;
@@ -211,8 +162,7 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 /* Forget every owner and xref, keeping the memory (kvp_pool_clear). */
 void kvp__owners_reset(kvp_pool *p)
 {
-    if (p->omap)
-        memset(p->omap, 0xff, ((size_t)p->omask + 1) * sizeof *p->omap);
+    kvp__map_clear(&p->omap);
     p->ofree = KVP__NONE;
     for (uint32_t i = p->ocap; i-- > 0;) {
         kvp__owner *o = &p->owners[i];
@@ -236,7 +186,7 @@ void kvp__owners_destroy(kvp_pool *p)
     for (uint32_t i = 0; i < p->ocap; i++)
         kvp__release(p, p->owners[i].refs, (size_t)p->owners[i].cap * sizeof(uint32_t));
     kvp__release(p, p->owners, (size_t)p->ocap * sizeof *p->owners);
-    kvp__release(p, p->omap, p->omap ? ((size_t)p->omask + 1) * sizeof *p->omap : 0);
+    kvp__map_free(p, &p->omap);
     kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
 }
 

@@ -22,6 +22,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
 /* initial-exec: one load per call instead of a __tls_get_addr call. */
 __attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
@@ -166,7 +167,7 @@ void kvp__reset_blocks(kvp_pool *p)
     kvp__idset_clear(&p->retired);
     p->nretired = 0;
     p->top = p->hwm = n;
-    p->in_use = p->shared = p->fragmented = p->peak = 0;
+    p->in_use = p->shared = p->fragmented = p->peak = p->fill_sum = 0;
     p->nindexed = 0;
     memset(p->buckets, 0xff, ((size_t)p->bmask + 1) * sizeof *p->buckets);
     if (p->cfg.null_block) {
@@ -195,6 +196,12 @@ static kvp_status validate_config(const kvp_config *c)
         return KVP_EINVAL;
     if (c->history_len > (1u << 20))
         return KVP_EINVAL;
+    if ((unsigned)c->hash_alg > KVP_HASH_CUSTOM || (c->hash_alg == KVP_HASH_CUSTOM && !c->hash_fn))
+        return KVP_EINVAL;
+    if (c->host_arena && !c->block_bytes[0] && !c->block_bytes[1])
+        return KVP_EINVAL;
+    if (c->block_bytes[1] && !c->separate_kv)
+        return KVP_EINVAL;
     return KVP_OK;
 }
 
@@ -217,6 +224,11 @@ static void free_arrays(kvp_pool *p)
     }
     kvp__idset_free(p, &p->retired);
     kvp__release(p, p->hist, (size_t)p->cfg.history_len * sizeof *p->hist);
+    kvp__release(p, p->vtok, (size_t)p->cap * p->cfg.block_size * sizeof *p->vtok);
+    kvp__release(p, p->vparent, (size_t)p->cap * sizeof *p->vparent);
+    kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
+    kvp__release(p, p->gen, (size_t)p->cap * sizeof *p->gen);
+    kvp__storage_free(p);
 }
 
 kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
@@ -255,6 +267,14 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     }
     if (!rc)
         rc = kvp__idset_init(p, &p->retired, cap);
+    if (!rc && cfg->verify_hits)
+        rc = kvp__verify_reserve(p, cap, &p->vtok, &p->vparent, &p->vpgen, &p->gen);
+    if (!rc)
+        rc = kvp__storage_init(p);
+    if (!rc && cfg->random_root &&
+        getrandom(p->cfg.root_seed.b, sizeof p->cfg.root_seed.b, 0) !=
+            (ssize_t)sizeof p->cfg.root_seed.b)
+        rc = KVP_ENOMEM;
     if (!rc && p->ts && pthread_mutex_init(&p->lock, NULL) != 0)
         rc = KVP_ENOMEM;
     if (rc) {
@@ -271,6 +291,8 @@ void kvp_pool_destroy(kvp_pool *pool)
 {
     if (!pool)
         return;
+    if (pool->seq_clear)
+        pool->seq_clear(pool);
     kvp__owners_destroy(pool);
     free_arrays(pool);
     if (pool->ts)
@@ -287,6 +309,8 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     if (rc)
         return rc;
     bool had_index = pool->nindexed > 0;
+    if (pool->seq_clear)
+        pool->seq_clear(pool);
     kvp__owners_reset(pool);
     kvp__reset_blocks(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
@@ -347,6 +371,14 @@ void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
 bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk)
 {
     return blk->state == KVP_BLOCK_IN_USE && blk->fill > 0 && blk->fill < p->cfg.block_size;
+}
+
+/* Add (sign 1) or remove (sign -1) an in-use block's share of the gauges
+ * that depend on its fill. */
+void kvp__account(kvp_pool *p, const kvp__block *blk, int sign)
+{
+    p->fragmented += (uint64_t)(int64_t)(sign * (int)kvp__is_frag(p, blk));
+    p->fill_sum += (uint64_t)(int64_t)(sign * (int)blk->fill);
 }
 
 /* q list: vacant stack (LIFO) or free queue (FIFO). */
@@ -515,7 +547,7 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t *cursor)
 /* The last reference on block b went: account for it and free it. */
 void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t *cursor)
 {
-    p->fragmented -= kvp__is_frag(p, &p->blocks[b]);
+    kvp__account(p, &p->blocks[b], -1);
     p->in_use--;
     kvp__free_insert(p, b, cursor);
 }
@@ -715,8 +747,7 @@ kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
             kvp__free_remove(pool, id);
             blk->state = KVP_BLOCK_IN_USE;
             blk->prev = blk->next = KVP__NONE;
-            if (kvp__is_frag(pool, blk))
-                pool->fragmented++;
+            kvp__account(pool, blk, 1);
             if (++pool->in_use > pool->peak)
                 pool->peak = pool->in_use;
         }
@@ -794,9 +825,9 @@ kvp_status kvp_set_fill(kvp_pool *pool, kvp_block id, uint32_t fill)
         rc = KVP_EDOUBLEFREE;
     if (!rc) {
         kvp__block *blk = &pool->blocks[id];
-        pool->fragmented -= kvp__is_frag(pool, blk);
+        kvp__account(pool, blk, -1);
         blk->fill = (uint16_t)fill;
-        pool->fragmented += kvp__is_frag(pool, blk);
+        kvp__account(pool, blk, 1);
     }
     kvp__leave(pool, rc == KVP_OK);
     return rc;

@@ -31,6 +31,8 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
         ncap = need;
     kvp__block *nb = kvp__alloc(p, (size_t)ncap * sizeof *nb);
     kvp_hash *nh = kvp__alloc(p, (size_t)ncap * sizeof *nh);
+    uint32_t *vtok = NULL, *vparent = NULL, *vpgen = NULL, *gen = NULL;
+    uint8_t *arena[2] = {NULL, NULL};
     kvp_status rc = nb && nh ? KVP_OK : KVP_ENOMEM;
     for (int s = 0; s < p->nstreams && !rc; s++) {
         rc = kvp__idset_resize(p, &p->st[s].vacant, ncap);
@@ -42,9 +44,20 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     uint32_t nbuckets = kvp__pow2_at_least(ncap);
     if (!rc && nbuckets > p->bmask + 1)
         rc = kvp__index_rebuild(p, nbuckets);
+    if (!rc && p->vtok)
+        rc = kvp__verify_reserve(p, ncap, &vtok, &vparent, &vpgen, &gen);
+    if (!rc)
+        rc = kvp__storage_reserve(p, ncap, arena);
+    size_t bs = p->cfg.block_size;
     if (rc) {
         kvp__release(p, nb, (size_t)ncap * sizeof *nb);
         kvp__release(p, nh, (size_t)ncap * sizeof *nh);
+        if (vtok) {
+            kvp__release(p, vtok, (size_t)ncap * bs * sizeof *vtok);
+            kvp__release(p, vparent, (size_t)ncap * sizeof *vparent);
+            kvp__release(p, vpgen, (size_t)ncap * sizeof *vpgen);
+            kvp__release(p, gen, (size_t)ncap * sizeof *gen);
+        }
         return rc;
     }
     memcpy(nb, p->blocks, (size_t)p->top * sizeof *nb);
@@ -53,6 +66,17 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
     p->blocks = nb;
     p->hashes = nh;
+    if (vtok) {
+        kvp__release(p, p->vtok, (size_t)p->cap * bs * sizeof *vtok);
+        kvp__release(p, p->vparent, (size_t)p->cap * sizeof *vparent);
+        kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *vpgen);
+        kvp__release(p, p->gen, (size_t)p->cap * sizeof *gen);
+        p->vtok = vtok;
+        p->vparent = vparent;
+        p->vpgen = vpgen;
+        p->gen = gen;
+    }
+    kvp__storage_commit(p, arena, ncap);
     p->cap = ncap;
     return KVP_OK;
 }
@@ -121,6 +145,15 @@ static void retire_free(kvp_pool *p, uint32_t b)
 static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
 {
     kvp__block *d = &p->blocks[dst], *s = &p->blocks[src];
+    kvp__storage_copy(p, s->stream, src, dst);
+    if (p->vtok) { /* the recorded tokens and parent move; src's children
+                      recorded (src, gen) and must stop matching */
+        size_t bs = p->cfg.block_size;
+        memcpy(p->vtok + dst * bs, p->vtok + src * bs, bs * sizeof *p->vtok);
+        p->vparent[dst] = p->vparent[src];
+        p->vpgen[dst] = p->vpgen[src];
+        p->gen[src]++;
+    }
     uint32_t hnext = d->hnext;
     *d = *s;
     d->hnext = hnext;
@@ -130,6 +163,8 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
         kvp__index_replace(p, src, dst);
     }
     kvp__owner_relocate(p, src, dst);
+    if (p->seq_relocate)
+        p->seq_relocate(p, src, dst);
 }
 
 kvp_status kvp_extend(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_added)

@@ -41,6 +41,12 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
     o->retired = p->ctr.retired;
     o->relocated = p->ctr.relocated;
     o->evictions = p->ctr.evictions;
+    o->prefix_queries = p->ctr.prefix_queries;
+    o->prefix_hits = p->ctr.prefix_hits;
+    o->prefix_tokens_queried = p->ctr.prefix_queries * p->cfg.block_size;
+    o->prefix_tokens_hit = p->ctr.prefix_hits * p->cfg.block_size;
+    o->cow_copies = p->ctr.cow_copies;
+    o->tokens_in_use = p->fill_sum;
     o->fragmentation = o->blocks ? (double)o->fragmented / (double)o->blocks : 0.0;
     o->usage = o->blocks ? (double)o->in_use / (double)o->blocks : 0.0;
 }
@@ -147,6 +153,12 @@ static const struct metric {
     M(retired, COUNTER, "Blocks retired by shrink or retire-top."),
     M(relocated, COUNTER, "Blocks moved to a new id by retire-top."),
     M(evictions, COUNTER, "Hashes evicted from the content index."),
+    M(prefix_queries, COUNTER, "Full prompt blocks looked up at admission."),
+    M(prefix_hits, COUNTER, "Prompt blocks served from the prefix cache."),
+    M(prefix_tokens_queried, COUNTER, "Prompt tokens looked up at admission."),
+    M(prefix_tokens_hit, COUNTER, "Prompt tokens served from the prefix cache."),
+    M(cow_copies, COUNTER, "Copy-on-write block copies."),
+    M(tokens_in_use, GAUGE, "Tokens held in blocks in use (sum of fill levels)."),
     M(fragmentation, RATIO, "Fraction of managed blocks in use and partly filled."),
     M(usage, RATIO, "Fraction of managed blocks in use."),
 #undef M

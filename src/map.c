@@ -1,0 +1,102 @@
+/*
+ * map.c — a small open-addressing map from 64-bit ids to 32-bit values.
+ *
+ * Used for owner ids -> owner slots and request ids -> sequences.  Linear
+ * probing over a power-of-two table kept at most 3/4 full; deletion shifts
+ * the rest of the run back instead of leaving tombstones, so lookups stay
+ * short however many ids come and go.  Keys are stored in the entries, so a
+ * lookup touches one cache line in the common case.
+ *
+ * Invariants: every entry with val != NONE is reachable from its home slot
+ * without crossing an empty entry; count is the number of such entries.
+ */
+#include "kvp_internal.h"
+
+static uint32_t map_home(uint64_t key, uint32_t mask)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return (uint32_t)key & mask;
+}
+
+uint32_t kvp__map_get(const kvp__map *m, uint64_t key)
+{
+    if (!m->e)
+        return KVP__NONE;
+    for (uint32_t i = map_home(key, m->mask);; i = (i + 1) & m->mask) {
+        if (m->e[i].val == KVP__NONE || m->e[i].key == key)
+            return m->e[i].val;
+    }
+}
+
+static void map_insert(kvp__map_entry *e, uint32_t mask, uint64_t key, uint32_t val)
+{
+    uint32_t i = map_home(key, mask);
+    while (e[i].val != KVP__NONE)
+        i = (i + 1) & mask;
+    e[i].key = key;
+    e[i].val = val;
+}
+
+/* Room for `extra` more entries; doubles when short.  All or nothing. */
+kvp_status kvp__map_reserve(kvp_pool *p, kvp__map *m, uint32_t extra)
+{
+    uint64_t size = m->e ? (uint64_t)m->mask + 1 : 0;
+    uint64_t want = (uint64_t)m->count + extra;
+    if (want * 4 <= size * 3)
+        return KVP_OK;
+    uint64_t nsize = size ? size : 32;
+    while (want * 4 > nsize * 3)
+        nsize *= 2;
+    if (nsize > (1ull << 31))
+        return KVP_ENOMEM;
+    kvp__map_entry *ne = kvp__alloc(p, (size_t)nsize * sizeof *ne);
+    if (!ne)
+        return KVP_ENOMEM;
+    for (uint64_t i = 0; i < nsize; i++)
+        ne[i].val = KVP__NONE;
+    for (uint64_t i = 0; i < size; i++)
+        if (m->e[i].val != KVP__NONE)
+            map_insert(ne, (uint32_t)nsize - 1, m->e[i].key, m->e[i].val);
+    kvp__release(p, m->e, (size_t)size * sizeof *m->e);
+    m->e = ne;
+    m->mask = (uint32_t)nsize - 1;
+    return KVP_OK;
+}
+
+void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val)
+{
+    map_insert(m->e, m->mask, key, val);
+    m->count++;
+}
+
+void kvp__map_del(kvp__map *m, uint64_t key)
+{
+    uint32_t i = map_home(key, m->mask);
+    while (m->e[i].key != key || m->e[i].val == KVP__NONE)
+        i = (i + 1) & m->mask;
+    for (uint32_t j = (i + 1) & m->mask; m->e[j].val != KVP__NONE; j = (j + 1) & m->mask) {
+        uint32_t h = map_home(m->e[j].key, m->mask);
+        /* Move entry j into hole i unless its home lies cyclically in (i, j]. */
+        if (((j - h) & m->mask) >= ((j - i) & m->mask)) {
+            m->e[i] = m->e[j];
+            i = j;
+        }
+    }
+    m->e[i].val = KVP__NONE;
+    m->count--;
+}
+
+void kvp__map_clear(kvp__map *m)
+{
+    for (uint32_t i = 0; m->e && i <= m->mask; i++)
+        m->e[i].val = KVP__NONE;
+    m->count = 0;
+}
+
+void kvp__map_free(kvp_pool *p, kvp__map *m)
+{
+    kvp__release(p, m->e, m->e ? ((size_t)m->mask + 1) * sizeof *m->e : 0);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,126 @@
+/*
+ * storage.c — optional backing storage for block bytes.
+ *
+ * What it owns: the host arenas (one per stream with block_bytes set) and the
+ * one place where block bytes move (copy-on-write and relocation).
+ *
+ * Two modes, chosen by configuration: a host arena that kvpool maps itself
+ * (page aligned, transparent huge pages requested with madvise and simply
+ * not used when the system refuses), or caller memory anywhere (a GPU, Metal)
+ * reached only through the caller's copy hook.  Either way the pool calls
+ * kvp__storage_copy before a move becomes visible, so a sequence never sees
+ * a block id whose bytes are not there yet.
+ *
+ * The arena is mapped with mmap rather than through the allocator hook: it
+ * needs page alignment and huge-page advice that a malloc-style hook cannot
+ * give.  It grows with the pool (a new mapping, contents copied).
+ */
+#include "kvp_internal.h"
+
+#include <sys/mman.h>
+
+static size_t arena_size(const kvp_pool *p, int s, uint32_t ncap)
+{
+    return p->cfg.block_bytes[s] * (size_t)ncap;
+}
+
+static uint8_t *map_arena(size_t bytes)
+{
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(m, bytes, MADV_HUGEPAGE); /* advice only: fine if refused */
+#endif
+    return m;
+}
+
+/* New arenas for `ncap` blocks holding the current contents; NULL entries
+ * for streams without an arena.  All or nothing. */
+kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap, uint8_t **arena)
+{
+    arena[0] = arena[1] = NULL;
+    if (!p->cfg.host_arena)
+        return KVP_OK;
+    for (int s = 0; s < 2; s++) {
+        size_t bytes = arena_size(p, s, ncap);
+        if (!bytes)
+            continue;
+        arena[s] = map_arena(bytes);
+        if (!arena[s]) {
+            if (s == 1 && arena[0])
+                munmap(arena[0], arena_size(p, 0, ncap));
+            arena[0] = arena[1] = NULL;
+            return KVP_ENOMEM;
+        }
+        if (p->arena[s])
+            memcpy(arena[s], p->arena[s], arena_size(p, s, p->top));
+    }
+    return KVP_OK;
+}
+
+void kvp__storage_commit(kvp_pool *p, uint8_t **arena, uint32_t ncap)
+{
+    for (int s = 0; s < 2; s++) {
+        if (!arena[s])
+            continue;
+        if (p->arena[s])
+            munmap(p->arena[s], p->arena_bytes[s]);
+        p->arena[s] = arena[s];
+        p->arena_bytes[s] = arena_size(p, s, ncap);
+    }
+}
+
+kvp_status kvp__storage_init(kvp_pool *p)
+{
+    uint8_t *arena[2];
+    kvp_status rc = kvp__storage_reserve(p, p->cap, arena);
+    if (!rc)
+        kvp__storage_commit(p, arena, p->cap);
+    return rc;
+}
+
+void kvp__storage_free(kvp_pool *p)
+{
+    for (int s = 0; s < 2; s++)
+        if (p->arena[s])
+            munmap(p->arena[s], p->arena_bytes[s]);
+    p->arena[0] = p->arena[1] = NULL;
+}
+
+/* Copy block src's bytes to block dst (stream s): within the arena, or
+ * through the caller's hook (a callback: it may not call into the pool). */
+void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst)
+{
+    size_t bytes = p->cfg.block_bytes[s];
+    if (p->arena[s]) {
+        memcpy(p->arena[s] + dst * bytes, p->arena[s] + src * bytes, bytes);
+    } else if (p->cfg.copy) {
+        const kvp_pool *outer = kvp__cb_pool;
+        kvp__cb_pool = p;
+        kvp_stream st = p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);
+        p->cfg.copy(p->cfg.copy_user, st, src, dst);
+        kvp__cb_pool = outer;
+    }
+}
+
+kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out)
+{
+    if (!pool || !out || !pool->cfg.host_arena)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = id < pool->top && kvp__state(pool, id) != KVP_BLOCK_RETIRED ? KVP_OK : KVP_ERANGE;
+    int s = 0;
+    if (!rc && !kvp__is_fresh(pool, id))
+        s = pool->blocks[id].stream;
+    else if (!rc)
+        s = id < pool->st[0].fresh_hi ? 0 : 1;
+    if (!rc && !pool->arena[s])
+        rc = KVP_EINVAL;
+    if (!rc)
+        *out = pool->arena[s] + id * pool->cfg.block_bytes[s];
+    kvp__leave(pool, false);
+    return rc;
+}
