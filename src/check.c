@@ -191,6 +191,14 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
                       p->blocks[b].stream == s && p->blocks[b].prev == prev,
                   "stream %d: free queue holds block %u wrongly", s, b);
         }
+        bool seen_mark = st->fresh_mark == KVP__NONE;
+        for (uint32_t b = st->fresh_mark; b != KVP__NONE; b = p->blocks[b].next)
+            CHECK(b < p->top && !(p->blocks[b].flags & KVP__F_EVER) &&
+                      p->blocks[b].state == KVP_BLOCK_VACANT,
+                  "stream %d: used block %u among never-used ones", s, b);
+        for (uint32_t b = st->qhead; b != KVP__NONE && !seen_mark; b = p->blocks[b].next)
+            seen_mark = b == st->fresh_mark;
+        CHECK(seen_mark, "stream %d: never-used mark %u not in the free queue", s, st->fresh_mark);
         uint32_t want = st->nvacant - fresh_count(st) + (fifo ? st->ncached : 0);
         CHECK(n == want && st->qtail == prev, "stream %d: free queue length %u, expected %u", s,
               n, want);

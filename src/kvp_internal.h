@@ -120,6 +120,8 @@ typedef struct kvp__stream {
                                 all free blocks (head = oldest); LOWEST: unused */
     uint32_t lhead, ltail;   /* cached blocks, head = least recently freed */
     uint32_t fresh_lo, fresh_hi; /* never-touched ids of the initial pool */
+    uint32_t fresh_mark;     /* LIFO: first never-used block in the q list
+                                (they form its tail, in id order), or NONE */
     uint32_t nvacant;        /* vacant blocks, fresh ones included */
     uint32_t ncached;
     uint32_t nblocks;        /* managed blocks of this stream */
@@ -206,8 +208,8 @@ kvp_status kvp__check_id(const kvp_pool *p, uint32_t b);
 void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state);
 uint32_t kvp__pick(kvp_pool *p, int s);
 void kvp__free_remove(kvp_pool *p, uint32_t b);
-void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t *cursor);
-void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t *cursor);
+void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2]);
+void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t cursor[2]);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
 bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk);

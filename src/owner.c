@@ -356,7 +356,7 @@ kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
         return KVP_ENOTFOUND;
     }
     kvp__owner *o = &pool->owners[slot];
-    uint32_t cursor = KVP__NONE;
+    uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
     size_t n = o->nrefs;
     for (uint32_t i = o->len; i-- > 0;) {
         uint32_t node = o->refs[i];
@@ -365,7 +365,7 @@ kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
         uint32_t b = kvp__node_block(pool, node);
         drop_node(pool, node, true);
         if (pool->blocks[b].ref == 0)
-            kvp__release_block(pool, b, &cursor);
+            kvp__release_block(pool, b, cursor);
     }
     kvp__owner_remove(pool, slot);
     pool->ctr.free_calls++;

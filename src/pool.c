@@ -156,7 +156,7 @@ void kvp__reset_blocks(kvp_pool *p)
     uint32_t k = p->nstreams == 2 ? (n + 1) / 2 : n;
     for (int s = 0; s < p->nstreams; s++) {
         kvp__stream *st = &p->st[s];
-        st->qhead = st->qtail = st->lhead = st->ltail = KVP__NONE;
+        st->qhead = st->qtail = st->lhead = st->ltail = st->fresh_mark = KVP__NONE;
         st->fresh_lo = s == 0 ? 0 : k;
         st->fresh_hi = s == 0 ? k : n;
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
@@ -385,6 +385,8 @@ void kvp__account(kvp_pool *p, const kvp__block *blk, int sign)
 static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
+    if (st->fresh_mark == b)
+        st->fresh_mark = blk->next;
     if (blk->prev != KVP__NONE)
         p->blocks[blk->prev].next = blk->next;
     else
@@ -449,6 +451,8 @@ static void materialize_fresh(kvp_pool *p, int s)
     uint32_t lo = st->fresh_lo, hi = st->fresh_hi;
     st->fresh_lo = st->fresh_hi = 0;
     uint32_t at = p->cfg.reuse == KVP_REUSE_LIFO ? st->qtail : KVP__NONE;
+    if (p->cfg.reuse == KVP_REUSE_LIFO && lo < hi && st->fresh_mark == KVP__NONE)
+        st->fresh_mark = lo;
     for (uint32_t b = lo; b < hi; b++) {
         kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
         kvp__idset_add(&st->vacant, b);
@@ -518,9 +522,9 @@ void kvp__free_remove(kvp_pool *p, uint32_t b)
 }
 
 /* Put block b, whose last reference just went, among the free blocks.
- * `cursor` carries the LIFO insertion point through one call, so that blocks
- * freed together are reused in the order given. */
-void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t *cursor)
+ * cursor[stream] carries the LIFO insertion point through one call, so that
+ * blocks freed together are reused in the order given. */
+void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2])
 {
     kvp__block *blk = &p->blocks[b];
     kvp__stream *st = &p->st[blk->stream];
@@ -537,15 +541,15 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t *cursor)
     kvp__idset_add(&st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) {
-        q_insert_after(p, st, *cursor, b);
-        *cursor = b;
+        q_insert_after(p, st, cursor[blk->stream], b);
+        cursor[blk->stream] = b;
     } else if (p->cfg.reuse == KVP_REUSE_FIFO) {
         q_insert_after(p, st, st->qtail, b);
     }
 }
 
 /* The last reference on block b went: account for it and free it. */
-void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t *cursor)
+void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t cursor[2])
 {
     kvp__account(p, &p->blocks[b], -1);
     p->in_use--;
@@ -565,8 +569,9 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
     blk->state = KVP_BLOCK_VACANT;
     kvp__idset_add(&st->vacant, b);
     st->nvacant++;
-    if (p->cfg.reuse == KVP_REUSE_LIFO)
-        q_insert_after(p, st, st->qtail, b);
+    if (p->cfg.reuse == KVP_REUSE_LIFO) /* behind freed vacant, ahead of never-used */
+        q_insert_after(p, st, st->fresh_mark == KVP__NONE ? st->qtail
+                                                          : p->blocks[st->fresh_mark].prev, b);
 }
 
 /* Hand out block b (already removed from the free structures) for fresh
@@ -790,12 +795,12 @@ kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner ow
     for (size_t i = 0; i < n && !rc; i++)
         rc = drop_refused(pool, ids[i], ++pool->blocks[ids[i]].scratch, slot, owner);
     if (!rc && n) {
-        uint32_t cursor = KVP__NONE;
+        uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
         for (size_t i = 0; i < n; i++) {
             uint32_t b = ids[i];
             kvp__ref_drop(pool, b, slot);
             if (pool->blocks[b].ref == 0)
-                kvp__release_block(pool, b, &cursor);
+                kvp__release_block(pool, b, cursor);
         }
         if (slot != KVP__NONE && pool->owners[slot].nrefs == 0 &&
             !pool->owners[slot].registered)

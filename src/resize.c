@@ -89,7 +89,7 @@ kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
     kvp_status rc = reserve(p, p->top + (n - from_retired));
     if (rc)
         return rc;
-    uint32_t cursor = KVP__NONE;
+    uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b;
         if (p->nretired) {
@@ -102,7 +102,7 @@ kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
                 p->hwm = p->top;
         }
         kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
-        kvp__free_insert(p, b, &cursor);
+        kvp__free_insert(p, b, cursor);
         p->st[s].nblocks++;
     }
     return KVP_OK;

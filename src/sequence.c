@@ -1,0 +1,564 @@
+/*
+ * sequence.c — per-request block tables: admit, append, fork, destroy.
+ *
+ * What it owns: the sequence registry (request id -> sequence), each
+ * sequence's block table, block hashes, the tokens of its partial last block,
+ * and a copy of its extra keys.
+ *
+ * Sequences are a client of the pool like an engine would be: they hold
+ * anonymous references and use the pool's internal calls for taking,
+ * claiming, publishing and freeing blocks.  The pool knows nothing of them
+ * except two hooks registered here: relocation (rewrite tables when
+ * kvp_retire_top moves a block) and clear (drop every sequence).
+ *
+ * Why only the partial block's tokens are kept: a full block is summed up by
+ * its hash, and the next block's hash needs only that parent hash and its own
+ * tokens.  Hashing runs before the pool lock is taken (it is pure), and
+ * every call checks that it can finish (free blocks, memory) before it
+ * changes anything, so a refused call leaves ref counts and the index as
+ * they were.
+ *
+ * Invariants: ntokens fits the table: nblocks == ceil(ntokens / block_size);
+ * nhashes == ntokens / block_size; every block in the table is in use and
+ * holds one anonymous reference per appearance; blocks [0, nhashes) are
+ * full, the last block's fill is ntokens % block_size (or full).
+ */
+#include "kvp_internal.h"
+
+struct kvp_seq {
+    kvp_pool *pool;
+    uint64_t id;
+    uint32_t index;      /* position in the registry's array */
+    uint32_t *blocks;
+    kvp_hash *hashes;    /* of the full blocks */
+    size_t nblocks, nhashes, cap; /* cap: capacity of blocks and hashes */
+    size_t ntokens;
+    uint32_t *tail;      /* 2 x block_size: partial block tokens, scratch */
+    kvp_extra_keys extra;
+    bool has_extra;
+    void *extra_mem;
+    size_t extra_bytes;
+};
+
+typedef struct registry {
+    kvp__map map;        /* request id -> index in seqs */
+    kvp_seq **seqs;
+    uint32_t n, cap;
+} registry;
+
+/* ------------------------------------------------------------------------ */
+/* Registry and hooks                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void seq_free(kvp_pool *p, kvp_seq *q)
+{
+    kvp__release(p, q->blocks, q->cap * sizeof *q->blocks);
+    kvp__release(p, q->hashes, q->cap * sizeof *q->hashes);
+    kvp__release(p, q->tail, 2 * (size_t)p->cfg.block_size * sizeof *q->tail);
+    kvp__release(p, q->extra_mem, q->extra_bytes);
+    kvp__release(p, q, sizeof *q);
+}
+
+/* Relocation hook: every table entry naming `from` now names `to`.  This
+ * walks all live sequences (relocation is rare: a shrinking boundary). */
+static void on_relocate(kvp_pool *p, uint32_t from, uint32_t to)
+{
+    registry *r = p->seqs;
+    for (uint32_t i = 0; i < r->n; i++)
+        for (size_t k = 0; k < r->seqs[i]->nblocks; k++)
+            if (r->seqs[i]->blocks[k] == from)
+                r->seqs[i]->blocks[k] = to;
+}
+
+/* Clear hook (kvp_pool_clear, kvp_pool_destroy): the pool's blocks are being
+ * reset wholesale, so the sequences just go. */
+static void on_clear(kvp_pool *p)
+{
+    registry *r = p->seqs;
+    for (uint32_t i = 0; i < r->n; i++)
+        seq_free(p, r->seqs[i]);
+    kvp__map_free(p, &r->map);
+    kvp__release(p, r->seqs, r->cap * sizeof *r->seqs);
+    kvp__release(p, r, sizeof *r);
+    p->seqs = NULL;
+    p->seq_relocate = NULL;
+    p->seq_clear = NULL;
+}
+
+/* Room for one more sequence in the registry (created on first use). */
+static kvp_status registry_reserve(kvp_pool *p)
+{
+    if (!p->seqs) {
+        registry *r = kvp__zalloc(p, sizeof *r);
+        if (!r)
+            return KVP_ENOMEM;
+        p->seqs = r;
+        p->seq_relocate = on_relocate;
+        p->seq_clear = on_clear;
+    }
+    registry *r = p->seqs;
+    if (r->n == r->cap) {
+        uint32_t ncap = r->cap ? r->cap * 2 : 16;
+        kvp_seq **ns = kvp__alloc(p, ncap * sizeof *ns);
+        if (!ns)
+            return KVP_ENOMEM;
+        if (r->n)
+            memcpy(ns, r->seqs, r->n * sizeof *ns);
+        kvp__release(p, r->seqs, r->cap * sizeof *r->seqs);
+        r->seqs = ns;
+        r->cap = ncap;
+    }
+    return kvp__map_reserve(p, &r->map, 1);
+}
+
+static void registry_add(kvp_pool *p, kvp_seq *q)
+{
+    registry *r = p->seqs;
+    q->index = r->n;
+    r->seqs[r->n++] = q;
+    kvp__map_put(&r->map, q->id, q->index);
+}
+
+static void registry_remove(kvp_pool *p, kvp_seq *q)
+{
+    registry *r = p->seqs;
+    kvp__map_del(&r->map, q->id);
+    kvp_seq *last = r->seqs[--r->n];
+    if (last != q) { /* move the last one into q's place */
+        r->seqs[q->index] = last;
+        kvp__map_del(&r->map, last->id);
+        kvp__map_put(&r->map, last->id, q->index);
+        last->index = q->index;
+    }
+}
+
+static kvp_seq *registry_find(const kvp_pool *p, uint64_t id)
+{
+    const registry *r = p->seqs;
+    uint32_t i = r ? kvp__map_get(&r->map, id) : KVP__NONE;
+    return i == KVP__NONE ? NULL : r->seqs[i];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sequence memory                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Copy extra keys into one allocation owned by the sequence. */
+static kvp_status copy_extra(kvp_pool *p, kvp_seq *q, const kvp_extra_keys *x)
+{
+    if (!x)
+        return KVP_OK;
+    if ((x->n_mm && !x->mm) || (x->salt_len && !x->salt))
+        return KVP_EINVAL;
+    for (size_t i = 0; i < x->n_mm; i++)
+        if (x->mm[i].end < x->mm[i].start)
+            return KVP_EINVAL;
+    size_t name = x->lora_name ? strlen(x->lora_name) + 1 : 0;
+    size_t bytes = x->n_mm * sizeof *x->mm + x->salt_len + name;
+    uint8_t *m = bytes ? kvp__alloc(p, bytes) : NULL;
+    if (bytes && !m)
+        return KVP_ENOMEM;
+    q->extra = *x;
+    q->has_extra = true;
+    q->extra_mem = m;
+    q->extra_bytes = bytes;
+    if (x->n_mm) {
+        memcpy(m, x->mm, x->n_mm * sizeof *x->mm);
+        q->extra.mm = (const kvp_mm_span *)m;
+        m += x->n_mm * sizeof *x->mm;
+    }
+    if (x->salt_len) {
+        memcpy(m, x->salt, x->salt_len);
+        q->extra.salt = m;
+        m += x->salt_len;
+    }
+    if (name) {
+        memcpy(m, x->lora_name, name);
+        q->extra.lora_name = (const char *)m;
+    }
+    return KVP_OK;
+}
+
+static const kvp_extra_keys *extra_of(const kvp_seq *q)
+{
+    return q->has_extra ? &q->extra : NULL;
+}
+
+/* Room for `nblocks` blocks and hashes; doubling; invisible on failure. */
+static kvp_status seq_reserve(kvp_pool *p, kvp_seq *q, size_t nblocks)
+{
+    if (nblocks <= q->cap)
+        return KVP_OK;
+    size_t ncap = q->cap ? q->cap * 2 : 8;
+    while (ncap < nblocks)
+        ncap *= 2;
+    uint32_t *nb = kvp__alloc(p, ncap * sizeof *nb);
+    kvp_hash *nh = kvp__alloc(p, ncap * sizeof *nh);
+    if (!nb || !nh) {
+        kvp__release(p, nb, ncap * sizeof *nb);
+        kvp__release(p, nh, ncap * sizeof *nh);
+        return KVP_ENOMEM;
+    }
+    if (q->nblocks)
+        memcpy(nb, q->blocks, q->nblocks * sizeof *nb);
+    if (q->nhashes)
+        memcpy(nh, q->hashes, q->nhashes * sizeof *nh);
+    kvp__release(p, q->blocks, q->cap * sizeof *q->blocks);
+    kvp__release(p, q->hashes, q->cap * sizeof *q->hashes);
+    q->blocks = nb;
+    q->hashes = nh;
+    q->cap = ncap;
+    return KVP_OK;
+}
+
+static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, kvp_seq **out)
+{
+    kvp_seq *q = kvp__zalloc(p, sizeof *q);
+    if (!q)
+        return KVP_ENOMEM;
+    q->pool = p;
+    q->id = id;
+    q->tail = kvp__alloc(p, 2 * (size_t)p->cfg.block_size * sizeof *q->tail);
+    kvp_status rc = q->tail ? copy_extra(p, q, x) : KVP_ENOMEM;
+    if (rc) {
+        seq_free(p, q);
+        return rc;
+    }
+    *out = q;
+    return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pool operations on behalf of sequences                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Can `need` more blocks be taken from the shared stream, growing if the
+ * configuration allows?  Grows when it must.  Counts an exhausted attempt. */
+static kvp_status room_for(kvp_pool *p, uint32_t avail, uint64_t need)
+{
+    if (avail >= need)
+        return KVP_OK;
+    uint64_t more = need - avail;
+    if (!p->cfg.grow_on_exhaustion || more > kvp__max_blocks(p) - kvp__managed(p)) {
+        p->ctr.exhausted++;
+        return KVP_EEXHAUSTED;
+    }
+    kvp_status rc = kvp__grow(p, 0, (uint32_t)more);
+    if (!rc)
+        p->ctr.grown += more;
+    return rc;
+}
+
+/* Take a fresh block (anonymous reference) for a sequence. */
+static uint32_t take_block(kvp_pool *p)
+{
+    uint32_t b = kvp__pick(p, 0);
+    kvp__free_remove(p, b);
+    kvp__hand_out(p, b, KVP__NONE, KVP_FMT_FP16);
+    p->ctr.blocks_allocated++;
+    return b;
+}
+
+/* Add an anonymous reference to block b, which holds content. */
+static void claim_block(kvp_pool *p, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    if (blk->state == KVP_BLOCK_CACHED) {
+        kvp__free_remove(p, b);
+        blk->state = KVP_BLOCK_IN_USE;
+        blk->prev = blk->next = KVP__NONE;
+        kvp__account(p, blk, 1);
+        if (++p->in_use > p->peak)
+            p->peak = p->in_use;
+    }
+    kvp__ref_add(p, b, KVP__NONE);
+}
+
+static void set_fill(kvp_pool *p, uint32_t b, uint32_t fill)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__account(p, blk, -1);
+    blk->fill = (uint16_t)fill;
+    kvp__account(p, blk, 1);
+}
+
+/* Publish full block i of q (its hash is q->hashes[i], its tokens `tokens`). */
+static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tokens)
+{
+    uint32_t b = q->blocks[i];
+    if (!p->cfg.prefix_caching || (p->blocks[b].flags & KVP__F_PUBLISHED))
+        return;
+    if (p->vtok) {
+        kvp__publish_verified(p, b, &q->hashes[i], i ? q->blocks[i - 1] : KVP__NONE, tokens);
+    } else {
+        p->hashes[b] = q->hashes[i];
+        kvp__index_insert(p, b);
+    }
+}
+
+/* Drop the sequence's references, last block first. */
+static void release_all(kvp_pool *p, kvp_seq *q)
+{
+    uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
+    for (size_t i = q->nblocks; i-- > 0;) {
+        uint32_t b = q->blocks[i];
+        kvp__ref_drop(p, b, KVP__NONE);
+        if (p->blocks[b].ref == 0)
+            kvp__release_block(p, b, cursor);
+    }
+    p->ctr.blocks_freed += q->nblocks;
+    q->nblocks = q->nhashes = q->ntokens = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public calls                                                              */
+/* ------------------------------------------------------------------------ */
+
+kvp_status kvp_seq_create(kvp_pool *pool, uint64_t request_id, const kvp_extra_keys *extra,
+                          kvp_seq **out)
+{
+    if (!pool || !out || pool->nstreams != 1)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp_seq *q = NULL;
+    if (registry_find(pool, request_id))
+        rc = KVP_EOWNERACTIVE;
+    if (!rc)
+        rc = registry_reserve(pool);
+    if (!rc)
+        rc = seq_new(pool, request_id, extra, &q);
+    if (!rc) {
+        registry_add(pool, q);
+        *out = q;
+    }
+    kvp__leave(pool, false);
+    return rc;
+}
+
+kvp_status kvp_seq_find(kvp_pool *pool, uint64_t request_id, kvp_seq **out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp_seq *q = registry_find(pool, request_id);
+    if (q)
+        *out = q;
+    else
+        rc = KVP_ENOTFOUND;
+    kvp__leave(pool, false);
+    return rc;
+}
+
+kvp_status kvp_seq_destroy(kvp_seq *seq)
+{
+    if (!seq)
+        return KVP_EINVAL;
+    kvp_pool *p = seq->pool;
+    kvp_status rc = kvp__enter(p);
+    if (rc)
+        return rc;
+    bool changed = seq->nblocks > 0;
+    release_all(p, seq);
+    p->ctr.free_calls += changed;
+    registry_remove(p, seq);
+    seq_free(p, seq);
+    kvp__leave(p, changed);
+    return KVP_OK;
+}
+
+kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *cached_tokens)
+{
+    if (!seq || !tokens || n == 0)
+        return KVP_EINVAL;
+    kvp_pool *p = seq->pool;
+    size_t bs = p->cfg.block_size;
+    size_t nfull = n / bs, nblocks = (n + bs - 1) / bs;
+    if (nblocks > KVP_MAX_BLOCKS)
+        return KVP_EINVAL;
+    if (seq->ntokens)
+        return KVP_EBUSY;
+    /* Hashing is pure: done before the lock, into the sequence's arrays,
+     * which only become meaningful when ntokens does. */
+    kvp_status rc = seq_reserve(p, seq, nblocks);
+    if (!rc && p->cfg.prefix_caching)
+        rc = kvp__hash_chain(p, tokens, nfull, extra_of(seq), seq->hashes, 0);
+    if (rc)
+        return rc;
+    if ((rc = kvp__enter(p)))
+        return rc;
+
+    /* The longest cached prefix, leaving at least one token to compute. */
+    size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0, k = 0;
+    for (uint32_t parent = KVP__NONE; k < max_hit; k++) {
+        uint32_t b = p->vtok ? kvp__lookup_verified(p, 0, &seq->hashes[k], parent, tokens + k * bs)
+                             : kvp__index_find(p, 0, &seq->hashes[k]);
+        if (b == KVP__NONE)
+            break;
+        seq->blocks[k] = parent = b;
+    }
+    /* Matched blocks that are cached will leave the free list when claimed:
+     * count each once (scratch marks duplicates) against what is free. */
+    for (size_t i = 0; i < k; i++)
+        p->blocks[seq->blocks[i]].scratch = 0;
+    uint32_t matched_free = 0;
+    for (size_t i = 0; i < k; i++) {
+        kvp__block *blk = &p->blocks[seq->blocks[i]];
+        matched_free += blk->state == KVP_BLOCK_CACHED && !blk->scratch;
+        blk->scratch = 1;
+    }
+    uint32_t avail = p->st[0].nvacant + p->st[0].ncached - matched_free;
+    rc = room_for(p, avail, nblocks - k);
+    if (!rc) {
+        for (size_t i = 0; i < k; i++)
+            claim_block(p, seq->blocks[i]);
+        for (size_t i = k; i < nblocks; i++)
+            seq->blocks[i] = take_block(p);
+        for (size_t i = k; i < nblocks; i++)
+            set_fill(p, seq->blocks[i], i < nfull ? (uint32_t)bs : (uint32_t)(n % bs));
+        seq->nblocks = nblocks;
+        seq->nhashes = p->cfg.prefix_caching ? nfull : 0;
+        seq->ntokens = n;
+        for (size_t i = k; i < seq->nhashes; i++)
+            publish_block(p, seq, i, tokens + i * bs);
+        memcpy(seq->tail, tokens + nfull * bs, (n - nfull * bs) * sizeof *tokens);
+        p->ctr.prefix_queries += max_hit;
+        p->ctr.prefix_hits += k;
+        p->ctr.alloc_calls++;
+        if (cached_tokens)
+            *cached_tokens = k * bs;
+    }
+    kvp__leave(p, rc == KVP_OK);
+    return rc;
+}
+
+/* The tokens of full block `i` of an append: the first one that completes
+ * the old partial block is assembled in the scratch half of tail; later
+ * ones lie whole in the caller's array. */
+static const uint32_t *block_tokens(const kvp_seq *q, size_t bs, size_t i, size_t first,
+                                    const uint32_t *tokens, size_t old_fill)
+{
+    if (i == first && old_fill)
+        return q->tail + bs;
+    return tokens + (i - first) * bs - old_fill;
+}
+
+kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
+{
+    if (!seq || (!tokens && n))
+        return KVP_EINVAL;
+    if (n == 0)
+        return KVP_OK;
+    kvp_pool *p = seq->pool;
+    size_t bs = p->cfg.block_size;
+    size_t old_fill = seq->ntokens % bs;
+    size_t total = seq->ntokens + n;
+    size_t nblocks = (total + bs - 1) / bs, nfull = total / bs;
+    if (nblocks > KVP_MAX_BLOCKS)
+        return KVP_EINVAL;
+    kvp_status rc = seq_reserve(p, seq, nblocks);
+    if (rc)
+        return rc;
+    /* Hash the blocks this append fills, before the lock. */
+    size_t first = seq->ntokens / bs; /* first block that may become full */
+    if (old_fill && nfull > first) {
+        memcpy(seq->tail + bs, seq->tail, old_fill * sizeof *tokens);
+        memcpy(seq->tail + bs + old_fill, tokens, (bs - old_fill) * sizeof *tokens);
+    }
+    bool hashing = p->cfg.prefix_caching != 0;
+    for (size_t i = first; hashing && i < nfull; i++) {
+        const uint32_t *bt = block_tokens(seq, bs, i, first, tokens, old_fill);
+        kvp_hash *parent = i ? &seq->hashes[i - 1] : NULL;
+        rc = kvp_hash_block(p, parent, bt, bs, i * bs, extra_of(seq), &seq->hashes[i]);
+        if (rc)
+            return rc;
+    }
+    if ((rc = kvp__enter(p)))
+        return rc;
+    /* Copy-on-write: a write lands in a shared partial last block. */
+    uint32_t last = seq->nblocks ? seq->blocks[seq->nblocks - 1] : KVP__NONE;
+    bool cow = old_fill && p->blocks[last].ref > 1;
+    size_t fresh = nblocks - seq->nblocks;
+    rc = room_for(p, p->st[0].nvacant + p->st[0].ncached, fresh + cow);
+    if (!rc) {
+        if (cow) {
+            uint32_t b = take_block(p);
+            kvp__storage_copy(p, 0, last, b);
+            set_fill(p, b, p->blocks[last].fill);
+            kvp__ref_drop(p, last, KVP__NONE); /* still referenced: ref > 1 */
+            seq->blocks[seq->nblocks - 1] = b;
+            p->ctr.cow_copies++;
+        }
+        for (size_t i = seq->nblocks; i < nblocks; i++)
+            seq->blocks[i] = take_block(p);
+        for (size_t i = first; i < nblocks; i++)
+            set_fill(p, seq->blocks[i], i < nfull ? (uint32_t)bs : (uint32_t)(total % bs));
+        seq->nblocks = nblocks;
+        if (hashing) {
+            for (size_t i = first; i < nfull; i++)
+                publish_block(p, seq, i, block_tokens(seq, bs, i, first, tokens, old_fill));
+            seq->nhashes = nfull;
+        }
+        /* The new partial block's tokens. */
+        size_t fill = total % bs;
+        if (nfull > first || !old_fill)
+            memcpy(seq->tail, tokens + n - fill, fill * sizeof *tokens);
+        else
+            memcpy(seq->tail + old_fill, tokens, n * sizeof *tokens);
+        seq->ntokens = total;
+        p->ctr.alloc_calls += fresh + cow > 0;
+    }
+    kvp__leave(p, rc == KVP_OK);
+    return rc;
+}
+
+kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
+{
+    if (!parent || !child)
+        return KVP_EINVAL;
+    kvp_pool *p = parent->pool;
+    kvp_status rc = kvp__enter(p);
+    if (rc)
+        return rc;
+    kvp_seq *q = NULL;
+    if (registry_find(p, child_id))
+        rc = KVP_EOWNERACTIVE;
+    if (!rc)
+        rc = registry_reserve(p);
+    if (!rc)
+        rc = seq_new(p, child_id, extra_of(parent), &q);
+    if (!rc && (rc = seq_reserve(p, q, parent->nblocks)))
+        seq_free(p, q);
+    if (!rc) {
+        memcpy(q->blocks, parent->blocks, parent->nblocks * sizeof *q->blocks);
+        memcpy(q->hashes, parent->hashes, parent->nhashes * sizeof *q->hashes);
+        memcpy(q->tail, parent->tail, p->cfg.block_size * sizeof *q->tail);
+        q->nblocks = parent->nblocks;
+        q->nhashes = parent->nhashes;
+        q->ntokens = parent->ntokens;
+        for (size_t i = 0; i < q->nblocks; i++)
+            kvp__ref_add(p, q->blocks[i], KVP__NONE);
+        registry_add(p, q);
+        *child = q;
+    }
+    kvp__leave(p, rc == KVP_OK && q->nblocks > 0);
+    return rc;
+}
+
+kvp_status kvp_seq_blocks(kvp_seq *seq, const kvp_block **ids, size_t *n_blocks, size_t *n_tokens)
+{
+    if (!seq || !ids || !n_blocks)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(seq->pool);
+    if (rc)
+        return rc;
+    *ids = seq->blocks;
+    *n_blocks = seq->nblocks;
+    if (n_tokens)
+        *n_tokens = seq->ntokens;
+    kvp__leave(seq->pool, false);
+    return KVP_OK;
+}

@@ -1,0 +1,220 @@
+/*
+ * kvptest.c — shared helpers for the kvpool cmocka tests (see kvptest.h).
+ */
+#include "kvptest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kvptest_assert_status(int got, int expected, const char *expr,
+                           const char *file, int line)
+{
+    if (got == expected)
+        return;
+    print_error("%s:%d: %s\n    returned %d (%s)\n    expected %d (%s)\n", file,
+                line, expr, got, kvp_strerror(got), expected,
+                kvp_strerror(expected));
+    _fail(file, line);
+}
+
+void kvptest_assert_eq(uint64_t a, uint64_t b, const char *ea, const char *eb,
+                       const char *file, int line)
+{
+    if (a == b)
+        return;
+    print_error("%s:%d: %s == %s failed\n    got      %llu (%lld, %#llx)\n"
+                "    expected %llu (%lld, %#llx)\n",
+                file, line, ea, eb, (unsigned long long)a, (long long)a,
+                (unsigned long long)a, (unsigned long long)b, (long long)b,
+                (unsigned long long)b);
+    _fail(file, line);
+}
+
+void kvptest_check_at(kvp_pool *pool, const char *file, int line)
+{
+    char msg[512];
+    msg[0] = '\0';
+    kvp_status st = kvp_pool_check(pool, msg, sizeof msg);
+    if (st == KVP_OK)
+        return;
+    msg[sizeof msg - 1] = '\0';
+    print_error("%s:%d: kvp_pool_check returned %d (%s): %s\n", file, line,
+                (int)st, kvp_strerror(st), msg);
+    _fail(file, line);
+}
+
+uint64_t kvptest_fp_at(kvp_pool *pool, const char *file, int line)
+{
+    uint64_t fp = 0;
+    kvptest_assert_status(kvp_pool_fingerprint(pool, &fp), KVP_OK,
+                          "kvp_pool_fingerprint", file, line);
+    return fp;
+}
+
+void kvptest_assert_fp_at(kvp_pool *pool, uint64_t before, const char *expr,
+                          const char *file, int line)
+{
+    uint64_t after = kvptest_fp_at(pool, file, line);
+    if (after == before)
+        return;
+    print_error("%s:%d: refused call %s changed the pool\n"
+                "    fingerprint before %#llx, after %#llx\n",
+                file, line, expr, (unsigned long long)before,
+                (unsigned long long)after);
+    _fail(file, line);
+}
+
+kvp_config kvptest_config(uint32_t num_blocks)
+{
+    kvp_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (kvp_config_default(&cfg) != KVP_OK)
+        fail_msg("kvp_config_default failed");
+    cfg.block_size = 16;
+    cfg.num_blocks = num_blocks;
+    return cfg;
+}
+
+kvp_pool *kvptest_create_at(const kvp_config *cfg, const char *file, int line)
+{
+    kvp_pool *pool = NULL;
+    kvptest_assert_status(kvp_pool_create(cfg, &pool), KVP_OK, "kvp_pool_create",
+                          file, line);
+    if (pool == NULL) {
+        print_error("%s:%d: kvp_pool_create returned OK and a NULL pool\n", file,
+                    line);
+        _fail(file, line);
+    }
+    kvptest_check_at(pool, file, line);
+    return pool;
+}
+
+kvp_pool *kvptest_pool_at(uint32_t num_blocks, kvp_reuse reuse, const char *file,
+                          int line)
+{
+    kvp_config cfg = kvptest_config(num_blocks);
+    cfg.reuse = reuse;
+    return kvptest_create_at(&cfg, file, line);
+}
+
+kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line)
+{
+    kvp_stats s;
+    memset(&s, 0, sizeof s);
+    kvptest_assert_status(kvp_stats_get(pool, &s), KVP_OK, "kvp_stats_get", file,
+                          line);
+    return s;
+}
+
+kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
+                               int line)
+{
+    kvp_block_info info;
+    memset(&info, 0, sizeof info);
+    kvptest_assert_status(kvp_block_get(pool, id, &info), KVP_OK, "kvp_block_get",
+                          file, line);
+    return info;
+}
+
+uint32_t kvptest_free_count_at(kvp_pool *pool, kvp_stream s, const char *file,
+                               int line)
+{
+    uint32_t n = UINT32_MAX;
+    kvptest_assert_status(kvp_free_count(pool, s, &n), KVP_OK, "kvp_free_count",
+                          file, line);
+    return n;
+}
+
+kvp_block kvptest_take_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
+                          const char *file, int line)
+{
+    kvp_block b = KVP_NO_BLOCK;
+    kvptest_assert_status(kvp_take(pool, s, owner, &b), KVP_OK, "kvp_take", file,
+                          line);
+    return b;
+}
+
+size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
+                        kvp_owner owner, kvp_block *ids, size_t cap,
+                        const char *file, int line)
+{
+    size_t n = 0;
+    kvptest_assert_status(kvp_alloc(pool, s, tokens, owner, KVP_FMT_FP16, ids, cap, &n),
+                          KVP_OK, "kvp_alloc", file, line);
+    return n;
+}
+
+size_t kvptest_owner_blocks_at(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
+                               size_t cap, const char *file, int line)
+{
+    size_t n = 0;
+    kvptest_assert_status(kvp_owner_blocks(pool, owner, ids, cap, &n), KVP_OK,
+                          "kvp_owner_blocks", file, line);
+    return n;
+}
+
+kvp_hash kvptest_hash(uint64_t v)
+{
+    kvp_hash h;
+    memset(&h, 0, sizeof h);
+    for (int i = 0; i < 8; i++)
+        h.b[31 - i] = (uint8_t)(v >> (8 * i));
+    return h;
+}
+
+uint64_t kvptest_hash_u64(const kvp_hash *h)
+{
+    uint64_t v = 0;
+    for (int i = 24; i < 32; i++)
+        v = (v << 8) | h->b[i];
+    return v;
+}
+
+void kvptest_evrec_fn(void *user, const kvp_hash *hash, kvp_block block)
+{
+    kvptest_evrec *r = user;
+    int cleared = hash == NULL;
+    if ((hash == NULL) != (block == KVP_NO_BLOCK))
+        r->bad++;
+    if (r->n < KVPTEST_EVREC_MAX) {
+        r->hash[r->n] = hash ? kvptest_hash_u64(hash) : 0;
+        r->block[r->n] = block;
+        r->cleared[r->n] = cleared;
+    }
+    r->n++;
+    if (cleared)
+        r->n_cleared++;
+}
+
+void kvptest_evrec_reset(kvptest_evrec *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg)
+{
+    kvptest_evrec_reset(r);
+    cfg->on_evict = kvptest_evrec_fn;
+    cfg->evict_user = r;
+}
+
+double kvptest_scale(void)
+{
+    const char *s = getenv("KVP_TEST_SCALE");
+    if (s == NULL || *s == '\0')
+        return 1.0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0.0))
+        return 1.0;
+    return v;
+}
+
+size_t kvptest_steps(size_t base)
+{
+    double v = (double)base * kvptest_scale();
+    if (v < 1.0)
+        return 1;
+    return (size_t)v;
+}

@@ -1,0 +1,151 @@
+/*
+ * kvptest.h — small shared helpers for the kvpool cmocka tests.
+ *
+ * Include this instead of cmocka.h: it pulls in the headers cmocka needs
+ * (stdarg, stddef, setjmp, stdint) and kvpool.h.  Every helper that can fail
+ * fails the current cmocka test with the file and line of the caller and
+ * prints both the value it got and the value it expected.
+ *
+ * Status assertions
+ *   KVP_ASSERT_STATUS(expr, expected)  expr must return `expected`; on failure
+ *                                      prints both codes and kvp_strerror().
+ *   KVP_ASSERT_OK(expr)                same with KVP_OK.
+ *   KVP_ASSERT_REFUSED(pool, expr, st) fingerprint, run expr, assert status
+ *                                      st, assert the fingerprint is
+ *                                      unchanged, run the checker.
+ *   KVP_ASSERT_EQ(a, b)                integer equality, both values printed
+ *                                      (as unsigned 64-bit and signed).
+ *
+ * Pool helpers (all assert success)
+ *   kvptest_check(pool)       kvp_pool_check(); fails with its message.
+ *   kvptest_fp(pool)          kvp_pool_fingerprint().
+ *   kvptest_config(n)         kvp_config_default() with num_blocks = n and
+ *                             block_size = 16; change fields, then
+ *   kvptest_create(&cfg)      kvp_pool_create() + check; destroy with
+ *                             kvp_pool_destroy().
+ *   kvptest_pool(n, reuse)    shorthand for the two above.
+ *   kvptest_stats(pool)       kvp_stats_get() by value.
+ *   kvptest_info(pool, id)    kvp_block_get() by value.
+ *   kvptest_free_count(pool, stream)
+ *   kvptest_take(pool, stream, owner)         kvp_take(), returns the id.
+ *   kvptest_alloc(pool, stream, tokens, owner, ids, cap)  kvp_alloc() with
+ *                             format FP16, returns the count.
+ *   kvptest_owner_blocks(pool, owner, ids, cap)  returns the count.
+ *
+ * Hashes
+ *   kvptest_hash(v)      a kvp_hash that is zero except for v stored
+ *                        big-endian in the last 8 bytes.
+ *   kvptest_hash_u64(h)  reads those last 8 bytes back.
+ *
+ * Eviction recorder
+ *   kvptest_evrec r; kvptest_evrec_attach(&r, &cfg);   (before create)
+ *   Every callback appends an entry: hash value (last 8 bytes) and block, or
+ *   cleared = 1 for an "all cleared" notice (hash NULL, block KVP_NO_BLOCK;
+ *   a notice that breaks that pairing is counted in r.bad).  r.n counts all
+ *   callbacks, r.n_cleared the notices; the first KVPTEST_EVREC_MAX entries
+ *   are kept.  kvptest_evrec_reset(&r) forgets everything.
+ *
+ * Scale
+ *   kvptest_scale()      env KVP_TEST_SCALE as a double (default 1.0).
+ *   kvptest_steps(base)  base * scale, at least 1.
+ */
+#ifndef KVPTEST_H
+#define KVPTEST_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "kvpool.h"
+
+/* ---- status assertions ------------------------------------------------- */
+
+void kvptest_assert_status(int got, int expected, const char *expr,
+                           const char *file, int line);
+void kvptest_assert_eq(uint64_t a, uint64_t b, const char *ea, const char *eb,
+                       const char *file, int line);
+
+#define KVP_ASSERT_STATUS(expr, expected) \
+    kvptest_assert_status((int)(expr), (int)(expected), #expr, __FILE__, __LINE__)
+#define KVP_ASSERT_OK(expr) KVP_ASSERT_STATUS(expr, KVP_OK)
+#define KVP_ASSERT_EQ(a, b) \
+    kvptest_assert_eq((uint64_t)(a), (uint64_t)(b), #a, #b, __FILE__, __LINE__)
+
+/* ---- pool helpers ------------------------------------------------------- */
+
+void kvptest_check_at(kvp_pool *pool, const char *file, int line);
+uint64_t kvptest_fp_at(kvp_pool *pool, const char *file, int line);
+void kvptest_assert_fp_at(kvp_pool *pool, uint64_t before, const char *expr,
+                          const char *file, int line);
+
+#define kvptest_check(pool) kvptest_check_at((pool), __FILE__, __LINE__)
+#define kvptest_fp(pool) kvptest_fp_at((pool), __FILE__, __LINE__)
+
+#define KVP_ASSERT_REFUSED(pool, expr, status)                               \
+    do {                                                                     \
+        uint64_t kvpt_fp_before_ = kvptest_fp(pool);                         \
+        KVP_ASSERT_STATUS(expr, status);                                     \
+        kvptest_assert_fp_at((pool), kvpt_fp_before_, #expr, __FILE__,       \
+                             __LINE__);                                      \
+        kvptest_check(pool);                                                 \
+    } while (0)
+
+kvp_config kvptest_config(uint32_t num_blocks);
+kvp_pool *kvptest_create_at(const kvp_config *cfg, const char *file, int line);
+#define kvptest_create(cfg) kvptest_create_at((cfg), __FILE__, __LINE__)
+kvp_pool *kvptest_pool_at(uint32_t num_blocks, kvp_reuse reuse, const char *file,
+                          int line);
+#define kvptest_pool(n, reuse) kvptest_pool_at((n), (reuse), __FILE__, __LINE__)
+
+kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line);
+#define kvptest_stats(pool) kvptest_stats_at((pool), __FILE__, __LINE__)
+kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
+                               int line);
+#define kvptest_info(pool, id) kvptest_info_at((pool), (id), __FILE__, __LINE__)
+uint32_t kvptest_free_count_at(kvp_pool *pool, kvp_stream s, const char *file,
+                               int line);
+#define kvptest_free_count(pool, s) \
+    kvptest_free_count_at((pool), (s), __FILE__, __LINE__)
+kvp_block kvptest_take_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
+                          const char *file, int line);
+#define kvptest_take(pool, s, owner) \
+    kvptest_take_at((pool), (s), (owner), __FILE__, __LINE__)
+size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
+                        kvp_owner owner, kvp_block *ids, size_t cap,
+                        const char *file, int line);
+#define kvptest_alloc(pool, s, tokens, owner, ids, cap) \
+    kvptest_alloc_at((pool), (s), (tokens), (owner), (ids), (cap), __FILE__, __LINE__)
+size_t kvptest_owner_blocks_at(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
+                               size_t cap, const char *file, int line);
+#define kvptest_owner_blocks(pool, owner, ids, cap) \
+    kvptest_owner_blocks_at((pool), (owner), (ids), (cap), __FILE__, __LINE__)
+
+/* ---- hashes ------------------------------------------------------------- */
+
+kvp_hash kvptest_hash(uint64_t v);
+uint64_t kvptest_hash_u64(const kvp_hash *h);
+
+/* ---- eviction recorder -------------------------------------------------- */
+
+#define KVPTEST_EVREC_MAX 256
+typedef struct kvptest_evrec {
+    size_t n;                 /* callbacks seen (all kinds) */
+    size_t n_cleared;         /* "all cleared" notices seen */
+    size_t bad;               /* hash NULL xor block KVP_NO_BLOCK */
+    uint64_t hash[KVPTEST_EVREC_MAX];   /* kvptest_hash_u64 of the hash */
+    kvp_block block[KVPTEST_EVREC_MAX];
+    int cleared[KVPTEST_EVREC_MAX];
+} kvptest_evrec;
+
+void kvptest_evrec_fn(void *user, const kvp_hash *hash, kvp_block block);
+void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg);
+void kvptest_evrec_reset(kvptest_evrec *r);
+
+/* ---- scale -------------------------------------------------------------- */
+
+double kvptest_scale(void);
+size_t kvptest_steps(size_t base);
+
+#endif /* KVPTEST_H */

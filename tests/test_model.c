@@ -1,0 +1,2075 @@
+/*
+ * test_model.c — model-based random test of the block lifecycle.
+ *
+ * What it covers: every state-changing call of the core API (alloc, take,
+ * take_id, free, free_owner, owner register/release, set_fill, claim,
+ * publish, lookup, unpublish, evict, ensure_free, clear_index,
+ * reset_prefix_cache, extend, shrink, retire_top, pool_clear), good and bad
+ * arguments, in every reuse order, with one shared free list and with
+ * separate K/V lists, with and without the null block, growth on and off.
+ *
+ * How: a deliberately naive reference model (plain arrays and linear scans,
+ * written from kvpool.h and SPEC "Block lifecycle", not from src/) is driven
+ * in lock step with a real pool by a seeded splitmix64 operation stream.
+ * After every step the test compares the status, the ids returned, the
+ * eviction callbacks (exact hashes, blocks and order), every kvp_stats
+ * field, every block (kvp_block_get), every owner's block list, and runs
+ * kvp_pool_check; a refused call must leave kvp_pool_fingerprint unchanged.
+ * Every WHOLE_EVERY steps it also compares every lookup and free count.
+ * Pools are small (16..128 blocks) so the O(pool) checks after each step
+ * stay cheap.  The step count scales with env KVP_TEST_SCALE (default 1).
+ *
+ * On a mismatch the test prints config, seed, step, the operation and both
+ * values.  Where kvpool.h leaves a choice open the model follows the
+ * implementation's documented choice and says so in a comment ("header is
+ * silent", "open").
+ *
+ * Debugging knobs (environment): KVP_MODEL_SEED=n replaces every config's
+ * seed; KVP_MODEL_TRACE=1 prints each step; KVP_MODEL_DUMP=1 prints the
+ * model's free lists (as before the failing step) on a mismatch;
+ * KVP_MODEL_MIMIC=1 follows two known deviations of the implementation from
+ * the header (B2: LIFO never-used order after the never-used range is split;
+ * B3: freeing K and V blocks in one call with separate lists in LIFO order)
+ * so that a run can go past them to look for others.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpool.h"
+
+#define MB 320          /* model block ids (every config stays below) */
+#define NOWN 8          /* named owners */
+#define OREFS 2048      /* references one owner may hold in the model */
+#define NHASH 8         /* hash alphabet: small, so duplicates are common */
+#define MAXEV 1024      /* eviction callbacks recorded per step */
+#define WHOLE_EVERY 64  /* steps between whole-state comparisons */
+#define NOP 26
+#define MAXREFB 64      /* owner references per block the test creates */
+
+#define M_NONE 9 /* id never created */
+#define M_GONE 10 /* id above the initial pool after kvp_pool_clear */
+
+/* ------------------------------------------------------------------------ */
+/* PRNG: splitmix64                                                          */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hash alphabet                                                             */
+/* ------------------------------------------------------------------------ */
+
+static kvp_hash g_hash[NHASH];
+
+static void init_hashes(void)
+{
+    uint64_t s = 12345;
+    memset(g_hash, 0, sizeof g_hash);
+    for (int i = 0; i < NHASH; i++) {
+        uint64_t v = splitmix64(&s);
+        for (int k = 0; k < 8; k++)
+            g_hash[i].b[24 + k] = (uint8_t)(v >> (56 - 8 * k));
+    }
+    /* 6: a full 32-byte value; 7: equal to 0 in the last 8 bytes, differs in
+     * the first byte (hashes compare bytewise over all 32 bytes). */
+    for (int k = 0; k < 24; k++)
+        g_hash[6].b[k] = (uint8_t)splitmix64(&s);
+    g_hash[7] = g_hash[0];
+    g_hash[7].b[0] = 0xa5;
+}
+
+static int hash_index(const kvp_hash *h)
+{
+    if (!h)
+        return -1;
+    for (int i = 0; i < NHASH; i++)
+        if (memcmp(h->b, g_hash[i].b, 32) == 0)
+            return i;
+    return -2;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Eviction log (library side)                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct evlog {
+    int n;
+    int overflow;
+    int hash[MAXEV];        /* alphabet index, -1 = "all cleared", -2 unknown */
+    kvp_block block[MAXEV];
+} evlog;
+
+static void on_evict(void *user, const kvp_hash *hash, kvp_block block)
+{
+    evlog *l = user;
+    if (l->n >= MAXEV) {
+        l->overflow = 1;
+        return;
+    }
+    l->hash[l->n] = hash_index(hash);
+    l->block[l->n] = block;
+    l->n++;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The model                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ilist {
+    uint32_t n;
+    kvp_block v[MB];
+} ilist;
+
+static void il_ins(ilist *l, uint32_t pos, kvp_block b)
+{
+    memmove(&l->v[pos + 1], &l->v[pos], (l->n - pos) * sizeof l->v[0]);
+    l->v[pos] = b;
+    l->n++;
+}
+
+static void il_del_at(ilist *l, uint32_t pos)
+{
+    memmove(&l->v[pos], &l->v[pos + 1], (l->n - pos - 1) * sizeof l->v[0]);
+    l->n--;
+}
+
+static int il_find(const ilist *l, kvp_block b)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->v[i] == b)
+            return (int)i;
+    return -1;
+}
+
+static void il_push(ilist *l, kvp_block b)
+{
+    il_ins(l, l->n, b);
+}
+
+static void il_ins_sorted(ilist *l, kvp_block b)
+{
+    uint32_t i = 0;
+    while (i < l->n && l->v[i] < b)
+        i++;
+    il_ins(l, i, b);
+}
+
+typedef struct mblk {
+    int state;        /* KVP_BLOCK_*, M_NONE or M_GONE */
+    int list;         /* free-list index: 0, or 0 = K / 1 = V */
+    unsigned format;
+    int format_known;
+    uint32_t fill;
+    uint32_t anon;
+    int nh;           /* holders in order of first acquisition */
+    int h_own[NOWN];
+    uint32_t h_cnt[NOWN];
+    int h_multi[NOWN]; /* has held two or more at once since it became a holder */
+    int hash;         /* alphabet index, -1 = not published */
+    uint64_t seq;     /* publish sequence number of its index entry */
+    int ever;
+    int reborn;       /* id was retired and added again */
+    int is_null;
+} mblk;
+
+typedef struct mown {
+    int active, registered;
+    uint32_t n;
+    kvp_block refs[OREFS]; /* in the order taken */
+} mown;
+
+typedef struct mcfg {
+    const char *name;
+    kvp_reuse reuse;
+    int sep, nullb, grow, prefix;
+    uint32_t bs, nblocks, maxb; /* maxb 0: unlimited */
+    uint64_t seed;
+    size_t steps;
+} mcfg;
+
+typedef struct mctr {
+    uint64_t peak, alloc_calls, blocks_allocated, free_calls, blocks_freed,
+        reused, exhausted, grown, extended, retired, relocated, evictions;
+} mctr;
+
+typedef struct model {
+    mcfg c;
+    int nl;           /* free lists: 1 shared, 2 separate */
+    uint32_t top;     /* ids [0, top) have been created */
+    mblk b[MB];
+    mown o[NOWN];
+    ilist stk[2];     /* LIFO: freed vacant stack (front = next); LOWEST:
+                         vacant sorted by id */
+    ilist fresh[2];   /* LIFO: never-used vacant, ascending */
+    ilist cac[2];     /* LIFO/LOWEST: cached, least recently freed first */
+    ilist fq[2];      /* FIFO: every free block, next first */
+    uint64_t seq;
+    mctr k;
+    int nev;
+    int ev_hash[MAXEV];
+    kvp_block ev_block[MAXEV];
+} model;
+
+/* KVP_MODEL_MIMIC=1: follow the implementation's known deviations from the
+ * header (listed in the report) so a run can go past them to find others.
+ * Off by default: the test fails on them. */
+static int g_mimic;
+
+static const kvp_owner g_ownval[NOWN] = {
+    1, 2, 3, 42, 0, (kvp_owner)0xffffffffu + 5u, UINT64_MAX - 1u, 7,
+};
+
+static kvp_owner oval(int oi)
+{
+    return oi < 0 ? KVP_ANON : g_ownval[oi];
+}
+
+static uint32_t refcnt(const mblk *k)
+{
+    uint32_t n = k->anon;
+    for (int i = 0; i < k->nh; i++)
+        n += k->h_cnt[i];
+    return n;
+}
+
+static uint32_t held(const mblk *k, int oi)
+{
+    if (oi < 0)
+        return k->anon;
+    for (int i = 0; i < k->nh; i++)
+        if (k->h_own[i] == oi)
+            return k->h_cnt[i];
+    return 0;
+}
+
+static void holder_add(mblk *k, int oi)
+{
+    if (oi < 0) {
+        k->anon++;
+        return;
+    }
+
+    for (int i = 0; i < k->nh; i++)
+        if (k->h_own[i] == oi) {
+            k->h_cnt[i]++;
+            k->h_multi[i] = 1;
+            return;
+        }
+    k->h_own[k->nh] = oi;
+    k->h_cnt[k->nh] = 1;
+    k->h_multi[k->nh] = 0;
+    k->nh++;
+}
+
+static void holder_drop(mblk *k, int oi)
+{
+    if (oi < 0) {
+        k->anon--;
+        return;
+    }
+
+    for (int i = 0; i < k->nh; i++)
+        if (k->h_own[i] == oi) {
+            if (--k->h_cnt[i] == 0) {
+                for (int j = i; j + 1 < k->nh; j++) {
+                    k->h_own[j] = k->h_own[j + 1];
+                    k->h_cnt[j] = k->h_cnt[j + 1];
+                    k->h_multi[j] = k->h_multi[j + 1];
+                }
+                k->nh--;
+            }
+            return;
+        }
+}
+
+static int is_free(const mblk *k)
+{
+    return k->state == KVP_BLOCK_VACANT || k->state == KVP_BLOCK_CACHED;
+}
+
+static int is_managed(const mblk *k)
+{
+    return is_free(k) || k->state == KVP_BLOCK_IN_USE;
+}
+
+/* Free-list index for a stream argument, -1 when the stream is refused. */
+static int m_list(const model *m, int stream)
+{
+    if (!m->c.sep)
+        return stream >= 0 && stream <= 2 ? 0 : -1;
+    return stream == KVP_STREAM_K ? 0 : stream == KVP_STREAM_V ? 1 : -1;
+}
+
+static kvp_stream list_stream(const model *m, int L)
+{
+    if (!m->c.sep)
+        return KVP_STREAM_SHARED;
+    return L == 0 ? KVP_STREAM_K : KVP_STREAM_V;
+}
+
+static uint32_t managed(const model *m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        n += is_managed(&m->b[i]);
+    return n;
+}
+
+static uint32_t cap_blocks(const model *m)
+{
+    return m->c.maxb ? m->c.maxb : KVP_MAX_BLOCKS;
+}
+
+static uint32_t n_state(const model *m, int L, int state)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        n += m->b[i].state == state && m->b[i].list == L;
+    return n;
+}
+
+static uint32_t n_free(const model *m, int L)
+{
+    return n_state(m, L, KVP_BLOCK_VACANT) + n_state(m, L, KVP_BLOCK_CACHED);
+}
+
+static void record_ev(model *m, int hash, kvp_block b)
+{
+    if (m->nev < MAXEV) {
+        m->ev_hash[m->nev] = hash;
+        m->ev_block[m->nev] = b;
+    }
+    m->nev++;
+}
+
+/* Drop b's index entry: one eviction (callback, counted). */
+static void evict_entry(model *m, kvp_block b)
+{
+    record_ev(m, m->b[b].hash, b);
+    m->k.evictions++;
+    m->b[b].hash = -1;
+}
+
+/* Take free block b out of every free structure. */
+static void free_remove(model *m, kvp_block b)
+{
+    int L = m->b[b].list;
+    if (g_mimic && m->c.reuse == KVP_REUSE_LIFO) {
+        /* deviation B2: taking a never-used block from the middle of the
+         * never-used range turns all of them into ordinary stack entries
+         * below the freed ones; blocks that later lose their content go
+         * below those, i.e. after never-used blocks, which the header says
+         * come "after every freed vacant block". */
+        int pos = il_find(&m->fresh[L], b);
+        if (pos > 0 && (uint32_t)pos + 1 < m->fresh[L].n) {
+            for (uint32_t i = 0; i < m->fresh[L].n; i++)
+                il_push(&m->stk[L], m->fresh[L].v[i]);
+            m->fresh[L].n = 0;
+        }
+    }
+    ilist *ls[4] = {&m->stk[L], &m->fresh[L], &m->cac[L], &m->fq[L]};
+    for (int i = 0; i < 4; i++) {
+        int pos = il_find(ls[i], b);
+        if (pos >= 0)
+            il_del_at(ls[i], (uint32_t)pos);
+    }
+}
+
+/* The block the next allocation from list L takes, or KVP_NO_BLOCK. */
+static kvp_block next_pick(const model *m, int L)
+{
+    if (m->c.reuse == KVP_REUSE_FIFO)
+        return m->fq[L].n ? m->fq[L].v[0] : KVP_NO_BLOCK;
+    if (m->stk[L].n)
+        return m->stk[L].v[0];
+    if (m->fresh[L].n)
+        return m->fresh[L].v[0];
+    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
+}
+
+/* The least recently freed cached block of list L, or KVP_NO_BLOCK. */
+static kvp_block lru_cached(const model *m, int L)
+{
+    if (m->c.reuse == KVP_REUSE_FIFO) {
+        for (uint32_t i = 0; i < m->fq[L].n; i++)
+            if (m->b[m->fq[L].v[i]].state == KVP_BLOCK_CACHED)
+                return m->fq[L].v[i];
+        return KVP_NO_BLOCK;
+    }
+    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
+}
+
+/* Blocks that just became free (state already set to vacant or cached) join
+ * the free blocks "in the order given: the first given is the first reused
+ * (and, when cached, the first evicted)". */
+static void join_free(model *m, const kvp_block *bl, uint32_t n)
+{
+    for (int L = 0; L < m->nl; L++) {
+        uint32_t pos = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            kvp_block b = bl[i];
+            if (m->b[b].list != L)
+                continue;
+            if (m->c.reuse == KVP_REUSE_FIFO) {
+                il_push(&m->fq[L], b);
+            } else if (m->b[b].state == KVP_BLOCK_CACHED) {
+                il_push(&m->cac[L], b);
+            } else if (m->c.reuse == KVP_REUSE_LIFO) {
+                il_ins(&m->stk[L], pos++, b);
+            } else {
+                il_ins_sorted(&m->stk[L], b);
+            }
+        }
+    }
+}
+
+/* A cached free block loses its content and becomes vacant.  FIFO: keeps its
+ * place in the one queue.  LOWEST: joins the vacant blocks by id.  LIFO:
+ * header is silent on where; the implementation documents "bottom of the
+ * vacant stack, reused after the blocks vacant before it" (but still before
+ * never-used blocks, which come after every freed vacant block). */
+static void cached_to_vacant(model *m, kvp_block b)
+{
+    int L = m->b[b].list;
+    m->b[b].state = KVP_BLOCK_VACANT;
+    if (m->c.reuse == KVP_REUSE_FIFO)
+        return;
+    int pos = il_find(&m->cac[L], b);
+    il_del_at(&m->cac[L], (uint32_t)pos);
+    if (m->c.reuse == KVP_REUSE_LIFO)
+        il_push(&m->stk[L], b);
+    else
+        il_ins_sorted(&m->stk[L], b);
+}
+
+static void owner_activate(model *m, int oi)
+{
+    if (oi >= 0 && !m->o[oi].active) {
+        m->o[oi].active = 1;
+        m->o[oi].registered = 0;
+        m->o[oi].n = 0;
+    }
+}
+
+static void owner_ref_add(model *m, int oi, kvp_block b)
+{
+    if (oi < 0)
+        return;
+    owner_activate(m, oi);
+    m->o[oi].refs[m->o[oi].n++] = b;
+}
+
+/* Drop one of oi's references on b from its list.  Which occurrence goes when
+ * the owner holds several on b is not fixed by the header; the model drops
+ * the oldest and re-syncs with kvp_owner_blocks (see cmp_owner). */
+static void owner_ref_drop(model *m, int oi, kvp_block b)
+{
+    if (oi < 0)
+        return;
+    mown *o = &m->o[oi];
+    for (uint32_t i = 0; i < o->n; i++)
+        if (o->refs[i] == b) {
+            memmove(&o->refs[i], &o->refs[i + 1], (o->n - i - 1) * sizeof o->refs[0]);
+            o->n--;
+            return;
+        }
+}
+
+/* Make b (free) a block in use with one reference for oi. */
+static void hand_out(model *m, kvp_block b, int oi, unsigned format, int format_known)
+{
+    mblk *k = &m->b[b];
+    if (k->hash >= 0)
+        evict_entry(m, b);
+    if (k->ever)
+        m->k.reused++;
+    k->ever = 1;
+    k->state = KVP_BLOCK_IN_USE;
+    k->fill = 0;
+    k->format = format;
+    k->format_known = format_known;
+    holder_add(k, oi);
+    owner_ref_add(m, oi, b);
+}
+
+static void init_block(model *m, kvp_block b, int L)
+{
+    mblk *k = &m->b[b];
+    int reborn = k->state == KVP_BLOCK_RETIRED || k->state == M_GONE || k->reborn;
+    memset(k, 0, sizeof *k);
+    k->state = KVP_BLOCK_VACANT;
+    k->list = L;
+    k->hash = -1;
+    k->reborn = reborn;
+}
+
+/* Add k vacant blocks to list L: retired ids first (lowest first), then above
+ * the top; they join "as if freed now, in id order". */
+static void grow(model *m, int L, uint32_t k)
+{
+    kvp_block ids[MB];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->top && n < k; i++)
+        if (m->b[i].state == KVP_BLOCK_RETIRED || m->b[i].state == M_GONE)
+            ids[n++] = i;
+    while (n < k)
+        ids[n++] = m->top++;
+    for (uint32_t i = 0; i < n; i++)
+        init_block(m, ids[i], L);
+    join_free(m, ids, n);
+}
+
+static void model_init(model *m, const mcfg *c)
+{
+    memset(m, 0, sizeof *m);
+    m->c = *c;
+    m->nl = c->sep ? 2 : 1;
+    m->top = c->nblocks;
+    for (uint32_t i = 0; i < MB; i++) {
+        m->b[i].state = M_NONE;
+        m->b[i].hash = -1;
+    }
+    uint32_t nk = c->sep ? (c->nblocks + 1) / 2 : c->nblocks;
+    for (uint32_t i = 0; i < c->nblocks; i++) {
+        mblk *k = &m->b[i];
+        k->state = KVP_BLOCK_VACANT;
+        k->list = i < nk ? 0 : 1;
+        if (i == 0 && c->nullb) {
+            k->state = KVP_BLOCK_IN_USE;
+            k->is_null = 1;
+            continue;
+        }
+        if (c->reuse == KVP_REUSE_FIFO)
+            il_push(&m->fq[k->list], i);
+        else if (c->reuse == KVP_REUSE_LIFO)
+            il_push(&m->fresh[k->list], i);
+        else
+            il_push(&m->stk[k->list], i);
+    }
+    m->k.peak = c->nullb ? 1 : 0;
+}
+
+/* ---- gauges ---- */
+
+static kvp_stats model_gauges(const model *m)
+{
+    kvp_stats s;
+    memset(&s, 0, sizeof s);
+    for (uint32_t i = 0; i < m->top; i++) {
+        const mblk *k = &m->b[i];
+        if (!is_managed(k))
+            continue;
+        s.blocks++;
+        if (k->state == KVP_BLOCK_IN_USE) {
+            s.in_use++;
+            if (!k->is_null && refcnt(k) >= 2)
+                s.shared++;
+            if (!k->is_null && k->fill > 0 && k->fill < m->c.bs)
+                s.fragmented++;
+        }
+        s.vacant += k->state == KVP_BLOCK_VACANT;
+        s.cached += k->state == KVP_BLOCK_CACHED;
+        s.indexed += k->hash >= 0;
+    }
+    s.free = s.vacant + s.cached;
+    for (int i = 0; i < NOWN; i++)
+        s.owners += m->o[i].active;
+    return s;
+}
+
+/* ---- model operations: return the expected status; change the model only
+ * on success ---- */
+
+static int bad_id(const model *m, kvp_block id)
+{
+    return id >= m->top || m->b[id].state == KVP_BLOCK_RETIRED ||
+           m->b[id].state == M_GONE || m->b[id].state == M_NONE;
+}
+
+static kvp_status m_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt,
+                          size_t cap, int take, kvp_block *ids, size_t *n_out)
+{
+    int L = m_list(m, stream);
+    if (tokens == 0 || L < 0 || fmt > 255)
+        return KVP_EINVAL;
+    uint64_t cnt = tokens / m->c.bs + (tokens % m->c.bs != 0);
+    if (cnt > KVP_MAX_BLOCKS)
+        return KVP_EINVAL;
+    if (cnt > cap) {
+        *n_out = (size_t)cnt;
+        return KVP_ESPACE;
+    }
+    uint32_t f = n_free(m, L);
+    if (cnt > f) {
+        uint32_t need = (uint32_t)cnt - f;
+        if (!m->c.grow || (uint64_t)managed(m) + need > cap_blocks(m)) {
+            m->k.exhausted++;
+            return KVP_EEXHAUSTED;
+        }
+        grow(m, L, need);
+        m->k.grown += need;
+    }
+    for (uint32_t i = 0; i < cnt; i++) {
+        kvp_block b = next_pick(m, L);
+        free_remove(m, b);
+        hand_out(m, b, oi, take ? KVP_FMT_FP16 : fmt, 1);
+        ids[i] = b;
+    }
+    *n_out = (size_t)cnt;
+    m->k.alloc_calls++;
+    m->k.blocks_allocated += cnt;
+    return KVP_OK;
+}
+
+static kvp_status m_take_id(model *m, kvp_block id, int oi)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (bad_id(m, id))
+        return KVP_ERANGE;
+    if (m->b[id].state == KVP_BLOCK_IN_USE)
+        return KVP_EBUSY;
+    free_remove(m, id);
+    /* Header is silent on take_id's format: "for fresh content"; the model
+     * learns it from the first kvp_block_get. */
+    hand_out(m, id, oi, KVP_FMT_FP16, 0);
+    m->k.alloc_calls++;
+    m->k.blocks_allocated++;
+    return KVP_OK;
+}
+
+static kvp_status m_free(model *m, const kvp_block *ids, size_t n, int oi)
+{
+    uint32_t named[MB];
+    memset(named, 0, sizeof named);
+    for (size_t i = 0; i < n; i++) {
+        kvp_block id = ids[i];
+        if (id < m->top && m->b[id].is_null)
+            return KVP_EINVAL;
+        if (bad_id(m, id))
+            return KVP_ERANGE;
+        if (is_free(&m->b[id]))
+            return KVP_EDOUBLEFREE;
+        uint32_t c = ++named[id];
+        if (c > refcnt(&m->b[id]))
+            return KVP_EDOUBLEFREE;
+        if (c > held(&m->b[id], oi))
+            return KVP_ENOTOWNER;
+    }
+    kvp_block freed[MB] = {0};
+    uint32_t nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        mblk *k = &m->b[ids[i]];
+        holder_drop(k, oi);
+        owner_ref_drop(m, oi, ids[i]);
+        if (refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = ids[i];
+        }
+    }
+    join_free(m, freed, nf);
+    if (oi >= 0 && m->o[oi].n == 0 && !m->o[oi].registered)
+        m->o[oi].active = 0;
+    if (n > 0) {
+        m->k.free_calls++;
+        m->k.blocks_freed += n;
+    }
+    return KVP_OK;
+}
+
+static kvp_status m_free_owner(model *m, int oi, size_t *n_freed)
+{
+    if (oi < 0)
+        return KVP_EINVAL;
+    mown *o = &m->o[oi];
+    if (!o->active)
+        return KVP_ENOTFOUND;
+    /* Newest first; the blocks whose last reference goes join the free
+     * blocks as one batch in that order (the newest is the first reused). */
+    kvp_block freed[MB] = {0};
+    uint32_t nf = 0;
+    for (uint32_t i = o->n; i-- > 0;) {
+        mblk *k = &m->b[o->refs[i]];
+        holder_drop(k, oi);
+        if (refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = o->refs[i];
+        }
+    }
+    join_free(m, freed, nf);
+    *n_freed = o->n;
+    m->k.free_calls++;
+    m->k.blocks_freed += o->n;
+    o->n = 0;
+    o->active = 0;
+    o->registered = 0;
+    return KVP_OK;
+}
+
+static kvp_status m_register(model *m, int oi)
+{
+    if (oi < 0)
+        return KVP_EINVAL;
+    if (m->o[oi].active)
+        return KVP_EOWNERACTIVE;
+    m->o[oi].active = 1;
+    m->o[oi].registered = 1;
+    m->o[oi].n = 0;
+    return KVP_OK;
+}
+
+static kvp_status m_release(model *m, int oi)
+{
+    if (oi < 0)
+        return KVP_EINVAL;
+    if (!m->o[oi].active)
+        return KVP_ENOTFOUND;
+    if (m->o[oi].n)
+        return KVP_EBUSY;
+    m->o[oi].active = 0;
+    m->o[oi].registered = 0;
+    return KVP_OK;
+}
+
+static kvp_status m_set_fill(model *m, kvp_block id, uint32_t fill)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (bad_id(m, id))
+        return KVP_ERANGE;
+    if (fill > m->c.bs)
+        return KVP_EINVAL;
+    if (is_free(&m->b[id]))
+        return KVP_EDOUBLEFREE;
+    m->b[id].fill = fill;
+    return KVP_OK;
+}
+
+static kvp_status m_claim(model *m, kvp_block id, int oi)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (bad_id(m, id))
+        return KVP_ERANGE;
+    mblk *k = &m->b[id];
+    if (k->state == KVP_BLOCK_VACANT)
+        return KVP_ENOTFOUND;
+    if (k->state == KVP_BLOCK_CACHED) {
+        free_remove(m, id);
+        k->state = KVP_BLOCK_IN_USE; /* keeps content, fill and format */
+    }
+    holder_add(k, oi);
+    owner_ref_add(m, oi, id);
+    return KVP_OK;
+}
+
+static kvp_status m_publish(model *m, kvp_block id, int h)
+{
+    if (!m->c.prefix)
+        return KVP_EINVAL;
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (bad_id(m, id))
+        return KVP_ERANGE;
+    mblk *k = &m->b[id];
+    if (is_free(k))
+        return KVP_EDOUBLEFREE;
+    if (k->hash == h)
+        return KVP_OK;
+    if (k->hash >= 0)
+        return KVP_EBUSY;
+    k->hash = h;
+    k->seq = ++m->seq;
+    return KVP_OK;
+}
+
+static kvp_status m_lookup(const model *m, int stream, int h, kvp_block *out)
+{
+    int L = m_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    kvp_block best = KVP_NO_BLOCK;
+    uint64_t bs = UINT64_MAX;
+    for (uint32_t i = 0; i < m->top; i++) {
+        const mblk *k = &m->b[i];
+        if (k->hash == h && k->list == L && is_managed(k) && k->seq < bs) {
+            best = i;
+            bs = k->seq;
+        }
+    }
+    if (best == KVP_NO_BLOCK)
+        return KVP_ENOTFOUND;
+    *out = best;
+    return KVP_OK;
+}
+
+static kvp_status m_unpublish(model *m, kvp_block id)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (bad_id(m, id))
+        return KVP_ERANGE;
+    if (m->b[id].hash < 0)
+        return KVP_ENOTFOUND;
+    evict_entry(m, id);
+    if (m->b[id].state == KVP_BLOCK_CACHED)
+        cached_to_vacant(m, id);
+    return KVP_OK;
+}
+
+static kvp_status m_evict(model *m, int stream, uint32_t n, uint32_t *n_ev)
+{
+    int L = m_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t k = 0;
+    while (k < n) {
+        kvp_block b = lru_cached(m, L);
+        if (b == KVP_NO_BLOCK)
+            break;
+        evict_entry(m, b);
+        cached_to_vacant(m, b);
+        k++;
+    }
+    *n_ev = k;
+    return KVP_OK;
+}
+
+static kvp_status m_ensure(model *m, int stream, uint32_t n)
+{
+    int L = m_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t v = n_state(m, L, KVP_BLOCK_VACANT);
+    uint32_t c = n_state(m, L, KVP_BLOCK_CACHED);
+    if (v >= n)
+        return KVP_OK;
+    if (v + c < n)
+        return KVP_EEXHAUSTED;
+    for (uint32_t i = v; i < n; i++) {
+        kvp_block b = lru_cached(m, L);
+        evict_entry(m, b);
+        cached_to_vacant(m, b);
+    }
+    return KVP_OK;
+}
+
+/* Drop every index entry without per-block callbacks.  Which order the
+ * cached blocks become vacant in is not observable except through LIFO
+ * reuse; the model converts them least recently freed first. */
+static void forget_all(model *m)
+{
+    record_ev(m, -1, KVP_NO_BLOCK);
+    for (int L = 0; L < m->nl; L++) {
+        kvp_block b;
+        while ((b = lru_cached(m, L)) != KVP_NO_BLOCK) {
+            m->b[b].hash = -1;
+            cached_to_vacant(m, b);
+        }
+    }
+    for (uint32_t i = 0; i < m->top; i++)
+        m->b[i].hash = -1;
+}
+
+static kvp_status m_clear_index(model *m)
+{
+    forget_all(m);
+    return KVP_OK;
+}
+
+static kvp_status m_reset_prefix(model *m)
+{
+    for (uint32_t i = 0; i < m->top; i++)
+        if (m->b[i].state == KVP_BLOCK_IN_USE && !m->b[i].is_null)
+            return KVP_EBUSY;
+    forget_all(m);
+    return KVP_OK;
+}
+
+static kvp_status m_extend(model *m, int stream, uint32_t n, uint32_t *added)
+{
+    int L = m_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t room = cap_blocks(m) - managed(m);
+    uint32_t k = n < room ? n : room;
+    grow(m, L, k);
+    m->k.extended += k;
+    *added = k;
+    return KVP_OK;
+}
+
+static void retire_free(model *m, kvp_block b)
+{
+    if (m->b[b].hash >= 0)
+        evict_entry(m, b);
+    free_remove(m, b);
+    int L = m->b[b].list;
+    int reborn = m->b[b].reborn;
+    memset(&m->b[b], 0, sizeof m->b[b]);
+    m->b[b].state = KVP_BLOCK_RETIRED;
+    m->b[b].list = L;
+    m->b[b].hash = -1;
+    m->b[b].reborn = reborn;
+    m->k.retired++;
+}
+
+static kvp_status m_shrink(model *m, int stream, uint32_t target, uint32_t *n_ret)
+{
+    int L = m_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t k = 0;
+    while (n_free(m, L) > target) {
+        kvp_block pick = KVP_NO_BLOCK;
+        for (int want = KVP_BLOCK_VACANT; want <= KVP_BLOCK_CACHED && pick == KVP_NO_BLOCK;
+             want++)
+            for (uint32_t i = m->top; i-- > 0;)
+                if (m->b[i].state == want && m->b[i].list == L) {
+                    pick = i;
+                    break;
+                }
+        retire_free(m, pick);
+        k++;
+    }
+    *n_ret = k;
+    return KVP_OK;
+}
+
+static kvp_status m_retire_top(model *m, kvp_block *ret, kvp_block *moved)
+{
+    kvp_block t = KVP_NO_BLOCK;
+    for (uint32_t i = m->top; i-- > 0;)
+        if (is_managed(&m->b[i])) {
+            t = i;
+            break;
+        }
+    if (t == KVP_NO_BLOCK)
+        return KVP_EEXHAUSTED;
+    if (m->b[t].is_null)
+        return KVP_EINVAL;
+    if (is_free(&m->b[t])) {
+        retire_free(m, t);
+        *ret = t;
+        *moved = KVP_NO_BLOCK;
+        return KVP_OK;
+    }
+    int L = m->b[t].list;
+    kvp_block d = next_pick(m, L);
+    if (d == KVP_NO_BLOCK)
+        return KVP_EEXHAUSTED;
+    free_remove(m, d);
+    if (m->b[d].hash >= 0)
+        evict_entry(m, d);
+    int reborn = m->b[d].reborn;
+    m->b[d] = m->b[t];
+    m->b[d].ever = 1;
+    m->b[d].reborn = reborn;
+    for (int oi = 0; oi < NOWN; oi++)
+        for (uint32_t i = 0; i < m->o[oi].n; i++)
+            if (m->o[oi].refs[i] == t)
+                m->o[oi].refs[i] = d;
+    int treborn = m->b[t].reborn;
+    memset(&m->b[t], 0, sizeof m->b[t]);
+    m->b[t].state = KVP_BLOCK_RETIRED;
+    m->b[t].list = L;
+    m->b[t].hash = -1;
+    m->b[t].reborn = treborn;
+    m->k.retired++;
+    m->k.relocated++;
+    *ret = t;
+    *moved = d;
+    return KVP_OK;
+}
+
+static kvp_status m_pool_clear(model *m)
+{
+    int any = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        any |= is_managed(&m->b[i]) && m->b[i].hash >= 0;
+    uint32_t top = m->top;
+    int nev = m->nev;
+    int evh[MAXEV];
+    kvp_block evb[MAXEV];
+    memcpy(evh, m->ev_hash, sizeof evh);
+    memcpy(evb, m->ev_block, sizeof evb);
+    mcfg c = m->c;
+    model_init(m, &c);
+    memcpy(m->ev_hash, evh, sizeof evh);
+    memcpy(m->ev_block, evb, sizeof evb);
+    m->nev = nev;
+    for (uint32_t i = c.nblocks; i < top; i++)
+        m->b[i].state = M_GONE;
+    m->top = top;
+    if (any)
+        record_ev(m, -1, KVP_NO_BLOCK);
+    return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The driver                                                                */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    OP_ALLOC, OP_TAKE, OP_TAKE_ID, OP_FREE, OP_FREE_OWNER, OP_REGISTER, OP_RELEASE,
+    OP_SET_FILL, OP_CLAIM, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH, OP_EVICT, OP_ENSURE,
+    OP_CLEAR_INDEX, OP_RESET_PREFIX, OP_DRAIN, OP_EXTEND, OP_SHRINK, OP_RETIRE_TOP,
+    OP_BLOCK_GET, OP_OWNER_BLOCKS, OP_FREE_COUNT, OP_POOL_CLEAR, OP_CLAIM_LOOKUP,
+    OP_STATS_RESET
+};
+
+static const char *const g_opname[NOP] = {
+    "alloc", "take", "take_id", "free", "free_owner", "owner_register", "owner_release",
+    "set_fill", "claim", "publish", "lookup", "unpublish", "evict", "ensure_free",
+    "clear_index", "reset_prefix_cache", "drain+reset", "extend", "shrink", "retire_top",
+    "block_get", "owner_blocks", "free_count", "pool_clear", "lookup+claim", "stats_reset",
+};
+
+/* Relative weights. */
+static const unsigned g_weight[NOP] = {
+    140, 50, 35, 140, 45, 25, 25, 50, 50, 90, 40, 25, 25, 25,
+    4, 8, 3, 25, 25, 25, 10, 15, 10, 1, 60, 2,
+};
+
+typedef struct ctx {
+    mcfg c;
+    model *m;
+    kvp_pool *p;
+    evlog lg;
+    uint64_t rng;
+    size_t step;
+    char op[512];
+    uint64_t ok[NOP], err[NOP];
+    int lenient_reused, lenient_free_calls, lenient_exhausted;
+    /* owner list before the step, for the ambiguity in cmp_owner */
+    int sync_owner;
+    uint32_t pre_n;
+    kvp_block pre[OREFS];
+} ctx;
+
+static uint32_t rn(ctx *x, uint32_t n)
+{
+    return n ? (uint32_t)(splitmix64(&x->rng) % n) : 0;
+}
+
+static int chance(ctx *x, unsigned pct)
+{
+    return rn(x, 100) < pct;
+}
+
+static model g_pre; /* the model before the step (KVP_MODEL_DUMP only) */
+
+static void dump_lists(const ctx *x)
+{
+    const model *m = &g_pre;
+    (void)x;
+    fprintf(stderr, "  (model free lists before the step)\n");
+    static const char *const nm[4] = {"vacant/stack", "never-used", "cached(LRU)", "fifo-queue"};
+    for (int L = 0; L < m->nl; L++) {
+        const ilist *ls[4] = {&m->stk[L], &m->fresh[L], &m->cac[L], &m->fq[L]};
+        for (int i = 0; i < 4; i++) {
+            if (!ls[i]->n)
+                continue;
+            fprintf(stderr, "  model list %d %s (next first):", L, nm[i]);
+            for (uint32_t j = 0; j < ls[i]->n; j++)
+                fprintf(stderr, " %" PRIu32 "%s", ls[i]->v[j],
+                        m->b[ls[i]->v[j]].state == KVP_BLOCK_CACHED ? "c" : "");
+            fprintf(stderr, "\n");
+        }
+    }
+}
+
+static void bad(ctx *x, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "\nMODEL MISMATCH config=%s seed=0x%016" PRIx64 " step=%zu op=%s\n  ",
+            x->c.name, x->c.seed, x->step, x->op);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    if (getenv("KVP_MODEL_DUMP"))
+        dump_lists(x);
+    fail();
+}
+
+static uint64_t fingerprint(ctx *x)
+{
+    uint64_t f = 0;
+    kvp_status s = kvp_pool_fingerprint(x->p, &f);
+    if (s != KVP_OK)
+        bad(x, "kvp_pool_fingerprint returned %d (%s)", s, kvp_strerror(s));
+    return f;
+}
+
+/* Compare a returned status; a refused call must not change the fingerprint. */
+static void cmp_status(ctx *x, const char *call, kvp_status got, kvp_status exp, uint64_t fp)
+{
+    if (got != exp)
+        bad(x, "%s: status expected %d (%s), got %d (%s)", call, exp, kvp_strerror(exp), got,
+            kvp_strerror(got));
+    if (got != KVP_OK) {
+        uint64_t f = fingerprint(x);
+        if (f != fp)
+            bad(x, "%s: refused with %s but the fingerprint changed %016" PRIx64
+                " -> %016" PRIx64, call, kvp_strerror(got), fp, f);
+    }
+}
+
+static void cmp_u64(ctx *x, const char *what, uint64_t exp, uint64_t got)
+{
+    if (exp != got)
+        bad(x, "%s: expected %" PRIu64 ", got %" PRIu64, what, exp, got);
+}
+
+static void cmp_events(ctx *x)
+{
+    model *m = x->m;
+    if (x->lg.overflow || m->nev > MAXEV)
+        bad(x, "eviction log overflow (model %d, library %d)", m->nev, x->lg.n);
+    int same = m->nev == x->lg.n;
+    for (int i = 0; same && i < m->nev; i++)
+        same = m->ev_hash[i] == x->lg.hash[i] && m->ev_block[i] == x->lg.block[i];
+    if (!same) {
+        char a[4096], b[4096];
+        size_t la = 0, lb = 0;
+        a[0] = b[0] = 0;
+        for (int i = 0; i < m->nev && la < sizeof a - 40; i++)
+            la += (size_t)snprintf(a + la, sizeof a - la, " (h%d,b%" PRIu32 ")", m->ev_hash[i],
+                                   m->ev_block[i]);
+        for (int i = 0; i < x->lg.n && lb < sizeof b - 40; i++)
+            lb += (size_t)snprintf(b + lb, sizeof b - lb, " (h%d,b%" PRIu32 ")", x->lg.hash[i],
+                                   x->lg.block[i]);
+        bad(x, "eviction callbacks (h-1 = all cleared):\n  expected %d:%s\n  got      %d:%s",
+            m->nev, a, x->lg.n, b);
+    }
+}
+
+static void cmp_stats(ctx *x)
+{
+    model *m = x->m;
+    kvp_stats g;
+    kvp_status s = kvp_stats_get(x->p, &g);
+    if (s != KVP_OK)
+        bad(x, "kvp_stats_get: %s", kvp_strerror(s));
+    kvp_stats e = model_gauges(m);
+    if (e.in_use > m->k.peak)
+        m->k.peak = e.in_use;
+    /* Counters the header leaves open for this particular call: accept the
+     * library's value when it is the model's plus one. */
+    if (x->lenient_reused && g.reused == m->k.reused + 1)
+        m->k.reused++;
+    if (x->lenient_free_calls && g.free_calls == m->k.free_calls + 1)
+        m->k.free_calls++;
+    if (x->lenient_exhausted && g.exhausted == m->k.exhausted + 1)
+        m->k.exhausted++;
+#define CMPS(f, ev) cmp_u64(x, "stats." #f, (uint64_t)(ev), g.f)
+    CMPS(blocks, e.blocks);
+    CMPS(in_use, e.in_use);
+    CMPS(free, e.free);
+    CMPS(vacant, e.vacant);
+    CMPS(cached, e.cached);
+    CMPS(shared, e.shared);
+    CMPS(indexed, e.indexed);
+    CMPS(fragmented, e.fragmented);
+    CMPS(owners, e.owners);
+    CMPS(peak_in_use, m->k.peak);
+    CMPS(alloc_calls, m->k.alloc_calls);
+    CMPS(blocks_allocated, m->k.blocks_allocated);
+    CMPS(free_calls, m->k.free_calls);
+    CMPS(blocks_freed, m->k.blocks_freed);
+    CMPS(exhausted, m->k.exhausted);
+    CMPS(grown, m->k.grown);
+    CMPS(extended, m->k.extended);
+    CMPS(retired, m->k.retired);
+    CMPS(relocated, m->k.relocated);
+    CMPS(evictions, m->k.evictions);
+#undef CMPS
+    int any_reborn = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        any_reborn |= m->b[i].reborn;
+    /* "reused: blocks handed out that had been before": whether an id added
+     * again after retirement "had been" handed out is open; skip then. */
+    if (!any_reborn)
+        cmp_u64(x, "stats.reused", m->k.reused, g.reused);
+    else
+        m->k.reused = g.reused;
+    double frag = e.blocks ? (double)e.fragmented / (double)e.blocks : 0.0;
+    double usage = e.blocks ? (double)e.in_use / (double)e.blocks : 0.0;
+    if (g.fragmentation != frag || g.usage != usage)
+        bad(x, "stats.fragmentation/usage: expected %.6f/%.6f, got %.6f/%.6f", frag, usage,
+            g.fragmentation, g.usage);
+}
+
+static const char *state_name(int s)
+{
+    switch (s) {
+    case KVP_BLOCK_VACANT: return "vacant";
+    case KVP_BLOCK_CACHED: return "cached";
+    case KVP_BLOCK_IN_USE: return "in_use";
+    case KVP_BLOCK_RETIRED: return "retired";
+    case M_NONE: return "never-created";
+    case M_GONE: return "gone(after clear)";
+    default: return "?";
+    }
+}
+
+static void cmp_block(ctx *x, kvp_block id)
+{
+    model *m = x->m;
+    mblk *k = id < MB ? &m->b[id] : NULL;
+    kvp_block_info bi;
+    memset(&bi, 0, sizeof bi);
+    kvp_status s = kvp_block_get(x->p, id, &bi);
+    if (!k || k->state == M_NONE) {
+        if (s != KVP_ERANGE)
+            bad(x, "block_get(%" PRIu32 ") of a never-created id: expected ERANGE, got %s", id,
+                kvp_strerror(s));
+        return;
+    }
+    if (k->state == M_GONE) {
+        /* Above the initial pool after kvp_pool_clear: the header does not
+         * say whether these ids still count as created. */
+        if (s != KVP_ERANGE && !(s == KVP_OK && bi.state == KVP_BLOCK_RETIRED))
+            bad(x, "block_get(%" PRIu32 ") after pool_clear: expected ERANGE or retired, got %s"
+                " state %d", id, kvp_strerror(s), bi.state);
+        return;
+    }
+    if (s != KVP_OK)
+        bad(x, "block_get(%" PRIu32 ") (model: %s): expected OK (\"retired blocks are "
+            "described\"), got %s", id, state_name(k->state), kvp_strerror(s));
+    if (bi.state != k->state)
+        bad(x, "block %" PRIu32 ": state expected %s, got %s", id, state_name(k->state),
+            state_name(bi.state));
+    if (k->state == KVP_BLOCK_RETIRED)
+        return;
+    kvp_stream es = list_stream(m, k->list);
+    if (bi.stream != es)
+        bad(x, "block %" PRIu32 ": stream expected %d, got %d", id, es, bi.stream);
+    if (!!bi.is_null != k->is_null)
+        bad(x, "block %" PRIu32 ": is_null expected %d, got %d", id, k->is_null, bi.is_null);
+    if (k->is_null) {
+        if (bi.published)
+            bad(x, "null block %" PRIu32 " is published", id);
+        return;
+    }
+    if (bi.ref_count != refcnt(k) || bi.anon_refs != k->anon)
+        bad(x, "block %" PRIu32 ": ref_count/anon_refs expected %" PRIu32 "/%" PRIu32
+            ", got %" PRIu32 "/%" PRIu32, id, refcnt(k), k->anon, bi.ref_count, bi.anon_refs);
+    if (!!bi.published != (k->hash >= 0))
+        bad(x, "block %" PRIu32 ": published expected %d, got %d", id, k->hash >= 0,
+            bi.published);
+    if (k->hash >= 0 && memcmp(bi.hash.b, g_hash[k->hash].b, 32) != 0)
+        bad(x, "block %" PRIu32 ": hash expected h%d, got h%d", id, k->hash,
+            hash_index(&bi.hash));
+    if (!k->reborn && !!bi.ever_allocated != k->ever)
+        bad(x, "block %" PRIu32 ": ever_allocated expected %d, got %d", id, k->ever,
+            bi.ever_allocated);
+    kvp_owner eo = k->nh ? g_ownval[k->h_own[0]] : KVP_ANON;
+    if (bi.owner != eo) {
+        int holds = 0;
+        for (int i = 0; i < k->nh; i++)
+            holds |= g_ownval[k->h_own[i]] == bi.owner;
+        if (!holds)
+            bad(x, "block %" PRIu32 ": owner expected %" PRIu64 ", got %" PRIu64
+                " which holds no reference", id, eo, bi.owner);
+        /* Once an owner has held several references on the block, which of
+         * them a free drops (and so who has held "first") is open: any
+         * holder will do.  Otherwise the first owner holding it is the
+         * earliest one. */
+        int multi = 0;
+        for (int i = 0; i < k->nh; i++)
+            multi |= k->h_multi[i];
+        if (!multi)
+            bad(x, "block %" PRIu32 ": owner expected %" PRIu64 " (\"the first owner holding "
+                "it\": the earliest of its %d current holders), got %" PRIu64, id, eo, k->nh,
+                bi.owner);
+    }
+    if (k->state == KVP_BLOCK_IN_USE) {
+        if (bi.fill != k->fill)
+            bad(x, "block %" PRIu32 ": fill expected %" PRIu32 ", got %" PRIu32, id, k->fill,
+                bi.fill);
+        if (!k->format_known) {
+            k->format = bi.format;
+            k->format_known = 1;
+        }
+        if (bi.format != k->format)
+            bad(x, "block %" PRIu32 ": format expected %u, got %u", id, k->format, bi.format);
+    }
+}
+
+static int is_subsequence(const kvp_block *a, uint32_t na, const kvp_block *b, uint32_t nb)
+{
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < nb && j < na; i++)
+        if (b[i] == a[j])
+            j++;
+    return j == na;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    kvp_block x = *(const kvp_block *)a, y = *(const kvp_block *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void cmp_owner(ctx *x, int oi)
+{
+    model *m = x->m;
+    mown *o = &m->o[oi];
+    static kvp_block got[OREFS], s1[OREFS], s2[OREFS];
+    size_t n = 0;
+    kvp_status s = kvp_owner_blocks(x->p, g_ownval[oi], got, OREFS, &n);
+    if (!o->active) {
+        if (s != KVP_ENOTFOUND)
+            bad(x, "owner_blocks(%" PRIu64 ") of an inactive owner: expected ENOTFOUND, got %s",
+                g_ownval[oi], kvp_strerror(s));
+        return;
+    }
+    if (s != KVP_OK)
+        bad(x, "owner_blocks(%" PRIu64 "): expected OK, got %s", g_ownval[oi], kvp_strerror(s));
+    if (n == o->n && memcmp(got, o->refs, n * sizeof got[0]) == 0)
+        return;
+    if (n == o->n && x->sync_owner == oi) {
+        /* The header does not say which of several references an owner
+         * holds on one block kvp_free drops: accept any, provided the result
+         * is the same multiset and keeps the earlier order. */
+        memcpy(s1, got, n * sizeof got[0]);
+        memcpy(s2, o->refs, n * sizeof got[0]);
+        qsort(s1, n, sizeof s1[0], cmp_u32);
+        qsort(s2, n, sizeof s2[0], cmp_u32);
+        if (memcmp(s1, s2, n * sizeof s1[0]) == 0 &&
+            is_subsequence(got, (uint32_t)n, x->pre, x->pre_n)) {
+            memcpy(o->refs, got, n * sizeof got[0]);
+            return;
+        }
+    }
+    char a[2048], b[2048];
+    size_t la = 0, lb = 0;
+    a[0] = b[0] = 0;
+    for (uint32_t i = 0; i < o->n && la < sizeof a - 16; i++)
+        la += (size_t)snprintf(a + la, sizeof a - la, " %" PRIu32, o->refs[i]);
+    for (size_t i = 0; i < n && lb < sizeof b - 16; i++)
+        lb += (size_t)snprintf(b + lb, sizeof b - lb, " %" PRIu32, got[i]);
+    bad(x, "owner_blocks(%" PRIu64 "):\n  expected %" PRIu32 ":%s\n  got      %zu:%s",
+        g_ownval[oi], o->n, a, n, b);
+}
+
+static void cmp_whole(ctx *x)
+{
+    model *m = x->m;
+    for (int st = 0; st <= 2; st++) {
+        int L = m_list(m, st);
+        if (L < 0)
+            continue;
+        uint32_t fc = 0;
+        kvp_status s = kvp_free_count(x->p, (kvp_stream)st, &fc);
+        if (s != KVP_OK)
+            bad(x, "free_count(%d): %s", st, kvp_strerror(s));
+        cmp_u64(x, "free_count", n_free(m, L), fc);
+        for (int h = 0; h < NHASH; h++) {
+            kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
+            kvp_status es = m_lookup(m, st, h, &e);
+            kvp_status gs = kvp_lookup(x->p, (kvp_stream)st, &g_hash[h], &g);
+            if (es != gs || (es == KVP_OK && e != g))
+                bad(x, "whole-state lookup(stream %d, h%d): expected %s/%" PRIu32
+                    ", got %s/%" PRIu32, st, h, kvp_strerror(es), e, kvp_strerror(gs), g);
+        }
+    }
+}
+
+static void check_all(ctx *x)
+{
+    model *m = x->m;
+    char msg[512];
+    kvp_status s = kvp_pool_check(x->p, msg, sizeof msg);
+    if (s != KVP_OK)
+        bad(x, "kvp_pool_check: %s: %s", kvp_strerror(s), s == KVP_ECORRUPT ? msg : "");
+    cmp_events(x);
+    cmp_stats(x);
+    for (kvp_block i = 0; i < m->top + 2 && i < MB; i++)
+        cmp_block(x, i);
+    cmp_block(x, KVP_NO_BLOCK);
+    for (int oi = 0; oi < NOWN; oi++)
+        cmp_owner(x, oi);
+    if (x->step % WHOLE_EVERY == 0)
+        cmp_whole(x);
+}
+
+/* ---- pickers ---- */
+
+static int pick_owner(ctx *x)
+{
+    return chance(x, 12) ? -1 : (int)rn(x, NOWN);
+}
+
+static int pick_stream(ctx *x)
+{
+    if (chance(x, 3))
+        return x->c.sep ? (chance(x, 50) ? KVP_STREAM_SHARED : 3 + (int)rn(x, 5)) : 3 + (int)rn(x, 5);
+    return x->c.sep ? 1 + (int)rn(x, 2) : (int)rn(x, 3);
+}
+
+typedef int (*blk_pred)(const mblk *k);
+static int pr_inuse(const mblk *k) { return k->state == KVP_BLOCK_IN_USE && !k->is_null; }
+static int pr_free(const mblk *k) { return is_free(k); }
+static int pr_cached(const mblk *k) { return k->state == KVP_BLOCK_CACHED; }
+static int pr_vacant(const mblk *k) { return k->state == KVP_BLOCK_VACANT; }
+static int pr_published(const mblk *k) { return k->hash >= 0; }
+static int pr_retired(const mblk *k) { return k->state == KVP_BLOCK_RETIRED; }
+
+static kvp_block pick_where(ctx *x, blk_pred pred)
+{
+    kvp_block c[MB];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < x->m->top; i++)
+        if (pred(&x->m->b[i]))
+            c[n++] = i;
+    return n ? c[rn(x, n)] : KVP_NO_BLOCK;
+}
+
+/* An id the call must refuse as KVP_ERANGE (or the null block: EINVAL). */
+static kvp_block pick_bad_id(ctx *x)
+{
+    switch (rn(x, 4)) {
+    case 0: return x->m->top + rn(x, 3);
+    case 1: return KVP_NO_BLOCK;
+    case 2: {
+        kvp_block r = pick_where(x, pr_retired);
+        return r != KVP_NO_BLOCK ? r : x->m->top;
+    }
+    default: return x->c.nullb ? 0 : x->m->top + 7;
+    }
+}
+
+/* Mostly a block with the wanted property, sometimes anything. */
+static kvp_block pick_target(ctx *x, blk_pred pred, unsigned pct_good)
+{
+    kvp_block b = KVP_NO_BLOCK;
+    if (chance(x, pct_good))
+        b = pick_where(x, pred);
+    if (b == KVP_NO_BLOCK) {
+        unsigned r = rn(x, 10);
+        if (r < 3)
+            b = pick_where(x, pr_inuse);
+        else if (r < 5)
+            b = pick_where(x, pr_cached);
+        else if (r < 7)
+            b = pick_where(x, pr_vacant);
+    }
+    return b != KVP_NO_BLOCK ? b : pick_bad_id(x);
+}
+
+/* ---- one step ---- */
+
+#define OPF(...) snprintf(x->op, sizeof x->op, __VA_ARGS__)
+
+/* Deviation B3 (mimic mode): keep every owner on one stream with separate
+ * K/V lists in LIFO order, since freeing K and V blocks in one call corrupts
+ * the pool. */
+static int mimic_kv(const ctx *x)
+{
+    return g_mimic && x->c.sep && x->c.reuse == KVP_REUSE_LIFO;
+}
+
+static kvp_status do_free_owner(ctx *x, int oi)
+{
+    model *m = x->m;
+    uint64_t fp = fingerprint(x);
+    OPF("free_owner(owner=%" PRIu64 "%s)", oval(oi), oi >= 0 && m->o[oi].active ? "" : " inactive");
+    size_t en = 0, gn = 0;
+    kvp_status es = m_free_owner(m, oi, &en);
+    kvp_status gs = kvp_free_owner(x->p, oval(oi), &gn);
+    cmp_status(x, "kvp_free_owner", gs, es, fp);
+    if (es == KVP_OK)
+        cmp_u64(x, "free_owner n_freed", en, gn);
+    return gs;
+}
+
+static kvp_status do_free(ctx *x, const kvp_block *ids, size_t n, int oi)
+{
+    model *m = x->m;
+    uint64_t fp = fingerprint(x);
+    size_t l = (size_t)OPF("free(owner=%" PRIu64 ", n=%zu, ids=", oval(oi), n);
+    for (size_t i = 0; i < n && l < sizeof x->op - 16; i++)
+        l += (size_t)snprintf(x->op + l, sizeof x->op - l, "%s%" PRIu32, i ? "," : "", ids[i]);
+    snprintf(x->op + l, sizeof x->op - l, ")");
+    if (oi >= 0) {
+        x->sync_owner = oi;
+        x->pre_n = m->o[oi].n;
+        memcpy(x->pre, m->o[oi].refs, m->o[oi].n * sizeof x->pre[0]);
+    }
+    if (n == 0)
+        x->lenient_free_calls = 1;
+    kvp_status es = m_free(m, ids, n, oi);
+    kvp_status gs = kvp_free(x->p, n ? ids : NULL, n, oval(oi));
+    cmp_status(x, "kvp_free", gs, es, fp);
+    return gs;
+}
+
+static kvp_status gen_free(ctx *x)
+{
+    model *m = x->m;
+    kvp_block ids[64];
+    size_t n = 0;
+    int oi;
+    /* an owner (or KVP_ANON) that holds something, usually */
+    int cands[NOWN + 1], nc = 0;
+    for (int i = 0; i < NOWN; i++)
+        if (m->o[i].active && m->o[i].n)
+            cands[nc++] = i;
+    int anon_blocks = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        anon_blocks += m->b[i].anon > 0 && m->b[i].state == KVP_BLOCK_IN_USE;
+    if (anon_blocks)
+        cands[nc++] = -1;
+    oi = nc && chance(x, 92) ? cands[rn(x, (uint32_t)nc)] : pick_owner(x);
+    /* the blocks it holds */
+    kvp_block pool[OREFS];
+    uint32_t np = 0;
+    if (oi >= 0) {
+        for (uint32_t i = 0; i < m->o[oi].n; i++)
+            pool[np++] = m->o[oi].refs[i];
+    } else {
+        for (uint32_t i = 0; i < m->top; i++)
+            for (uint32_t r = 0; r < m->b[i].anon && m->b[i].state == KVP_BLOCK_IN_USE; r++)
+                pool[np++] = i;
+    }
+    uint32_t want = np ? 1 + rn(x, np < 6 ? np : 6) : 0;
+    for (uint32_t i = 0; i < want; i++) { /* distinct references, random order */
+        uint32_t j = i + rn(x, np - i);
+        kvp_block t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+        ids[n++] = pool[i];
+    }
+    unsigned r = rn(x, 100);
+    if (r < 4) {
+        kvp_block b = pick_where(x, pr_free); /* double free */
+        if (b != KVP_NO_BLOCK)
+            ids[n++] = b;
+    } else if (r < 8) {
+        kvp_block b = pick_where(x, pr_inuse); /* maybe not its block */
+        if (b != KVP_NO_BLOCK)
+            ids[n++] = b;
+    } else if (r < 11 && n) {
+        ids[n] = ids[rn(x, (uint32_t)n)]; /* named once more */
+        n++;
+    } else if (r < 13) {
+        ids[n++] = pick_bad_id(x);
+    } else if (r < 14) {
+        n = 0;
+    }
+    if (g_mimic && m->c.sep && n > 1) { /* deviation B3: one stream per call */
+        size_t w = 0;
+        int L0 = ids[0] < MB ? m->b[ids[0]].list : 0;
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] >= MB || m->b[ids[i]].list == L0)
+                ids[w++] = ids[i];
+        n = w;
+    }
+    if (n > 1 && chance(x, 50)) { /* move the odd one to a random place */
+        uint32_t j = rn(x, (uint32_t)n);
+        kvp_block t = ids[j];
+        ids[j] = ids[n - 1];
+        ids[n - 1] = t;
+    }
+    return do_free(x, ids, n, oi);
+}
+
+static void do_step(ctx *x, int op)
+{
+    model *m = x->m;
+    kvp_pool *p = x->p;
+    uint64_t fp = fingerprint(x);
+    kvp_status es = KVP_OK, gs = KVP_OK;
+    switch (op) {
+    case OP_ALLOC:
+    case OP_TAKE: {
+        int st = pick_stream(x), oi = pick_owner(x);
+        if (mimic_kv(x) && oi >= 0 && m_list(m, st) >= 0)
+            st = 1 + oi % 2;
+        if (op == OP_TAKE) {
+            OPF("take(stream=%d, owner=%" PRIu64 ")", st, oval(oi));
+            kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
+            size_t en = 0;
+            es = m_alloc(m, st, 1, oi, 0, 1, 1, &e, &en);
+            gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            cmp_status(x, "kvp_take", gs, es, fp);
+            if (es == KVP_OK && e != g)
+                bad(x, "take: expected block %" PRIu32 ", got %" PRIu32, e, g);
+            break;
+        }
+        uint64_t tokens = 1 + rn(x, m->c.bs * (chance(x, 10) ? 12 : 4));
+        unsigned fmt = chance(x, 50) ? rn(x, 6) : rn(x, 256);
+        size_t cap = 64;
+        unsigned r = rn(x, 100);
+        if (r < 2)
+            tokens = 0;
+        else if (r < 3)
+            tokens = UINT64_MAX;
+        else if (r < 5)
+            fmt = 256 + rn(x, 1000);
+        else if (r < 7) {
+            uint64_t c = tokens / m->c.bs + (tokens % m->c.bs != 0);
+            cap = (size_t)c - 1;
+        }
+        kvp_block e[64], g[64];
+        size_t en = 0, gn = 0;
+        OPF("alloc(stream=%d, tokens=%" PRIu64 ", owner=%" PRIu64 ", format=%u, cap=%zu)", st,
+            tokens, oval(oi), fmt, cap);
+        es = m_alloc(m, st, tokens, oi, fmt, cap, 0, e, &en);
+        gs = kvp_alloc(p, (kvp_stream)st, tokens, oval(oi), fmt, g, cap, &gn);
+        cmp_status(x, "kvp_alloc", gs, es, fp);
+        if (es == KVP_OK || es == KVP_ESPACE)
+            cmp_u64(x, "alloc n_out", en, gn);
+        if (es == KVP_OK)
+            for (size_t i = 0; i < en; i++)
+                if (e[i] != g[i])
+                    bad(x, "alloc: ids[%zu] expected %" PRIu32 ", got %" PRIu32
+                        " (the order is the reuse order)", i, e[i], g[i]);
+        break;
+    }
+    case OP_TAKE_ID: {
+        kvp_block id = pick_target(x, pr_free, 75);
+        int oi = pick_owner(x);
+        if (mimic_kv(x) && oi >= 0 && id < MB && m->b[id].list != oi % 2)
+            oi = -1;
+        OPF("take_id(id=%" PRIu32 " %s, owner=%" PRIu64 ")", id,
+            id < MB ? state_name(m->b[id].state) : "", oval(oi));
+        es = m_take_id(m, id, oi);
+        gs = kvp_take_id(p, id, oval(oi));
+        cmp_status(x, "kvp_take_id", gs, es, fp);
+        break;
+    }
+    case OP_FREE:
+        gs = gen_free(x);
+        break;
+    case OP_FREE_OWNER: {
+        int oi = (int)rn(x, NOWN);
+        if (chance(x, 5))
+            oi = -1;
+        gs = do_free_owner(x, oi);
+        break;
+    }
+    case OP_REGISTER: {
+        int oi = pick_owner(x);
+        OPF("owner_register(%" PRIu64 ")", oval(oi));
+        es = m_register(m, oi);
+        gs = kvp_owner_register(p, oval(oi));
+        cmp_status(x, "kvp_owner_register", gs, es, fp);
+        break;
+    }
+    case OP_RELEASE: {
+        int oi = pick_owner(x);
+        OPF("owner_release(%" PRIu64 ")", oval(oi));
+        es = m_release(m, oi);
+        gs = kvp_owner_release(p, oval(oi));
+        cmp_status(x, "kvp_owner_release", gs, es, fp);
+        break;
+    }
+    case OP_SET_FILL: {
+        kvp_block id = pick_target(x, pr_inuse, 85);
+        uint32_t fill = chance(x, 4) ? m->c.bs + 1 + rn(x, 5) : rn(x, m->c.bs + 1);
+        if (chance(x, 30))
+            fill = chance(x, 50) ? 0 : m->c.bs;
+        if (fill > m->c.bs && bad_id(m, id))
+            fill = 0; /* one fault at a time */
+        OPF("set_fill(id=%" PRIu32 ", fill=%" PRIu32 ")", id, fill);
+        es = m_set_fill(m, id, fill);
+        gs = kvp_set_fill(p, id, fill);
+        cmp_status(x, "kvp_set_fill", gs, es, fp);
+        break;
+    }
+    case OP_CLAIM:
+    case OP_CLAIM_LOOKUP: {
+        int oi = pick_owner(x);
+        kvp_block id;
+        if (op == OP_CLAIM_LOOKUP) {
+            int st = pick_stream(x), h = (int)rn(x, NHASH);
+            kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
+            OPF("lookup(stream=%d, h%d) then claim", st, h);
+            es = m_lookup(m, st, h, &e);
+            gs = kvp_lookup(p, (kvp_stream)st, &g_hash[h], &g);
+            cmp_status(x, "kvp_lookup", gs, es, fp);
+            if (es != KVP_OK) {
+                if (gs == KVP_OK)
+                    bad(x, "lookup found %" PRIu32, g);
+                break;
+            }
+            if (e != g)
+                bad(x, "lookup(stream=%d, h%d): expected block %" PRIu32 ", got %" PRIu32, st,
+                    h, e, g);
+            id = e;
+        } else {
+            id = pick_target(x, pr_published, 70);
+        }
+        if (id < MB && refcnt(&m->b[id]) + 1 >= MAXREFB) {
+            OPF("claim skipped (block %" PRIu32 " has enough references)", id);
+            break;
+        }
+        fp = fingerprint(x);
+        if (mimic_kv(x) && oi >= 0 && id < MB && m->b[id].list != oi % 2)
+            oi = -1;
+        OPF("claim(id=%" PRIu32 " %s, owner=%" PRIu64 ")", id,
+            id < MB ? state_name(m->b[id].state) : "", oval(oi));
+        if (id < MB && m->b[id].state == KVP_BLOCK_CACHED)
+            x->lenient_reused = 1;
+        es = m_claim(m, id, oi);
+        gs = kvp_claim(p, id, oval(oi));
+        cmp_status(x, "kvp_claim", gs, es, fp);
+        break;
+    }
+    case OP_PUBLISH: {
+        kvp_block id = pick_target(x, pr_inuse, 85);
+        int h = (int)rn(x, NHASH);
+        if (id < MB && m->b[id].hash >= 0 && chance(x, 50))
+            h = m->b[id].hash;
+        OPF("publish(id=%" PRIu32 " %s, h%d)", id, id < MB ? state_name(m->b[id].state) : "", h);
+        es = m_publish(m, id, h);
+        gs = kvp_publish(p, id, &g_hash[h]);
+        cmp_status(x, "kvp_publish", gs, es, fp);
+        break;
+    }
+    case OP_LOOKUP: {
+        int st = pick_stream(x), h = (int)rn(x, NHASH);
+        kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
+        OPF("lookup(stream=%d, h%d)", st, h);
+        es = m_lookup(m, st, h, &e);
+        gs = kvp_lookup(p, (kvp_stream)st, &g_hash[h], &g);
+        cmp_status(x, "kvp_lookup", gs, es, fp);
+        if (es == KVP_OK && e != g)
+            bad(x, "lookup: expected block %" PRIu32 ", got %" PRIu32, e, g);
+        if (fingerprint(x) != fp)
+            bad(x, "lookup changed the fingerprint");
+        break;
+    }
+    case OP_UNPUBLISH: {
+        kvp_block id = pick_target(x, pr_published, 80);
+        OPF("unpublish(id=%" PRIu32 " %s)", id, id < MB ? state_name(m->b[id].state) : "");
+        es = m_unpublish(m, id);
+        gs = kvp_unpublish(p, id);
+        cmp_status(x, "kvp_unpublish", gs, es, fp);
+        break;
+    }
+    case OP_EVICT: {
+        int st = pick_stream(x);
+        uint32_t n = rn(x, 5), en = 0, gn = 0;
+        OPF("evict(stream=%d, n=%" PRIu32 ")", st, n);
+        es = m_evict(m, st, n, &en);
+        gs = kvp_evict(p, (kvp_stream)st, n, &gn);
+        cmp_status(x, "kvp_evict", gs, es, fp);
+        if (es == KVP_OK)
+            cmp_u64(x, "evict n_evicted", en, gn);
+        break;
+    }
+    case OP_ENSURE: {
+        int st = pick_stream(x);
+        int L = m_list(m, st);
+        uint32_t f = L >= 0 ? n_free(m, L) : 4;
+        uint32_t n = rn(x, f + 3);
+        OPF("ensure_free(stream=%d, n=%" PRIu32 ")", st, n);
+        x->lenient_exhausted = 1;
+        es = m_ensure(m, st, n);
+        gs = kvp_ensure_free(p, (kvp_stream)st, n);
+        cmp_status(x, "kvp_ensure_free", gs, es, fp);
+        break;
+    }
+    case OP_CLEAR_INDEX:
+        OPF("clear_index()");
+        es = m_clear_index(m);
+        gs = kvp_clear_index(p);
+        cmp_status(x, "kvp_clear_index", gs, es, fp);
+        break;
+    case OP_DRAIN:
+        for (int oi = 0; oi < NOWN; oi++)
+            if (m->o[oi].active)
+                do_free_owner(x, oi);
+        for (uint32_t i = 0; i < m->top; i++)
+            if (m->b[i].state == KVP_BLOCK_IN_USE && m->b[i].anon && !m->b[i].is_null) {
+                kvp_block ids[64];
+                uint32_t n = m->b[i].anon;
+                for (uint32_t r = 0; r < n && r < 64; r++)
+                    ids[r] = i;
+                do_free(x, ids, n < 64 ? n : 64, -1);
+            }
+        fp = fingerprint(x);
+        /* fall through */
+    case OP_RESET_PREFIX:
+        OPF("reset_prefix_cache()");
+        es = m_reset_prefix(m);
+        gs = kvp_reset_prefix_cache(p);
+        cmp_status(x, "kvp_reset_prefix_cache", gs, es, fp);
+        break;
+    case OP_EXTEND: {
+        int st = pick_stream(x);
+        uint32_t n = rn(x, 7);
+        if (!m->c.maxb && managed(m) + n > 200)
+            n = 0;
+        uint32_t en = 0, gn = 0;
+        OPF("extend(stream=%d, n=%" PRIu32 ")", st, n);
+        es = m_extend(m, st, n, &en);
+        gs = kvp_extend(p, (kvp_stream)st, n, &gn);
+        cmp_status(x, "kvp_extend", gs, es, fp);
+        if (es == KVP_OK)
+            cmp_u64(x, "extend n_added", en, gn);
+        break;
+    }
+    case OP_SHRINK: {
+        int st = pick_stream(x);
+        int L = m_list(m, st);
+        uint32_t f = L >= 0 ? n_free(m, L) : 4;
+        uint32_t t = f > 3 ? f - 1 - rn(x, 3) : rn(x, f + 2);
+        if (chance(x, 5))
+            t = 0;
+        uint32_t en = 0, gn = 0;
+        OPF("shrink(stream=%d, target_free=%" PRIu32 ")", st, t);
+        es = m_shrink(m, st, t, &en);
+        gs = kvp_shrink(p, (kvp_stream)st, t, &gn);
+        cmp_status(x, "kvp_shrink", gs, es, fp);
+        if (es == KVP_OK)
+            cmp_u64(x, "shrink n_retired", en, gn);
+        break;
+    }
+    case OP_RETIRE_TOP: {
+        kvp_block er = KVP_NO_BLOCK, em = KVP_NO_BLOCK, gr = KVP_NO_BLOCK, gm = KVP_NO_BLOCK;
+        OPF("retire_top()");
+        x->lenient_exhausted = 1;
+        es = m_retire_top(m, &er, &em);
+        gs = kvp_retire_top(p, &gr, &gm);
+        cmp_status(x, "kvp_retire_top", gs, es, fp);
+        if (es == KVP_OK && (er != gr || em != gm))
+            bad(x, "retire_top: expected retired %" PRIu32 " moved_to %" PRIu32
+                ", got retired %" PRIu32 " moved_to %" PRIu32, er, em, gr, gm);
+        break;
+    }
+    case OP_BLOCK_GET: {
+        kvp_block id = pick_bad_id(x);
+        OPF("block_get(%" PRIu32 ")", id);
+        cmp_block(x, id);
+        break;
+    }
+    case OP_OWNER_BLOCKS: {
+        int oi = pick_owner(x);
+        kvp_block ids[4];
+        size_t gn = 0;
+        size_t cap = rn(x, 3);
+        OPF("owner_blocks(%" PRIu64 ", cap=%zu)", oval(oi), cap);
+        gs = kvp_owner_blocks(p, oval(oi), cap ? ids : NULL, cap, &gn);
+        es = oi < 0 ? KVP_EINVAL : !m->o[oi].active ? KVP_ENOTFOUND
+             : m->o[oi].n > cap ? KVP_ESPACE : KVP_OK;
+        cmp_status(x, "kvp_owner_blocks", gs, es, fp);
+        if (es == KVP_ESPACE || es == KVP_OK)
+            cmp_u64(x, "owner_blocks n_out", m->o[oi].n, gn);
+        if (es == KVP_OK)
+            for (size_t i = 0; i < gn; i++)
+                if (ids[i] != m->o[oi].refs[i])
+                    bad(x, "owner_blocks ids[%zu]: expected %" PRIu32 ", got %" PRIu32, i,
+                        m->o[oi].refs[i], ids[i]);
+        break;
+    }
+    case OP_FREE_COUNT: {
+        int st = pick_stream(x);
+        int L = m_list(m, st);
+        uint32_t g = 0;
+        OPF("free_count(stream=%d)", st);
+        gs = kvp_free_count(p, (kvp_stream)st, &g);
+        es = L < 0 ? KVP_EINVAL : KVP_OK;
+        cmp_status(x, "kvp_free_count", gs, es, fp);
+        if (es == KVP_OK)
+            cmp_u64(x, "free_count", n_free(m, L), g);
+        break;
+    }
+    case OP_POOL_CLEAR:
+        OPF("pool_clear()");
+        es = m_pool_clear(m);
+        gs = kvp_pool_clear(p);
+        cmp_status(x, "kvp_pool_clear", gs, es, fp);
+        break;
+    case OP_STATS_RESET: {
+        OPF("stats_reset()");
+        gs = kvp_stats_reset(p);
+        cmp_status(x, "kvp_stats_reset", gs, KVP_OK, fp);
+        if (fingerprint(x) != fp)
+            bad(x, "stats_reset changed the fingerprint");
+        mctr z;
+        memset(&z, 0, sizeof z);
+        z.peak = model_gauges(m).in_use;
+        m->k = z;
+        break;
+    }
+    default:
+        break;
+    }
+    if (gs == KVP_OK)
+        x->ok[op]++;
+    else
+        x->err[op]++;
+}
+
+static int pick_op(ctx *x)
+{
+    unsigned total = 0;
+    for (int i = 0; i < NOP; i++)
+        total += g_weight[i];
+    unsigned r = rn(x, total);
+    for (int i = 0; i < NOP; i++) {
+        if (r < g_weight[i])
+            return i;
+        r -= g_weight[i];
+    }
+    return 0;
+}
+
+static double test_scale(void)
+{
+    const char *s = getenv("KVP_TEST_SCALE");
+    if (!s || !*s)
+        return 1.0;
+    double v = strtod(s, NULL);
+    return v > 0 ? v : 1.0;
+}
+
+static size_t g_total_steps;
+
+static void run_config(const mcfg *c)
+{
+    static model m;
+    ctx *x = calloc(1, sizeof *x);
+    assert_non_null(x);
+    x->c = *c;
+    x->m = &m;
+    x->rng = c->seed;
+    model_init(&m, c);
+
+    kvp_config cfg;
+    assert_int_equal(kvp_config_default(&cfg), KVP_OK);
+    cfg.block_size = c->bs;
+    cfg.num_blocks = c->nblocks;
+    cfg.max_blocks = c->maxb;
+    cfg.separate_kv = c->sep;
+    cfg.grow_on_exhaustion = c->grow;
+    cfg.null_block = c->nullb;
+    cfg.prefix_caching = c->prefix;
+    cfg.reuse = c->reuse;
+    cfg.on_evict = on_evict;
+    cfg.evict_user = &x->lg;
+    assert_int_equal(kvp_pool_create(&cfg, &x->p), KVP_OK);
+    OPF("create");
+    check_all(x);
+
+    for (x->step = 1; x->step <= c->steps; x->step++) {
+        x->lg.n = 0;
+        x->lg.overflow = 0;
+        m.nev = 0;
+        x->lenient_reused = x->lenient_free_calls = x->lenient_exhausted = 0;
+        x->sync_owner = -1;
+        if (getenv("KVP_MODEL_DUMP"))
+            g_pre = m;
+        do_step(x, pick_op(x));
+        if (getenv("KVP_MODEL_TRACE"))
+            fprintf(stderr, "  #%zu %s\n", x->step, x->op);
+        check_all(x);
+        /* keep the pool small */
+        if (managed(&m) > MB - 16 && !c->maxb)
+            bad(x, "model pool grew past the test's bound");
+    }
+    g_total_steps += c->steps;
+
+    fprintf(stderr, "[model] %-28s seed=0x%016" PRIx64 " steps=%zu blocks=%" PRIu32
+            " top=%" PRIu32 "\n        ok/err:", c->name, c->seed, c->steps, managed(&m), m.top);
+    for (int i = 0; i < NOP; i++)
+        fprintf(stderr, " %s=%" PRIu64 "/%" PRIu64, g_opname[i], x->ok[i], x->err[i]);
+    fprintf(stderr, "\n");
+    kvp_pool_destroy(x->p);
+    free(x);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Configurations                                                            */
+/* ------------------------------------------------------------------------ */
+
+#define BASE_STEPS 10000
+
+static const mcfg g_cfgs[] = {
+    /* name                    reuse             sep null grow pfx bs  n    max  */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0},
+};
+
+#define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])
+
+static void run_index(size_t i, size_t weight)
+{
+    mcfg c = g_cfgs[i];
+    const char *seed_env = getenv("KVP_MODEL_SEED");
+    if (seed_env && *seed_env)
+        c.seed = strtoull(seed_env, NULL, 0);
+    double steps = (double)BASE_STEPS * (double)weight * test_scale();
+    c.steps = steps < 50 ? 50 : (size_t)steps;
+    run_config(&c);
+}
+
+/* 11 configurations, weights 1 or 2: 16 x BASE_STEPS steps in all. */
+static void test_lifo_shared(void **s) { (void)s; run_index(0, 1); }
+static void test_lifo_shared_null_grow(void **s) { (void)s; run_index(1, 2); }
+static void test_lifo_kv_null_grow(void **s) { (void)s; run_index(2, 2); }
+static void test_lowest_shared_grow(void **s) { (void)s; run_index(3, 2); }
+static void test_lowest_kv(void **s) { (void)s; run_index(4, 1); }
+static void test_lowest_shared_null(void **s) { (void)s; run_index(5, 1); }
+static void test_fifo_shared_grow(void **s) { (void)s; run_index(6, 2); }
+static void test_fifo_kv_null(void **s) { (void)s; run_index(7, 1); }
+static void test_fifo_kv_grow(void **s) { (void)s; run_index(8, 2); }
+static void test_lifo_noprefix_grow(void **s) { (void)s; run_index(9, 1); }
+static void test_lowest_unlimited(void **s) { (void)s; run_index(10, 1); }
+
+static void test_total(void **s)
+{
+    (void)s;
+    fprintf(stderr, "[model] total steps: %zu\n", g_total_steps);
+}
+
+int main(void)
+{
+    const char *mim = getenv("KVP_MODEL_MIMIC");
+    g_mimic = mim && *mim && *mim != '0';
+    init_hashes();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lifo_shared),
+        cmocka_unit_test(test_lifo_shared_null_grow),
+        cmocka_unit_test(test_lifo_kv_null_grow),
+        cmocka_unit_test(test_lowest_shared_grow),
+        cmocka_unit_test(test_lowest_kv),
+        cmocka_unit_test(test_lowest_shared_null),
+        cmocka_unit_test(test_fifo_shared_grow),
+        cmocka_unit_test(test_fifo_kv_null),
+        cmocka_unit_test(test_fifo_kv_grow),
+        cmocka_unit_test(test_lifo_noprefix_grow),
+        cmocka_unit_test(test_lowest_unlimited),
+        cmocka_unit_test(test_total),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
