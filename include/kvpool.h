@@ -142,10 +142,14 @@ enum {
  * blocks leave least recently freed first.
  * - KVP_REUSE_LIFO: vacant before cached; vacant blocks most recently freed
  *   first; never-used blocks after every freed vacant block, lowest id first.
+ *   A cached block that loses its content while free (kvp_evict,
+ *   kvp_unpublish, kvp_clear_index, kvp_reset_prefix_cache) joins the vacant
+ *   blocks behind those already there, ahead of the never-used ones.
  * - KVP_REUSE_LOWEST: vacant before cached; vacant blocks lowest id first
  *   (keeps the top of the pool free for shrinking).
  * - KVP_REUSE_FIFO: one queue for all free blocks, vacant or cached, in the
- *   order they were freed; never-used blocks first, in id order.
+ *   order they were freed; never-used blocks first, in id order.  A cached
+ *   block that loses its content keeps its place in the queue.
  */
 typedef enum kvp_reuse {
     KVP_REUSE_LIFO = 0,
@@ -323,7 +327,9 @@ KVP_API kvp_status kvp_pool_clear(kvp_pool *pool);
  * order, then cached blocks least recently freed first; taking a cached block
  * evicts its content (callback, counted).  All or nothing: when fewer blocks
  * are free, the stream grows just enough if grow_on_exhaustion allows it
- * within max_blocks; otherwise KVP_EEXHAUSTED (counted in stats.exhausted).
+ * within max_blocks (the new blocks join as kvp_extend's do, so in LIFO order
+ * they are the first taken); otherwise KVP_EEXHAUSTED (counted in
+ * stats.exhausted).
  * An owner not yet active becomes active; one already active grows.
  * Errors: KVP_EINVAL (NULL pool/ids/n_out, tokens 0, unknown stream, format >
  * 255), KVP_ESPACE (ids_cap below the count; *n_out = count), KVP_EEXHAUSTED,
@@ -344,7 +350,8 @@ KVP_API kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
 
 /*
  * Take the specific free block `id` (vacant or cached) for fresh content,
- * held by `owner`; a cached block's content is evicted (callback, counted).
+ * held by `owner`, with fill 0 and format KVP_FMT_FP16; a cached block's
+ * content is evicted (callback, counted).
  * Errors: KVP_EINVAL (NULL pool, the null block), KVP_ERANGE (no such block),
  * KVP_EBUSY (the block is in use, or from a callback), KVP_ENOMEM.  O(1).
  */
@@ -356,7 +363,8 @@ KVP_API kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner);
  * cached if it is published, vacant otherwise.  Blocks freed in one call join
  * the free blocks in the order given: the first given is the first reused
  * (and, when cached, the first evicted).  An id may appear several times if
- * the owner holds that many references on it.  When the owner (not
+ * the owner holds that many references on it; each time the owner's oldest
+ * remaining reference on that block is dropped.  n == 0 is a no-op.  When the owner (not
  * explicitly registered) drops its last reference, its record goes.
  * All or nothing: every id is checked before any is freed.
  * Errors: KVP_EINVAL (NULL pool, NULL ids with n > 0, the null block),
@@ -624,8 +632,10 @@ KVP_API kvp_status kvp_hash_tokens(const kvp_pool *pool, const uint32_t *tokens,
 /*
  * kvp_publish, and record tokens[0..n) (n == block_size) and the parent block
  * `parent` (KVP_NO_BLOCK for a chain's first block; otherwise a published
- * block).  Errors: as kvp_publish; KVP_EINVAL also for verify_hits off, NULL
- * tokens, n != block_size, or a parent that is not published.  O(n).
+ * block).  Errors: as kvp_publish, except that a block already published
+ * (under any hash) is refused with KVP_EBUSY; KVP_EINVAL also for
+ * verify_hits off, NULL tokens, n != block_size, or a parent that is not
+ * published.  O(n).
  */
 KVP_API kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *hash,
                                         kvp_block parent, const uint32_t *tokens, size_t n);
@@ -755,13 +765,20 @@ typedef struct kvp_stats {
     uint64_t fragmented;       /* in use with 0 < fill < block_size */
     uint64_t owners;           /* active owners */
     uint64_t peak_in_use;      /* high-water mark of in_use; reset to in_use */
-    uint64_t alloc_calls;      /* rate: successful kvp_alloc/kvp_take/take_id */
+    uint64_t alloc_calls;      /* rate: successful kvp_alloc/kvp_take/take_id,
+                                  and admissions/appends that took blocks */
     uint64_t blocks_allocated; /* rate */
-    uint64_t free_calls;       /* rate: successful kvp_free/kvp_free_owner */
+    uint64_t free_calls;       /* rate: successful kvp_free (n > 0),
+                                  kvp_free_owner, kvp_seq_destroy of a
+                                  sequence holding blocks */
     uint64_t blocks_freed;     /* rate: references dropped */
-    uint64_t reused;           /* rate: blocks handed out that had been before */
-    uint64_t exhausted;        /* rate: allocation attempts refused for lack of
-                                  blocks */
+    uint64_t reused;           /* rate: blocks handed out for fresh content that
+                                  had been handed out before (claims of
+                                  content do not count) */
+    uint64_t exhausted;        /* rate: allocation attempts (alloc, take,
+                                  admission, append) refused for lack of
+                                  blocks; kvp_ensure_free and kvp_retire_top
+                                  failures do not count */
     uint64_t grown;            /* rate: blocks added by growth on exhaustion */
     uint64_t extended;         /* rate: blocks added by kvp_extend */
     uint64_t retired;          /* rate: blocks retired (shrink, retire_top) */

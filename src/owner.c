@@ -312,9 +312,11 @@ void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
         drop_node(p, b, false);
         return;
     }
-    uint32_t xi = blk->xhead;
-    while (p->xrefs[xi].owner != oslot)
-        xi = p->xrefs[xi].bnext;
+    /* The owner's oldest xref: the chain runs newest first. */
+    uint32_t xi = KVP__NONE;
+    for (uint32_t x = blk->xhead; x != KVP__NONE; x = p->xrefs[x].bnext)
+        if (p->xrefs[x].owner == oslot)
+            xi = x;
     drop_node(p, xi | KVP__XREF, false);
 }
 
