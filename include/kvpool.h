@@ -820,7 +820,7 @@ KVP_API kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap,
  * one JSON object.  Writes a NUL-terminated string into buf[0..cap);
  * *needed (may be NULL) receives its length without the NUL.  Errors:
  * KVP_EINVAL (NULL pool; NULL buf with cap > 0; bad prefix), KVP_ESPACE (cap
- * <= length; buf[0] is then set to NUL), KVP_EBUSY.  O(number of metrics).
+ * <= length; the buffer is left as it was), KVP_EBUSY.  O(number of metrics).
  */
 KVP_API kvp_status kvp_stats_prometheus(kvp_pool *pool, const char *prefix, char *buf,
                                         size_t cap, size_t *needed);

@@ -207,6 +207,32 @@ static bool valid_prefix(const char *s)
     return true;
 }
 
+/* Write the metrics as Prometheus text (prefix set) or JSON (prefix NULL). */
+static void write_metrics(writer *o, const kvp_stats *st, const char *prefix)
+{
+    size_t n = sizeof metrics / sizeof metrics[0];
+    if (!prefix)
+        put(o, "{");
+    for (size_t i = 0; i < n; i++) {
+        const struct metric *m = &metrics[i];
+        if (prefix) {
+            const char *suffix = m->kind == COUNTER ? "_total" : "";
+            const char *type = m->kind == COUNTER ? "counter" : "gauge";
+            put(o, "# HELP %s_%s%s %s\n", prefix, m->name, suffix, m->help);
+            put(o, "# TYPE %s_%s%s %s\n", prefix, m->name, suffix, type);
+            put(o, "%s_%s%s ", prefix, m->name, suffix);
+            put_value(o, st, m);
+            put(o, "\n");
+        } else {
+            put(o, "%s\"%s\":", i ? "," : "", m->name);
+            put_value(o, st, m);
+        }
+    }
+    if (!prefix)
+        put(o, "}");
+}
+
+/* Measure first, write only if it fits: a too-small buffer stays as it was. */
 static kvp_status render(kvp_pool *pool, const char *prefix, char *buf, size_t cap,
                          size_t *needed)
 {
@@ -219,34 +245,14 @@ static kvp_status render(kvp_pool *pool, const char *prefix, char *buf, size_t c
     kvp__stats_fill(pool, &st);
     kvp__leave(pool, false);
 
-    writer o = {buf, cap, 0};
-    size_t n = sizeof metrics / sizeof metrics[0];
-    if (!prefix)
-        put(&o, "{");
-    for (size_t i = 0; i < n; i++) {
-        const struct metric *m = &metrics[i];
-        if (prefix) {
-            const char *suffix = m->kind == COUNTER ? "_total" : "";
-            const char *type = m->kind == COUNTER ? "counter" : "gauge";
-            put(&o, "# HELP %s_%s%s %s\n", prefix, m->name, suffix, m->help);
-            put(&o, "# TYPE %s_%s%s %s\n", prefix, m->name, suffix, type);
-            put(&o, "%s_%s%s ", prefix, m->name, suffix);
-            put_value(&o, &st, m);
-            put(&o, "\n");
-        } else {
-            put(&o, "%s\"%s\":", i ? "," : "", m->name);
-            put_value(&o, &st, m);
-        }
-    }
-    if (!prefix)
-        put(&o, "}");
+    writer measure = {NULL, 0, 0};
+    write_metrics(&measure, &st, prefix);
     if (needed)
-        *needed = o.len;
-    if (o.len >= cap) {
-        if (cap)
-            buf[0] = '\0';
+        *needed = measure.len;
+    if (measure.len >= cap)
         return KVP_ESPACE;
-    }
+    writer o = {buf, cap, 0};
+    write_metrics(&o, &st, prefix);
     return KVP_OK;
 }
 

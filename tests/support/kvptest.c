@@ -179,6 +179,10 @@ void kvptest_evrec_fn(void *user, const kvp_hash *hash, kvp_block block)
         r->bad++;
     if (r->n < KVPTEST_EVREC_MAX) {
         r->hash[r->n] = hash ? kvptest_hash_u64(hash) : 0;
+        if (hash)
+            r->full[r->n] = *hash;
+        else
+            memset(&r->full[r->n], 0, sizeof r->full[r->n]);
         r->block[r->n] = block;
         r->cleared[r->n] = cleared;
     }

@@ -39,7 +39,8 @@
  *
  * Eviction recorder
  *   kvptest_evrec r; kvptest_evrec_attach(&r, &cfg);   (before create)
- *   Every callback appends an entry: hash value (last 8 bytes) and block, or
+ *   Every callback appends an entry: hash value (last 8 bytes, and the whole
+ *   hash in r.full[]) and block, or
  *   cleared = 1 for an "all cleared" notice (hash NULL, block KVP_NO_BLOCK;
  *   a notice that breaks that pairing is counted in r.bad).  r.n counts all
  *   callbacks, r.n_cleared the notices; the first KVPTEST_EVREC_MAX entries
@@ -135,6 +136,7 @@ typedef struct kvptest_evrec {
     size_t n_cleared;         /* "all cleared" notices seen */
     size_t bad;               /* hash NULL xor block KVP_NO_BLOCK */
     uint64_t hash[KVPTEST_EVREC_MAX];   /* kvptest_hash_u64 of the hash */
+    kvp_hash full[KVPTEST_EVREC_MAX];   /* the whole hash (zero if cleared) */
     kvp_block block[KVPTEST_EVREC_MAX];
     int cleared[KVPTEST_EVREC_MAX];
 } kvptest_evrec;

@@ -1,0 +1,840 @@
+/*
+ * test_index.c — shared blocks and the content index (SPEC C3, callback rule
+ * of "Block lifecycle" and C9).
+ *
+ * Covers: publish/lookup/unpublish and their refusals, lazy eviction (the
+ * callback fires once, with the right hash and block, when a cached block is
+ * handed out again), claim of a cached block (off the free list, content
+ * kept, LRU position renewed) and of a block in use, duplicate hashes (lookup
+ * returns the first published still indexed; evicting one never removes
+ * another's entry), kvp_evict in LRU order, kvp_ensure_free, kvp_clear_index,
+ * kvp_reset_prefix_cache (refused while busy, working when idle), pools
+ * without prefix caching, and re-entrant calls from the eviction callback
+ * (every pool call refused with KVP_EBUSY, thread_safe 0 and 1; another pool
+ * may be used).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "kvptest.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
+{
+    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
+}
+
+static void publish(kvp_pool *pool, kvp_block b, uint64_t hv)
+{
+    kvp_hash h = kvptest_hash(hv);
+    KVP_ASSERT_OK(kvp_publish(pool, b, &h));
+}
+
+/* Lookup in the shared stream; KVP_NO_BLOCK when not found. */
+static kvp_block lookup_at(kvp_pool *pool, uint64_t hv, const char *file, int line)
+{
+    kvp_hash h = kvptest_hash(hv);
+    kvp_block out = KVP_NO_BLOCK;
+    kvp_status st = kvp_lookup(pool, KVP_STREAM_SHARED, &h, &out);
+    if (st == KVP_ENOTFOUND)
+        return KVP_NO_BLOCK;
+    kvptest_assert_status(st, KVP_OK, "kvp_lookup", file, line);
+    return out;
+}
+#define lookup(pool, hv) lookup_at((pool), (hv), __FILE__, __LINE__)
+
+/* Expect exactly one new per-block callback since `before`. */
+static void expect_evicted_at(const kvptest_evrec *r, size_t before, uint64_t hv,
+                              kvp_block b, const char *file, int line)
+{
+    if (r->n != before + 1) {
+        print_error("%s:%d: %zu eviction callbacks, expected %zu\n", file, line,
+                    r->n - before, (size_t)1);
+        _fail(file, line);
+    }
+    if (r->cleared[before] || r->hash[before] != hv || r->block[before] != b) {
+        print_error("%s:%d: callback (hash %llu, block %u, cleared %d), expected "
+                    "(hash %llu, block %u)\n",
+                    file, line, (unsigned long long)r->hash[before],
+                    (unsigned)r->block[before], r->cleared[before],
+                    (unsigned long long)hv, (unsigned)b);
+        _fail(file, line);
+    }
+}
+#define EXPECT_EVICTED(r, before, hv, b) \
+    expect_evicted_at((r), (before), (hv), (b), __FILE__, __LINE__)
+
+static kvp_pool *rec_pool(kvptest_evrec *rec, uint32_t n, kvp_reuse reuse)
+{
+    kvp_config cfg = kvptest_config(n);
+    cfg.reuse = reuse;
+    kvptest_evrec_attach(rec, &cfg);
+    return kvptest_create(&cfg);
+}
+
+/* ---- publish / lookup / unpublish ------------------------------------- */
+
+static void test_publish_lookup_unpublish(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
+    publish(pool, 1, 500);
+    KVP_ASSERT_EQ(lookup(pool, 500), 1);
+    KVP_ASSERT_EQ(lookup(pool, 501), KVP_NO_BLOCK);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.indexed, 1);
+    kvp_block_info info = kvptest_info(pool, 1);
+    KVP_ASSERT_EQ(info.published, 1);
+    KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 500);
+    kvptest_check(pool);
+
+    /* A lookup counts nothing and changes nothing. */
+    uint64_t fp = kvptest_fp(pool);
+    kvp_stats before = kvptest_stats(pool);
+    for (int i = 0; i < 5; i++) {
+        KVP_ASSERT_EQ(lookup(pool, 500), 1);
+        KVP_ASSERT_EQ(lookup(pool, 777), KVP_NO_BLOCK);
+    }
+    KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+    kvp_stats after = kvptest_stats(pool);
+    assert_memory_equal(&before, &after, sizeof before);
+
+    /* Publishing again under the same hash is a no-op. */
+    kvp_hash h500 = kvptest_hash(500), h600 = kvptest_hash(600);
+    KVP_ASSERT_OK(kvp_publish(pool, 1, &h500));
+    KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 1);
+    /* Another hash: refused. */
+    KVP_ASSERT_REFUSED(pool, kvp_publish(pool, 1, &h600), KVP_EBUSY);
+    /* Free blocks cannot be published. */
+    KVP_ASSERT_REFUSED(pool, kvp_publish(pool, 5, &h600), KVP_EDOUBLEFREE);
+    KVP_ASSERT_REFUSED(pool, kvp_publish(pool, 8, &h600), KVP_ERANGE);
+    KVP_ASSERT_REFUSED(pool, kvp_publish(pool, 1, NULL), KVP_EINVAL);
+
+    /* Unpublish an in-use block: an eviction; the block stays in use. */
+    KVP_ASSERT_OK(kvp_unpublish(pool, 1));
+    EXPECT_EVICTED(&rec, 0, 500, 1);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.evictions, 1);
+    KVP_ASSERT_EQ(st.indexed, 0);
+    info = kvptest_info(pool, 1);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(info.published, 0);
+    KVP_ASSERT_EQ(lookup(pool, 500), KVP_NO_BLOCK);
+    KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 1), KVP_ENOTFOUND);
+    /* It may now be published under another hash; freed, it is cached. */
+    KVP_ASSERT_OK(kvp_publish(pool, 1, &h600));
+    free1(pool, 1, 1);
+    KVP_ASSERT_EQ(kvptest_info(pool, 1).state, KVP_BLOCK_CACHED);
+    /* Unpublish a cached block: it becomes vacant. */
+    KVP_ASSERT_OK(kvp_unpublish(pool, 1));
+    EXPECT_EVICTED(&rec, 1, 600, 1);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.cached, 0);
+    KVP_ASSERT_EQ(st.vacant, 6);
+    KVP_ASSERT_EQ(st.evictions, 2);
+    KVP_ASSERT_EQ(kvptest_info(pool, 1).state, KVP_BLOCK_VACANT);
+    /* An unpublished block that is freed is vacant. */
+    publish(pool, 2, 700);
+    KVP_ASSERT_OK(kvp_unpublish(pool, 2));
+    free1(pool, 2, 1);
+    KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(rec.n, 3);
+    KVP_ASSERT_EQ(rec.n_cleared, 0);
+    KVP_ASSERT_EQ(rec.bad, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- lazy eviction ------------------------------------------------------ */
+
+static void test_lazy_eviction(void **state)
+{
+    (void)state;
+    const kvp_reuse orders[3] = {KVP_REUSE_LIFO, KVP_REUSE_LOWEST, KVP_REUSE_FIFO};
+    for (int o = 0; o < 3; o++) {
+        kvptest_evrec rec;
+        kvp_pool *pool = rec_pool(&rec, 4, orders[o]);
+        kvp_block ids[4];
+        kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+        publish(pool, ids[1], 42);
+        free1(pool, ids[1], 1);
+        /* Freed, still findable, no callback yet. */
+        KVP_ASSERT_EQ(lookup(pool, 42), ids[1]);
+        kvp_block_info info = kvptest_info(pool, ids[1]);
+        KVP_ASSERT_EQ(info.state, KVP_BLOCK_CACHED);
+        KVP_ASSERT_EQ(info.published, 1);
+        kvp_stats st = kvptest_stats(pool);
+        KVP_ASSERT_EQ(st.cached, 1);
+        KVP_ASSERT_EQ(st.indexed, 1);
+        KVP_ASSERT_EQ(st.evictions, 0);
+        KVP_ASSERT_EQ(rec.n, 0);
+        kvptest_check(pool);
+        /* Handing it out again is the eviction. */
+        kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 2);
+        KVP_ASSERT_EQ(b, ids[1]);
+        EXPECT_EVICTED(&rec, 0, 42, ids[1]);
+        KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 1);
+        KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
+        KVP_ASSERT_EQ(lookup(pool, 42), KVP_NO_BLOCK);
+        info = kvptest_info(pool, b);
+        KVP_ASSERT_EQ(info.published, 0);
+        KVP_ASSERT_EQ(info.owner, 2);
+        /* It fires once only: freeing and retaking does nothing more. */
+        free1(pool, b, 2);
+        KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 2), b);
+        KVP_ASSERT_EQ(rec.n, 1);
+        kvptest_check(pool);
+        kvp_pool_destroy(pool);
+    }
+
+    /* Through kvp_alloc, several at once, in LRU order. */
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 4, KVP_REUSE_LIFO);
+    kvp_block ids[4];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    for (int i = 0; i < 4; i++)
+        publish(pool, ids[i], 10 + (uint64_t)i);
+    kvp_block order[4] = {ids[2], ids[0], ids[3], ids[1]};
+    KVP_ASSERT_OK(kvp_free(pool, order, 4, 1));
+    kvp_block got[4];
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 3, got, 4), 3);
+    KVP_ASSERT_EQ(rec.n, 3);
+    for (int i = 0; i < 3; i++) {
+        KVP_ASSERT_EQ(got[i], order[i]);
+        KVP_ASSERT_EQ(rec.block[i], order[i]);
+        KVP_ASSERT_EQ(rec.hash[i], 10 + order[i] - ids[0]);
+    }
+    KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 3);
+    KVP_ASSERT_EQ(lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- claim -------------------------------------------------------------- */
+
+static void test_claim_cached(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
+    kvp_block ids[4];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4); /* 0..3 */
+    KVP_ASSERT_OK(kvp_set_fill(pool, 2, 16));
+    KVP_ASSERT_OK(kvp_set_fill(pool, 3, 16));
+    publish(pool, 2, 22);
+    publish(pool, 3, 33);
+    kvp_block f[3] = {2, 3, 0};
+    KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
+
+    /* Claim the cached block 2: off the free list, content kept. */
+    KVP_ASSERT_OK(kvp_claim(pool, 2, 5));
+    KVP_ASSERT_EQ(rec.n, 0);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 2);
+    kvp_block_info info = kvptest_info(pool, 2);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(info.ref_count, 1);
+    KVP_ASSERT_EQ(info.owner, 5);
+    KVP_ASSERT_EQ(info.published, 1);
+    KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 22);
+    KVP_ASSERT_EQ(lookup(pool, 22), 2);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.cached, 1);
+    KVP_ASSERT_EQ(st.indexed, 2);
+    KVP_ASSERT_EQ(st.evictions, 0);
+    kvp_block ob[4];
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 5, ob, 4), 1);
+    KVP_ASSERT_EQ(ob[0], 2);
+    kvptest_check(pool);
+    /* Allocation never hands it out: vacant 0, then cached 3, then none. */
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 6), 0);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 6), 3);
+    EXPECT_EVICTED(&rec, 0, 33, 3);
+    kvp_block b;
+    KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 6, &b), KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(lookup(pool, 22), 2);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* A claimed-and-freed block goes to the most recent end of the LRU. */
+    pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    publish(pool, 0, 100);
+    publish(pool, 1, 101);
+    publish(pool, 2, 102);
+    kvp_block g[3] = {0, 1, 2};
+    KVP_ASSERT_OK(kvp_free(pool, g, 3, 1));  /* LRU: 0 1 2 */
+    KVP_ASSERT_OK(kvp_claim(pool, 0, 7));
+    free1(pool, 0, 7);                       /* LRU: 1 2 0 */
+    uint32_t ne = 0;
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
+    KVP_ASSERT_EQ(ne, 1);
+    EXPECT_EVICTED(&rec, 0, 101, 1);
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
+    EXPECT_EVICTED(&rec, 1, 102, 2);
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
+    EXPECT_EVICTED(&rec, 2, 100, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_claim_used_and_vacant(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(4, KVP_REUSE_LOWEST);
+    kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+    /* A block in use gets one more reference (published or not). */
+    KVP_ASSERT_OK(kvp_claim(pool, x, 2));
+    KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 2);
+    publish(pool, x, 9);
+    KVP_ASSERT_OK(kvp_claim(pool, x, KVP_ANON));
+    kvp_block_info info = kvptest_info(pool, x);
+    KVP_ASSERT_EQ(info.ref_count, 3);
+    KVP_ASSERT_EQ(info.anon_refs, 1);
+    KVP_ASSERT_EQ(kvptest_stats(pool).shared, 1);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
+    kvptest_check(pool);
+    /* Vacant blocks hold nothing to share. */
+    KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 3, 1), KVP_ENOTFOUND);
+    free1(pool, x, 1);
+    free1(pool, x, 2);
+    free1(pool, x, KVP_ANON);
+    KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_CACHED);
+    KVP_ASSERT_OK(kvp_unpublish(pool, x));
+    KVP_ASSERT_REFUSED(pool, kvp_claim(pool, x, 1), KVP_ENOTFOUND);
+    KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 4, 1), KVP_ERANGE);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- duplicates --------------------------------------------------------- */
+
+static void test_duplicates(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8); /* 0..3 */
+    /* Published in order 1, 0, 2, 3. */
+    publish(pool, 1, 5);
+    publish(pool, 0, 5);
+    publish(pool, 2, 5);
+    publish(pool, 3, 5);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 4);
+    KVP_ASSERT_EQ(lookup(pool, 5), 1);
+    kvptest_check(pool);
+    /* Unpublish the first: the next published takes over. */
+    KVP_ASSERT_OK(kvp_unpublish(pool, 1));
+    EXPECT_EVICTED(&rec, 0, 5, 1);
+    KVP_ASSERT_EQ(lookup(pool, 5), 0);
+    /* Removing a later one leaves the first. */
+    KVP_ASSERT_OK(kvp_unpublish(pool, 2));
+    EXPECT_EVICTED(&rec, 1, 5, 2);
+    KVP_ASSERT_EQ(lookup(pool, 5), 0);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
+    kvptest_check(pool);
+    /* Cached block 0 reused for other content: 3 stays findable. */
+    free1(pool, 0, 1);
+    KVP_ASSERT_EQ(lookup(pool, 5), 0); /* cached copies are findable */
+    KVP_ASSERT_OK(kvp_take_id(pool, 0, 1));
+    EXPECT_EVICTED(&rec, 2, 5, 0);
+    KVP_ASSERT_EQ(lookup(pool, 5), 3);
+    /* Re-publishing 1 makes it the second copy, after 3. */
+    publish(pool, 1, 5);
+    KVP_ASSERT_EQ(lookup(pool, 5), 3);
+    free1(pool, 3, 1);
+    uint32_t ne = 0;
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 8, &ne));
+    KVP_ASSERT_EQ(ne, 1);
+    EXPECT_EVICTED(&rec, 3, 5, 3);
+    KVP_ASSERT_EQ(lookup(pool, 5), 1);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 1);
+    KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 4);
+    kvptest_check(pool);
+
+    /* Different hashes sharing the last 8 bytes are different hashes. */
+    kvp_hash ha = kvptest_hash(77), hb = kvptest_hash(77);
+    hb.b[0] = 1;
+    kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, 2);
+    kvp_block y = kvptest_take(pool, KVP_STREAM_SHARED, 2);
+    KVP_ASSERT_OK(kvp_publish(pool, x, &ha));
+    KVP_ASSERT_OK(kvp_publish(pool, y, &hb));
+    kvp_block out;
+    KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &ha, &out));
+    KVP_ASSERT_EQ(out, x);
+    KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &hb, &out));
+    KVP_ASSERT_EQ(out, y);
+    /* The callback gets the whole hash. */
+    size_t before = rec.n;
+    KVP_ASSERT_OK(kvp_unpublish(pool, y));
+    EXPECT_EVICTED(&rec, before, 77, y);
+    assert_memory_equal(rec.full[before].b, hb.b, 32);
+    KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &ha, &out));
+    KVP_ASSERT_EQ(out, x);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* Many copies of a hash, evicted in random order: the index follows. */
+static void test_duplicates_many(void **state)
+{
+    (void)state;
+    const uint32_t N = 64;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, N, KVP_REUSE_LOWEST);
+    kvp_block ids[64];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * (uint64_t)N, 1, ids, N);
+    for (uint32_t i = 0; i < N; i++)
+        publish(pool, ids[i], 1 + i % 4); /* 4 hashes, 16 copies each */
+    int alive[64];
+    for (uint32_t i = 0; i < N; i++)
+        alive[i] = 1;
+    uint64_t rng = 12345;
+    for (uint32_t step = 0; step < N; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t k = (uint32_t)(rng >> 33) % N;
+        while (!alive[k])
+            k = (k + 1) % N;
+        alive[k] = 0;
+        size_t before = rec.n;
+        KVP_ASSERT_OK(kvp_unpublish(pool, ids[k]));
+        EXPECT_EVICTED(&rec, before, 1 + k % 4, ids[k]);
+        for (uint64_t hv = 1; hv <= 4; hv++) {
+            kvp_block want = KVP_NO_BLOCK;
+            for (uint32_t i = 0; i < N; i++)
+                if (alive[i] && 1 + i % 4 == hv) {
+                    want = ids[i];
+                    break;
+                }
+            KVP_ASSERT_EQ(lookup(pool, hv), want);
+        }
+        if (step % 8 == 0)
+            kvptest_check(pool);
+    }
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- evict, ensure_free ------------------------------------------------- */
+
+static void test_evict_lru(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    for (kvp_block b = 0; b < 8; b++)
+        publish(pool, b, 100 + b);
+    kvp_block f[2] = {5, 2};
+    KVP_ASSERT_OK(kvp_free(pool, f, 2, 1));
+    free1(pool, 7, 1);
+    free1(pool, 0, 1);
+    uint32_t ne = 99;
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 0, &ne));
+    KVP_ASSERT_EQ(ne, 0);
+    KVP_ASSERT_EQ(rec.n, 0);
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 2, &ne));
+    KVP_ASSERT_EQ(ne, 2);
+    KVP_ASSERT_EQ(rec.n, 2);
+    KVP_ASSERT_EQ(rec.block[0], 5);
+    KVP_ASSERT_EQ(rec.hash[0], 105);
+    KVP_ASSERT_EQ(rec.block[1], 2);
+    KVP_ASSERT_EQ(rec.hash[1], 102);
+    KVP_ASSERT_EQ(kvptest_info(pool, 5).state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(kvptest_info(pool, 7).state, KVP_BLOCK_CACHED);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.evictions, 2);
+    KVP_ASSERT_EQ(st.cached, 2);
+    KVP_ASSERT_EQ(st.vacant, 2);
+    KVP_ASSERT_EQ(st.indexed, 6);
+    kvptest_check(pool);
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 10, NULL));
+    KVP_ASSERT_EQ(rec.n, 4);
+    KVP_ASSERT_EQ(rec.block[2], 7);
+    KVP_ASSERT_EQ(rec.block[3], 0);
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 3, &ne));
+    KVP_ASSERT_EQ(ne, 0);
+    /* In-use published blocks are never evicted. */
+    KVP_ASSERT_EQ(lookup(pool, 103), 3);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.evictions, 4);
+    KVP_ASSERT_EQ(st.cached, 0);
+    KVP_ASSERT_EQ(st.vacant, 4);
+    /* Evicted blocks are plain vacant blocks (LOWEST: lowest first). */
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 0);
+    KVP_ASSERT_EQ(rec.n, 4);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_ensure_free(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    for (kvp_block b = 0; b < 4; b++)
+        publish(pool, b, 200 + b);
+    kvp_block f[6] = {0, 1, 2, 3, 4, 5};
+    KVP_ASSERT_OK(kvp_free(pool, f, 6, 1)); /* cached 0 1 2 3, vacant 4 5 */
+    KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 0));
+    KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 2));
+    KVP_ASSERT_EQ(rec.n, 0);
+    KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 3));
+    EXPECT_EVICTED(&rec, 0, 200, 0);
+    KVP_ASSERT_EQ(kvptest_stats(pool).vacant, 3);
+    KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 5));
+    KVP_ASSERT_EQ(rec.n, 3);
+    KVP_ASSERT_EQ(rec.block[1], 1);
+    KVP_ASSERT_EQ(rec.block[2], 2);
+    kvptest_check(pool);
+    /* Not enough even with every cached block: nothing is evicted. */
+    KVP_ASSERT_REFUSED(pool, kvp_ensure_free(pool, KVP_STREAM_SHARED, 7), KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(rec.n, 3);
+    KVP_ASSERT_EQ(kvptest_stats(pool).cached, 1);
+    KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 6));
+    EXPECT_EVICTED(&rec, 3, 203, 3);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.vacant, 6);
+    KVP_ASSERT_EQ(st.cached, 0);
+    KVP_ASSERT_EQ(st.evictions, 4);
+    KVP_ASSERT_EQ(st.blocks, 8); /* never grows */
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* Even with growth allowed, ensure_free does not grow. */
+    kvp_config cfg = kvptest_config(2);
+    cfg.grow_on_exhaustion = 1;
+    pool = kvptest_create(&cfg);
+    KVP_ASSERT_REFUSED(pool, kvp_ensure_free(pool, KVP_STREAM_SHARED, 3), KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 2);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- clear_index, reset_prefix_cache ----------------------------------- */
+
+static void test_clear_index(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 96, 1, ids, 8); /* 0..5 */
+    for (kvp_block b = 0; b < 5; b++)
+        publish(pool, b, 300 + b);
+    publish(pool, 5, 300); /* a duplicate */
+    kvp_block f[2] = {0, 1};
+    KVP_ASSERT_OK(kvp_free(pool, f, 2, 1));
+    KVP_ASSERT_OK(kvp_clear_index(pool));
+    KVP_ASSERT_EQ(rec.n, 1);
+    KVP_ASSERT_EQ(rec.n_cleared, 1);
+    KVP_ASSERT_EQ(rec.cleared[0], 1);
+    KVP_ASSERT_EQ(rec.block[0], KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(rec.bad, 0);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.indexed, 0);
+    KVP_ASSERT_EQ(st.cached, 0);
+    KVP_ASSERT_EQ(st.vacant, 4);
+    KVP_ASSERT_EQ(st.in_use, 4);
+    KVP_ASSERT_EQ(st.evictions, 0);
+    for (uint64_t hv = 300; hv < 305; hv++)
+        KVP_ASSERT_EQ(lookup(pool, hv), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_info(pool, 0).state, KVP_BLOCK_VACANT);
+    kvp_block_info info = kvptest_info(pool, 2);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(info.published, 0);
+    KVP_ASSERT_EQ(info.owner, 1);
+    kvptest_check(pool);
+    /* Blocks in use stay valid and may be published again. */
+    KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 3), KVP_ENOTFOUND);
+    publish(pool, 2, 999);
+    KVP_ASSERT_EQ(lookup(pool, 999), 2);
+    free1(pool, 2, 1);
+    free1(pool, 3, 1);
+    KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_CACHED);
+    KVP_ASSERT_EQ(kvptest_info(pool, 3).state, KVP_BLOCK_VACANT);
+    /* Allocation after the clear fires no per-block callbacks for the old
+     * content. */
+    kvp_block got[8];
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 5, 2, got, 8), 5);
+    KVP_ASSERT_EQ(rec.n, 1);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_reset_prefix_cache(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LIFO);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8);
+    for (int i = 0; i < 4; i++)
+        publish(pool, ids[i], 400 + (uint64_t)i);
+    KVP_ASSERT_OK(kvp_free(pool, ids, 3, 1));
+    /* One block in use (published): refused, nothing changes. */
+    KVP_ASSERT_REFUSED(pool, kvp_reset_prefix_cache(pool), KVP_EBUSY);
+    KVP_ASSERT_EQ(rec.n, 0);
+    KVP_ASSERT_EQ(lookup(pool, 400), ids[0]);
+    /* An anonymous, unpublished block in use also blocks it. */
+    free1(pool, ids[3], 1);
+    kvp_block a = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
+    KVP_ASSERT_REFUSED(pool, kvp_reset_prefix_cache(pool), KVP_EBUSY);
+    free1(pool, a, KVP_ANON);
+    /* Idle: works. */
+    KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
+    KVP_ASSERT_EQ(rec.n, 1);
+    KVP_ASSERT_EQ(rec.n_cleared, 1);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.indexed, 0);
+    KVP_ASSERT_EQ(st.cached, 0);
+    KVP_ASSERT_EQ(st.vacant, 8);
+    KVP_ASSERT_EQ(st.evictions, 0);
+    for (uint64_t hv = 400; hv < 404; hv++)
+        KVP_ASSERT_EQ(lookup(pool, hv), KVP_NO_BLOCK);
+    for (kvp_block b = 0; b < 8; b++) {
+        kvp_block_info info = kvptest_info(pool, b);
+        KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
+        KVP_ASSERT_EQ(info.published, 0);
+    }
+    kvptest_check(pool);
+    KVP_ASSERT_STATUS(kvp_reset_prefix_cache(NULL), KVP_EINVAL);
+    kvp_pool_destroy(pool);
+}
+
+static void test_prefix_caching_off(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_config cfg = kvptest_config(4);
+    cfg.prefix_caching = 0;
+    kvptest_evrec_attach(&rec, &cfg);
+    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+    kvp_hash h = kvptest_hash(1);
+    KVP_ASSERT_REFUSED(pool, kvp_publish(pool, x, &h), KVP_EINVAL);
+    KVP_ASSERT_EQ(kvptest_info(pool, x).published, 0);
+    free1(pool, x, 1);
+    KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_REFUSED(pool, kvp_claim(pool, x, 1), KVP_ENOTFOUND);
+    kvp_block out;
+    KVP_ASSERT_STATUS(kvp_lookup(pool, KVP_STREAM_SHARED, &h, &out), KVP_ENOTFOUND);
+    uint32_t ne = 9;
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 4, &ne));
+    KVP_ASSERT_EQ(ne, 0);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.cached, 0);
+    KVP_ASSERT_EQ(st.vacant, 4);
+    KVP_ASSERT_EQ(rec.n, 0);
+    KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- callback re-entry -------------------------------------------------- */
+
+typedef struct reentry {
+    kvp_pool *pool;   /* the pool whose callback this is */
+    kvp_pool *other;  /* another pool, usable from the callback */
+    size_t calls;
+    size_t n_checked;
+    size_t n_wrong;
+    char first_wrong[128];
+    kvp_status other_take, other_free;
+} reentry;
+
+static void note(reentry *r, const char *what, kvp_status st)
+{
+    r->n_checked++;
+    if (st != KVP_EBUSY) {
+        if (r->n_wrong == 0)
+            snprintf(r->first_wrong, sizeof r->first_wrong, "%s returned %d (%s)",
+                     what, (int)st, kvp_strerror(st));
+        r->n_wrong++;
+    }
+}
+
+/* Valid arguments everywhere, so the only possible refusal is KVP_EBUSY.
+ * Block 0 is in use by owner 1 and published; block 1 is free. */
+static void reentry_cb(void *user, const kvp_hash *hash, kvp_block block)
+{
+    (void)hash;
+    (void)block;
+    reentry *r = user;
+    kvp_pool *p = r->pool;
+    r->calls++;
+    kvp_block ids[16];
+    size_t n = 0;
+    uint32_t u = 0;
+    kvp_block b0 = 0;
+    kvp_hash h = kvptest_hash(1);
+    kvp_block_info info;
+    kvp_stats st;
+    char buf[8192];
+    uint64_t fp;
+    note(r, "kvp_alloc", kvp_alloc(p, KVP_STREAM_SHARED, 16, 1, 0, ids, 16, &n));
+    note(r, "kvp_take", kvp_take(p, KVP_STREAM_SHARED, 1, &b0));
+    note(r, "kvp_take_id", kvp_take_id(p, 1, 1));
+    b0 = 0;
+    note(r, "kvp_free", kvp_free(p, &b0, 1, 1));
+    note(r, "kvp_free_owner", kvp_free_owner(p, 1, NULL));
+    note(r, "kvp_owner_register", kvp_owner_register(p, 12345));
+    note(r, "kvp_owner_release", kvp_owner_release(p, 2));
+    note(r, "kvp_owner_blocks", kvp_owner_blocks(p, 1, ids, 16, &n));
+    note(r, "kvp_free_count", kvp_free_count(p, KVP_STREAM_SHARED, &u));
+    note(r, "kvp_set_fill", kvp_set_fill(p, 0, 1));
+    note(r, "kvp_block_get", kvp_block_get(p, 0, &info));
+    note(r, "kvp_claim", kvp_claim(p, 0, 1));
+    note(r, "kvp_publish", kvp_publish(p, 0, &h));
+    note(r, "kvp_lookup", kvp_lookup(p, KVP_STREAM_SHARED, &h, &b0));
+    note(r, "kvp_unpublish", kvp_unpublish(p, 0));
+    note(r, "kvp_clear_index", kvp_clear_index(p));
+    note(r, "kvp_evict", kvp_evict(p, KVP_STREAM_SHARED, 1, &u));
+    note(r, "kvp_ensure_free", kvp_ensure_free(p, KVP_STREAM_SHARED, 1));
+    note(r, "kvp_reset_prefix_cache", kvp_reset_prefix_cache(p));
+    note(r, "kvp_extend", kvp_extend(p, KVP_STREAM_SHARED, 1, &u));
+    note(r, "kvp_shrink", kvp_shrink(p, KVP_STREAM_SHARED, 0, &u));
+    kvp_block rt, mv;
+    note(r, "kvp_retire_top", kvp_retire_top(p, &rt, &mv));
+    note(r, "kvp_stats_get", kvp_stats_get(p, &st));
+    note(r, "kvp_stats_reset", kvp_stats_reset(p));
+    note(r, "kvp_stats_snapshot", kvp_stats_snapshot(p));
+    note(r, "kvp_stats_history", kvp_stats_history(p, &st, 1, &n));
+    note(r, "kvp_stats_prometheus", kvp_stats_prometheus(p, NULL, buf, sizeof buf, &n));
+    note(r, "kvp_stats_json", kvp_stats_json(p, buf, sizeof buf, &n));
+    note(r, "kvp_pool_check", kvp_pool_check(p, buf, sizeof buf));
+    note(r, "kvp_pool_fingerprint", kvp_pool_fingerprint(p, &fp));
+    note(r, "kvp_pool_clear", kvp_pool_clear(p));
+    if (r->other) {
+        kvp_block ob = KVP_NO_BLOCK;
+        r->other_take = kvp_take(r->other, KVP_STREAM_SHARED, 1, &ob);
+        if (r->other_take == KVP_OK)
+            r->other_free = kvp_free(r->other, &ob, 1, 1);
+    }
+}
+
+static void run_reentry(int thread_safe)
+{
+    reentry r;
+    memset(&r, 0, sizeof r);
+    kvp_config ocfg = kvptest_config(4);
+    ocfg.thread_safe = thread_safe;
+    r.other = kvptest_create(&ocfg);
+    kvp_config cfg = kvptest_config(8);
+    cfg.reuse = KVP_REUSE_LOWEST;
+    cfg.thread_safe = thread_safe;
+    cfg.history_len = 4;
+    cfg.on_evict = reentry_cb;
+    cfg.evict_user = &r;
+    kvp_pool *pool = kvptest_create(&cfg);
+    r.pool = pool;
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 8, 1, ids, 8); /* 0..7 */
+    KVP_ASSERT_OK(kvp_owner_register(pool, 2));
+    for (kvp_block b = 0; b < 8; b++)
+        publish(pool, b, 50 + b);
+    kvp_block f[6] = {2, 3, 4, 5, 6, 7};
+    KVP_ASSERT_OK(kvp_free(pool, f, 6, 1)); /* cached 2..7 */
+    kvp_block one = 1;
+    KVP_ASSERT_OK(kvp_unpublish(pool, one)); /* callback #1 */
+    KVP_ASSERT_EQ(r.calls, 1);
+    free1(pool, 1, 1);                       /* vacant */
+    uint64_t fp_before = kvptest_fp(pool);
+    (void)fp_before;
+
+    /* Triggers: reuse, evict, ensure_free, take_id, clear_index. */
+    kvp_block b;
+    KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_SHARED, 1, &b)); /* vacant 1 */
+    KVP_ASSERT_EQ(r.calls, 1);
+    KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_SHARED, 1, &b)); /* cached 2 */
+    KVP_ASSERT_EQ(b, 2);
+    KVP_ASSERT_EQ(r.calls, 2);
+    uint32_t ne = 0;
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
+    KVP_ASSERT_EQ(ne, 1);
+    KVP_ASSERT_EQ(r.calls, 3);
+    KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 2));
+    KVP_ASSERT_EQ(r.calls, 4);
+    KVP_ASSERT_OK(kvp_take_id(pool, 6, 1));
+    KVP_ASSERT_EQ(r.calls, 5);
+    KVP_ASSERT_OK(kvp_clear_index(pool));
+    KVP_ASSERT_EQ(r.calls, 6);
+    kvptest_check(pool);
+
+    if (r.n_wrong != 0)
+        fail_msg("thread_safe=%d: %zu of %zu re-entrant calls were not refused with "
+                 "KVP_EBUSY; first: %s",
+                 thread_safe, r.n_wrong, r.n_checked, r.first_wrong);
+    KVP_ASSERT_EQ(r.n_checked, 6 * 31);
+    /* Another pool is usable from the callback. */
+    KVP_ASSERT_STATUS(r.other_take, KVP_OK);
+    KVP_ASSERT_STATUS(r.other_free, KVP_OK);
+    kvptest_check(r.other);
+
+    /* The refused calls did nothing: the state is what the outer calls made. */
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.owners, 2);
+    KVP_ASSERT_EQ(st.in_use, 4);           /* 0, 1, 2, 6 */
+    KVP_ASSERT_EQ(st.blocks, 8);
+    KVP_ASSERT_EQ(st.evictions, 5);
+    KVP_ASSERT_EQ(kvptest_info(pool, 0).fill, 0);
+    KVP_ASSERT_EQ(kvptest_info(pool, 0).ref_count, 1);
+    kvp_block ob[8];
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ob, 8), 4);
+    size_t nh = 99;
+    KVP_ASSERT_OK(kvp_stats_history(pool, NULL, 0, &nh));
+    KVP_ASSERT_EQ(nh, 0);
+    /* And the pool works normally afterwards. */
+    KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_SHARED, 3, &b));
+    KVP_ASSERT_OK(kvp_free_owner(pool, 1, NULL));
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+    kvp_pool_destroy(r.other);
+}
+
+static void test_callback_reentry_unlocked(void **state)
+{
+    (void)state;
+    alarm(60); /* a deadlock must not hang the suite */
+    run_reentry(0);
+    alarm(0);
+}
+
+static void test_callback_reentry_locked(void **state)
+{
+    (void)state;
+    alarm(60);
+    run_reentry(1);
+    alarm(0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_publish_lookup_unpublish),
+        cmocka_unit_test(test_lazy_eviction),
+        cmocka_unit_test(test_claim_cached),
+        cmocka_unit_test(test_claim_used_and_vacant),
+        cmocka_unit_test(test_duplicates),
+        cmocka_unit_test(test_duplicates_many),
+        cmocka_unit_test(test_evict_lru),
+        cmocka_unit_test(test_ensure_free),
+        cmocka_unit_test(test_clear_index),
+        cmocka_unit_test(test_reset_prefix_cache),
+        cmocka_unit_test(test_prefix_caching_off),
+        cmocka_unit_test(test_callback_reentry_unlocked),
+        cmocka_unit_test(test_callback_reentry_locked),
+    };
+    return cmocka_run_group_tests_name("index", tests, NULL, NULL);
+}

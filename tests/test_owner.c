@@ -1,0 +1,470 @@
+/*
+ * test_owner.c — owner-tracked allocation (SPEC C2, C3 references).
+ *
+ * Covers: register/release and the collision it catches, repeated allocation
+ * as growth, owner_blocks in allocation order (and its buffer rules), freeing
+ * a subset, free_owner (newest first, record retired, n_freed), not-owner
+ * refusals, several owners sharing a block through kvp_claim, anonymous
+ * references, automatic retirement of an unregistered owner when its last
+ * reference goes, and the owner table growing to many owners.
+ */
+#include "kvptest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static void expect_blocks_at(kvp_pool *pool, kvp_owner owner, const kvp_block *exp,
+                             size_t n, const char *file, int line)
+{
+    kvp_block got[64];
+    size_t cnt = kvptest_owner_blocks_at(pool, owner, got, ARRAY_LEN(got), file, line);
+    int ok = cnt == n;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = got[i] == exp[i];
+    if (!ok) {
+        print_error("%s:%d: owner %llu blocks:\n    got     ", file, line,
+                    (unsigned long long)owner);
+        for (size_t i = 0; i < cnt && i < 64; i++)
+            print_error(" %u", (unsigned)got[i]);
+        print_error("\n    expected");
+        for (size_t i = 0; i < n; i++)
+            print_error(" %u", (unsigned)exp[i]);
+        print_error("\n");
+        _fail(file, line);
+    }
+}
+#define EXPECT_BLOCKS(pool, owner, ...)                                        \
+    do {                                                                       \
+        const kvp_block exp_[] = {__VA_ARGS__};                                \
+        expect_blocks_at((pool), (owner), exp_, ARRAY_LEN(exp_), __FILE__,     \
+                         __LINE__);                                            \
+    } while (0)
+#define EXPECT_NO_BLOCKS(pool, owner) \
+    expect_blocks_at((pool), (owner), NULL, 0, __FILE__, __LINE__)
+
+static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
+{
+    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
+}
+
+static void test_register_release(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LOWEST);
+    KVP_ASSERT_OK(kvp_owner_register(pool, 1));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    kvptest_check(pool);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_register(pool, 1), KVP_EOWNERACTIVE);
+    EXPECT_NO_BLOCKS(pool, 1);
+    KVP_ASSERT_OK(kvp_owner_release(pool, 1));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
+    kvptest_check(pool);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_release(pool, 1), KVP_ENOTFOUND);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_register(pool, KVP_ANON), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_release(pool, KVP_ANON), KVP_EINVAL);
+
+    /* Extreme but valid ids. */
+    KVP_ASSERT_OK(kvp_owner_register(pool, 0));
+    KVP_ASSERT_OK(kvp_owner_register(pool, KVP_ANON - 1));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 2);
+    KVP_ASSERT_OK(kvp_owner_release(pool, 0));
+    KVP_ASSERT_OK(kvp_owner_release(pool, KVP_ANON - 1));
+
+    /* Registered, then allocating: growth, never a collision. */
+    KVP_ASSERT_OK(kvp_owner_register(pool, 1));
+    kvp_block ids[8];
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 1, ids, 8), 1);
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 1, ids, 8), 1);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_register(pool, 1), KVP_EOWNERACTIVE);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_release(pool, 1), KVP_EBUSY);
+    size_t nf = 0;
+    KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
+    KVP_ASSERT_EQ(nf, 2);
+    /* free_owner retires a registered record too. */
+    KVP_ASSERT_REFUSED(pool, kvp_owner_release(pool, 1), KVP_ENOTFOUND);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
+    KVP_ASSERT_OK(kvp_owner_register(pool, 1));
+    /* An owner that is active because it holds blocks (never registered)
+     * is caught by registration too. */
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 1, 2, ids, 8), 1);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_register(pool, 2), KVP_EOWNERACTIVE);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_release(pool, 2), KVP_EBUSY);
+    /* A registered owner that never allocated can go with free_owner. */
+    nf = 99;
+    KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
+    KVP_ASSERT_EQ(nf, 0);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_repeated_alloc_order(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(16, KVP_REUSE_LOWEST);
+    kvp_block ids[16];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 2, ids, 16);  /* 0 1 2 -> owner 2 */
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 16);  /* 3 4 */
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 2, ids, 16);  /* 5 */
+    kvp_block f[2] = {1, 0};
+    KVP_ASSERT_OK(kvp_free(pool, f, 2, 2));
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 40, 1, ids, 16);  /* 0 1 6 */
+    KVP_ASSERT_OK(kvp_take_id(pool, 9, 1));
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 7);
+    KVP_ASSERT_OK(kvp_claim(pool, 5, 1));  /* a share of owner 2's block */
+    EXPECT_BLOCKS(pool, 1, 3, 4, 0, 1, 6, 9, 7, 5);
+    EXPECT_BLOCKS(pool, 2, 2, 5);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.owners, 2);
+    KVP_ASSERT_EQ(st.shared, 1);
+    KVP_ASSERT_EQ(st.in_use, 9);
+    kvptest_check(pool);
+
+    /* Buffer rules. */
+    size_t n = 0;
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 1, ids, 7, &n), KVP_ESPACE);
+    KVP_ASSERT_EQ(n, 8);
+    n = 0;
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 1, NULL, 0, &n), KVP_ESPACE);
+    KVP_ASSERT_EQ(n, 8);
+    KVP_ASSERT_OK(kvp_owner_blocks(pool, 1, ids, 8, &n));
+    KVP_ASSERT_EQ(n, 8);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 1, NULL, 4, &n), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 1, ids, 8, NULL), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, KVP_ANON, ids, 8, &n), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 3, ids, 8, &n), KVP_ENOTFOUND);
+    KVP_ASSERT_OK(kvp_owner_register(pool, 3));
+    n = 77;
+    KVP_ASSERT_OK(kvp_owner_blocks(pool, 3, NULL, 0, &n));
+    KVP_ASSERT_EQ(n, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_free_subset(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 80, 1, ids, 8), 5); /* 0..4 */
+    kvp_block f1[2] = {3, 1};
+    KVP_ASSERT_OK(kvp_free(pool, f1, 2, 1));
+    EXPECT_BLOCKS(pool, 1, 0, 2, 4);
+    kvptest_check(pool);
+    kvp_block f2[2] = {4, 0};
+    KVP_ASSERT_OK(kvp_free(pool, f2, 2, 1));
+    EXPECT_BLOCKS(pool, 1, 2);
+    /* Growth after a partial free appends. */
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 0);
+    EXPECT_BLOCKS(pool, 1, 2, 0);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.free_calls, 2);
+    KVP_ASSERT_EQ(st.blocks_freed, 4);
+    KVP_ASSERT_EQ(st.owners, 1);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_free_owner_newest_first(void **state)
+{
+    (void)state;
+    /* Vacant, LIFO: free_owner is one call that gives the blocks newest
+     * first, and in one call the first given is the first reused. */
+    kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LIFO);
+    kvp_block ids[8];
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 1, ids, 8), 1);  /* 0 */
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 2, ids, 8), 1);  /* 1 */
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 8), 2);  /* 2 3 */
+    EXPECT_BLOCKS(pool, 1, 0, 2, 3);
+    size_t nf = 0;
+    KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
+    KVP_ASSERT_EQ(nf, 3);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.free_calls, 1);
+    KVP_ASSERT_EQ(st.blocks_freed, 3);
+    kvptest_check(pool);
+    for (int i = 0; i < 3; i++) {
+        static const kvp_block exp[3] = {3, 2, 0};
+        KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 5), exp[i]);
+    }
+    kvp_pool_destroy(pool);
+
+    /* Cached: newest is evicted first (least recently freed). */
+    kvptest_evrec rec;
+    kvp_config cfg = kvptest_config(8);
+    kvptest_evrec_attach(&rec, &cfg);
+    pool = kvptest_create(&cfg);
+    size_t n = kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8);
+    KVP_ASSERT_EQ(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        kvp_hash h = kvptest_hash(100 + i);
+        KVP_ASSERT_OK(kvp_publish(pool, ids[i], &h));
+    }
+    KVP_ASSERT_OK(kvp_free_owner(pool, 1, NULL));
+    KVP_ASSERT_EQ(rec.n, 0);
+    uint32_t ne = 0;
+    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 4, &ne));
+    KVP_ASSERT_EQ(ne, 4);
+    KVP_ASSERT_EQ(rec.n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        KVP_ASSERT_EQ(rec.block[i], ids[3 - i]);
+        KVP_ASSERT_EQ(rec.hash[i], 103 - i);
+    }
+    kvptest_check(pool);
+
+    /* References counted per reference, and only the owner's. */
+    kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 7);
+    KVP_ASSERT_OK(kvp_claim(pool, b, 7));
+    KVP_ASSERT_OK(kvp_claim(pool, b, 8));
+    KVP_ASSERT_OK(kvp_claim(pool, b, KVP_ANON));
+    KVP_ASSERT_EQ(kvptest_info(pool, b).ref_count, 4);
+    nf = 0;
+    KVP_ASSERT_OK(kvp_free_owner(pool, 7, &nf));
+    KVP_ASSERT_EQ(nf, 2);
+    kvp_block_info info = kvptest_info(pool, b);
+    KVP_ASSERT_EQ(info.ref_count, 2);
+    KVP_ASSERT_EQ(info.anon_refs, 1);
+    KVP_ASSERT_EQ(info.owner, 8);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_REFUSED(pool, kvp_free_owner(pool, 7, &nf), KVP_ENOTFOUND);
+    KVP_ASSERT_REFUSED(pool, kvp_free_owner(pool, KVP_ANON, &nf), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_free_owner(NULL, 8, &nf), KVP_EINVAL);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_not_owner(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LOWEST);
+    kvp_block a = kvptest_take(pool, KVP_STREAM_SHARED, 1);  /* 0 */
+    kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 2);  /* 1 */
+    KVP_ASSERT_OK(kvp_owner_register(pool, 3));
+    kvp_block x[1] = {a};
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, x, 1, 2), KVP_ENOTOWNER);
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, x, 1, 3), KVP_ENOTOWNER);
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, x, 1, 99), KVP_ENOTOWNER);
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, x, 1, KVP_ANON), KVP_ENOTOWNER);
+    /* All or nothing: owner 1's own block is not freed either. */
+    kvp_block ab[2] = {a, b};
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, ab, 2, 1), KVP_ENOTOWNER);
+    KVP_ASSERT_EQ(kvptest_info(pool, a).state, KVP_BLOCK_IN_USE);
+    /* Shared block with 2 references, owner 1 holds one: naming it twice. */
+    KVP_ASSERT_OK(kvp_claim(pool, a, 2));
+    kvp_block aa[2] = {a, a};
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, aa, 2, 1), KVP_ENOTOWNER);
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, aa, 2, 2), KVP_ENOTOWNER);
+    KVP_ASSERT_EQ(kvptest_info(pool, a).ref_count, 2);
+    /* Owner 1 holds two references after another claim: twice is fine. */
+    KVP_ASSERT_OK(kvp_claim(pool, a, 1));
+    KVP_ASSERT_OK(kvp_free(pool, aa, 2, 1));
+    kvp_block_info info = kvptest_info(pool, a);
+    KVP_ASSERT_EQ(info.ref_count, 1);
+    KVP_ASSERT_EQ(info.owner, 2);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_shared_claim(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(4, KVP_REUSE_LOWEST);
+    kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+    KVP_ASSERT_OK(kvp_claim(pool, x, 2));
+    KVP_ASSERT_OK(kvp_claim(pool, x, 3));
+    kvp_block_info info = kvptest_info(pool, x);
+    KVP_ASSERT_EQ(info.ref_count, 3);
+    KVP_ASSERT_EQ(info.anon_refs, 0);
+    KVP_ASSERT_EQ(info.owner, 1);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.shared, 1);
+    KVP_ASSERT_EQ(st.in_use, 1);
+    KVP_ASSERT_EQ(st.owners, 3);
+    EXPECT_BLOCKS(pool, 2, x);
+    EXPECT_BLOCKS(pool, 3, x);
+    kvptest_check(pool);
+
+    free1(pool, x, 1);
+    info = kvptest_info(pool, x);
+    KVP_ASSERT_EQ(info.ref_count, 2);
+    KVP_ASSERT_EQ(info.owner, 2);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 2); /* 1 retired */
+    kvp_block xs[1] = {x};
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, xs, 1, 1), KVP_ENOTOWNER);
+    KVP_ASSERT_OK(kvp_free_owner(pool, 3, NULL));
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.shared, 0);
+    KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 1);
+    free1(pool, x, 2);
+    info = kvptest_info(pool, x);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(info.ref_count, 0);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.owners, 0);
+    KVP_ASSERT_EQ(st.in_use, 0);
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, xs, 1, 2), KVP_EDOUBLEFREE);
+
+    /* Many owners on one block (the shared-owner references grow). */
+    x = kvptest_take(pool, KVP_STREAM_SHARED, 1000);
+    for (kvp_owner o = 1001; o < 1100; o++)
+        KVP_ASSERT_OK(kvp_claim(pool, x, o));
+    KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 100);
+    kvptest_check(pool);
+    for (kvp_owner o = 1099; o >= 1050; o--)
+        free1(pool, x, o);
+    for (kvp_owner o = 1000; o < 1050; o++) {
+        kvp_block_info bi = kvptest_info(pool, x);
+        KVP_ASSERT_EQ(bi.owner, o);
+        free1(pool, x, o);
+    }
+    KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_anonymous_refs(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(4, KVP_REUSE_LOWEST);
+    kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
+    KVP_ASSERT_OK(kvp_claim(pool, x, KVP_ANON));
+    KVP_ASSERT_OK(kvp_claim(pool, x, 5));
+    kvp_block_info info = kvptest_info(pool, x);
+    KVP_ASSERT_EQ(info.ref_count, 3);
+    KVP_ASSERT_EQ(info.anon_refs, 2);
+    KVP_ASSERT_EQ(info.owner, 5);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    kvp_block xx[3] = {x, x, x};
+    /* Three anonymous drops, only two anonymous references. */
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, xx, 3, KVP_ANON), KVP_ENOTOWNER);
+    KVP_ASSERT_OK(kvp_free(pool, xx, 2, KVP_ANON));
+    info = kvptest_info(pool, x);
+    KVP_ASSERT_EQ(info.anon_refs, 0);
+    KVP_ASSERT_EQ(info.ref_count, 1);
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, xx, 1, KVP_ANON), KVP_ENOTOWNER);
+    free1(pool, x, 5);
+    KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_VACANT);
+
+    /* Anonymous allocation counts no owner. */
+    kvp_block ids[4];
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 48, KVP_ANON, ids, 4), 3);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.owners, 0);
+    KVP_ASSERT_EQ(st.in_use, 3);
+    for (int i = 0; i < 3; i++) {
+        info = kvptest_info(pool, ids[i]);
+        KVP_ASSERT_EQ(info.anon_refs, 1);
+        KVP_ASSERT_EQ(info.owner, KVP_ANON);
+    }
+    /* Owner-named free of an anonymous block is refused. */
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, ids, 1, 5), KVP_ENOTOWNER);
+    KVP_ASSERT_OK(kvp_free(pool, ids, 3, KVP_ANON));
+    KVP_ASSERT_EQ(kvptest_stats(pool).in_use, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_owner_auto_retire(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LOWEST);
+    kvp_block ids[8];
+    size_t n = kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8);
+    KVP_ASSERT_OK(kvp_free(pool, ids, 2, 1));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    KVP_ASSERT_OK(kvp_free(pool, ids + 2, n - 2, 1));
+    /* The unregistered owner's record went with its last reference. */
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
+    size_t cnt;
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 1, ids, 8, &cnt), KVP_ENOTFOUND);
+    KVP_ASSERT_REFUSED(pool, kvp_free_owner(pool, 1, NULL), KVP_ENOTFOUND);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_release(pool, 1), KVP_ENOTFOUND);
+    KVP_ASSERT_OK(kvp_owner_register(pool, 1));
+    KVP_ASSERT_OK(kvp_owner_release(pool, 1));
+    kvptest_check(pool);
+
+    /* A registered owner stays active with no references. */
+    KVP_ASSERT_OK(kvp_owner_register(pool, 2));
+    n = kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 2, ids, 8);
+    KVP_ASSERT_OK(kvp_free(pool, ids, n, 2));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    EXPECT_NO_BLOCKS(pool, 2);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_register(pool, 2), KVP_EOWNERACTIVE);
+    KVP_ASSERT_OK(kvp_owner_release(pool, 2));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
+
+    /* An owner that only claimed a share. */
+    kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
+    KVP_ASSERT_OK(kvp_claim(pool, x, 3));
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
+    EXPECT_BLOCKS(pool, 3, x);
+    free1(pool, x, 3);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
+    KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 3, ids, 8, &cnt), KVP_ENOTFOUND);
+    KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 1);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* Many owners: the owner table grows; everything stays consistent. */
+static void test_many_owners(void **state)
+{
+    (void)state;
+    size_t n_owners = kvptest_steps(3000);
+    kvp_config cfg = kvptest_config(16);
+    cfg.grow_on_exhaustion = 1;
+    cfg.reuse = KVP_REUSE_LOWEST;
+    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_block ids[4];
+    for (size_t i = 0; i < n_owners; i++) {
+        kvp_owner o = (kvp_owner)i * 0x9e3779b97f4a7c15ull; /* scattered ids */
+        if (o == KVP_ANON)
+            o = 1;
+        KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 1 + (i % 3) * 16, o, ids, 4),
+                      1 + i % 3);
+        if (i % 1000 == 999)
+            kvptest_check(pool);
+    }
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.owners, n_owners);
+    uint64_t total = st.in_use;
+    kvptest_check(pool);
+    for (size_t i = n_owners; i-- > 0;) {
+        kvp_owner o = (kvp_owner)i * 0x9e3779b97f4a7c15ull;
+        if (o == KVP_ANON)
+            o = 1;
+        size_t nf = 0;
+        KVP_ASSERT_OK(kvp_free_owner(pool, o, &nf));
+        KVP_ASSERT_EQ(nf, 1 + i % 3);
+        total -= nf;
+        if (i % 1000 == 0)
+            kvptest_check(pool);
+    }
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(total, 0);
+    KVP_ASSERT_EQ(st.owners, 0);
+    KVP_ASSERT_EQ(st.in_use, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_register_release),
+        cmocka_unit_test(test_repeated_alloc_order),
+        cmocka_unit_test(test_free_subset),
+        cmocka_unit_test(test_free_owner_newest_first),
+        cmocka_unit_test(test_not_owner),
+        cmocka_unit_test(test_shared_claim),
+        cmocka_unit_test(test_anonymous_refs),
+        cmocka_unit_test(test_owner_auto_retire),
+        cmocka_unit_test(test_many_owners),
+    };
+    return cmocka_run_group_tests_name("owner", tests, NULL, NULL);
+}

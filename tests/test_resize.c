@@ -1,0 +1,656 @@
+/*
+ * test_resize.c — growth, shrink and relocation (SPEC C6, index rule of C3).
+ *
+ * Covers: kvp_extend (cap on managed blocks, refilling ids retired by shrink
+ * lowest first, then above the top; where new blocks land in the reuse
+ * order), kvp_shrink (vacant before cached, highest ids first, cached ones
+ * evicted, blocks in use never touched, per stream), kvp_retire_top of a free
+ * block (vacant or cached) and of a block in use (its whole identity moves:
+ * references, owners and their order, hash and index entry, fill, format;
+ * the destination is taken in reuse order and evicted if cached), clean
+ * failure with no free block, and relocation with duplicate hashes.
+ */
+#include "kvptest.h"
+
+#include <string.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
+{
+    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
+}
+
+static void publish(kvp_pool *pool, kvp_block b, uint64_t hv)
+{
+    kvp_hash h = kvptest_hash(hv);
+    KVP_ASSERT_OK(kvp_publish(pool, b, &h));
+}
+
+static kvp_block lookup_at(kvp_pool *pool, kvp_stream s, uint64_t hv,
+                           const char *file, int line)
+{
+    kvp_hash h = kvptest_hash(hv);
+    kvp_block out = KVP_NO_BLOCK;
+    kvp_status st = kvp_lookup(pool, s, &h, &out);
+    if (st == KVP_ENOTFOUND)
+        return KVP_NO_BLOCK;
+    kvptest_assert_status(st, KVP_OK, "kvp_lookup", file, line);
+    return out;
+}
+#define lookup(pool, hv) lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
+
+static int state_of(kvp_pool *pool, kvp_block b)
+{
+    return kvptest_info(pool, b).state;
+}
+
+static kvp_pool *make(uint32_t n, kvp_reuse reuse, uint32_t max, kvptest_evrec *rec)
+{
+    kvp_config cfg = kvptest_config(n);
+    cfg.reuse = reuse;
+    cfg.max_blocks = max;
+    if (rec)
+        kvptest_evrec_attach(rec, &cfg);
+    return kvptest_create(&cfg);
+}
+
+/* ---- extend ------------------------------------------------------------- */
+
+static void test_extend_cap(void **state)
+{
+    (void)state;
+    kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 6, NULL);
+    uint32_t added = 99;
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 5, &added));
+    KVP_ASSERT_EQ(added, 2);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.blocks, 6);
+    KVP_ASSERT_EQ(st.extended, 2);
+    KVP_ASSERT_EQ(st.vacant, 6);
+    KVP_ASSERT_EQ(st.grown, 0);
+    for (kvp_block b = 4; b < 6; b++) {
+        kvp_block_info info = kvptest_info(pool, b);
+        KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
+        KVP_ASSERT_EQ(info.ever_allocated, 0);
+        KVP_ASSERT_EQ(info.stream, KVP_STREAM_SHARED);
+    }
+    kvp_block_info info;
+    KVP_ASSERT_REFUSED(pool, kvp_block_get(pool, 6, &info), KVP_ERANGE);
+    kvptest_check(pool);
+    /* At the cap: adds nothing, succeeds. */
+    uint64_t fp = kvptest_fp(pool);
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, &added));
+    KVP_ASSERT_EQ(added, 0);
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 0, NULL));
+    KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+    KVP_ASSERT_EQ(kvptest_stats(pool).extended, 2);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* max_blocks 0: no practical cap. */
+    pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1000, &added));
+    KVP_ASSERT_EQ(added, 1000);
+    KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 1004);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 1004);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* Where extended blocks land in the reuse order. */
+static void test_extend_reuse_position(void **state)
+{
+    (void)state;
+    /* LOWEST: by id. */
+    kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
+    kvp_block ids[4];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 4);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 5);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* FIFO: as if freed now, in id order, so after earlier frees. */
+    pool = make(4, KVP_REUSE_FIFO, 0, NULL);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    free1(pool, 1, 1);
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
+    free1(pool, 3, 1);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 1);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 4);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 5);
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 3);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* LIFO and LOWEST: extended vacant blocks still go before cached ones. */
+    kvptest_evrec rec;
+    pool = make(2, KVP_REUSE_LIFO, 0, &rec);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 4);
+    publish(pool, 0, 1);
+    publish(pool, 1, 2);
+    KVP_ASSERT_OK(kvp_free(pool, ids, 2, 1));
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, NULL));
+    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
+    KVP_ASSERT_EQ(rec.n, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_extend_refills_retired(void **state)
+{
+    (void)state;
+    kvp_pool *pool = make(8, KVP_REUSE_LOWEST, 0, NULL);
+    kvp_block ids[8];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    kvp_block f[3] = {6, 2, 5};
+    KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
+    uint32_t nret = 0;
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret));
+    KVP_ASSERT_EQ(nret, 3);
+    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 5);
+    kvptest_check(pool);
+    uint32_t added = 0;
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, &added));
+    KVP_ASSERT_EQ(added, 2);
+    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_RETIRED);
+    kvp_block_info info;
+    KVP_ASSERT_STATUS(kvp_block_get(pool, 8, &info), KVP_ERANGE);
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 3, &added));
+    KVP_ASSERT_EQ(added, 3);
+    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 8), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 9), KVP_BLOCK_VACANT);
+    KVP_ASSERT_STATUS(kvp_block_get(pool, 10, &info), KVP_ERANGE);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.blocks, 10);
+    KVP_ASSERT_EQ(st.extended, 5);
+    KVP_ASSERT_EQ(st.retired, 3);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* The cap counts managed blocks, not the highest id. */
+    pool = make(8, KVP_REUSE_LOWEST, 9, NULL);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret));
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 10, &added));
+    KVP_ASSERT_EQ(added, 4);
+    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 8), KVP_BLOCK_VACANT);
+    KVP_ASSERT_STATUS(kvp_block_get(pool, 9, &info), KVP_ERANGE);
+    KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 9);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- shrink ------------------------------------------------------------- */
+
+static void test_shrink_order(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = make(10, KVP_REUSE_LOWEST, 0, &rec);
+    kvp_block ids[10];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 160, 1, ids, 10); /* 0..9 */
+    publish(pool, 1, 101);
+    publish(pool, 3, 103);
+    publish(pool, 6, 106);
+    publish(pool, 8, 108);
+    publish(pool, 9, 109);
+    /* LRU of cached: 6 1 8 3.  In use: 4, 9. */
+    kvp_block f[8] = {6, 0, 1, 2, 8, 5, 3, 7};
+    KVP_ASSERT_OK(kvp_free(pool, f, 8, 1));
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.vacant, 4);
+    KVP_ASSERT_EQ(st.cached, 4);
+
+    uint32_t nret = 0;
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 6, &nret));
+    KVP_ASSERT_EQ(nret, 2);
+    KVP_ASSERT_EQ(state_of(pool, 7), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(rec.n, 0);
+    kvptest_check(pool);
+
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 2, &nret));
+    KVP_ASSERT_EQ(nret, 4);
+    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 0), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 8), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_CACHED);
+    KVP_ASSERT_EQ(state_of(pool, 1), KVP_BLOCK_CACHED);
+    KVP_ASSERT_EQ(rec.n, 2);
+    KVP_ASSERT_EQ(rec.block[0], 8);
+    KVP_ASSERT_EQ(rec.hash[0], 108);
+    KVP_ASSERT_EQ(rec.block[1], 6);
+    KVP_ASSERT_EQ(rec.hash[1], 106);
+    KVP_ASSERT_EQ(lookup(pool, 108), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(lookup(pool, 103), 3);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.evictions, 2);
+    KVP_ASSERT_EQ(st.retired, 6);
+    KVP_ASSERT_EQ(st.blocks, 4);
+    kvptest_check(pool);
+
+    /* Target at or above the free count: nothing. */
+    uint64_t fp = kvptest_fp(pool);
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 2, &nret));
+    KVP_ASSERT_EQ(nret, 0);
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 100, NULL));
+    KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret));
+    KVP_ASSERT_EQ(nret, 2);
+    KVP_ASSERT_EQ(rec.n, 4);
+    KVP_ASSERT_EQ(rec.block[2], 3);
+    KVP_ASSERT_EQ(rec.block[3], 1);
+    /* Blocks in use untouched, including the top one. */
+    kvp_block_info info = kvptest_info(pool, 9);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(info.owner, 1);
+    KVP_ASSERT_EQ(lookup(pool, 109), 9);
+    KVP_ASSERT_EQ(state_of(pool, 4), KVP_BLOCK_IN_USE);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.blocks, 2);
+    KVP_ASSERT_EQ(st.free, 0);
+    KVP_ASSERT_EQ(st.in_use, 2);
+    KVP_ASSERT_EQ(st.retired, 8);
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ids, 10), 2);
+    /* Retired blocks are out of range for everything. */
+    kvp_block r = 7;
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, &r, 1, 1), KVP_ERANGE);
+    KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 7, 1), KVP_ERANGE);
+    KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 3, 1), KVP_ERANGE);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_shrink_separate(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(8);
+    cfg.separate_kv = 1;
+    cfg.reuse = KVP_REUSE_LOWEST;
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint32_t nret = 0;
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_V, 1, &nret));
+    KVP_ASSERT_EQ(nret, 3);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 1);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
+    KVP_ASSERT_EQ(state_of(pool, 4), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_VACANT);
+    KVP_ASSERT_REFUSED(pool, kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret), KVP_EINVAL);
+    /* Refilled ids keep going to the stream that extends. */
+    uint32_t added = 0;
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_K, 1, &added));
+    KVP_ASSERT_EQ(added, 1);
+    kvp_block_info info = kvptest_info(pool, 5);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(info.stream, KVP_STREAM_K);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 5);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- retire_top --------------------------------------------------------- */
+
+static void test_retire_top_free(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, &rec);
+    kvp_block r = 0, m = 0;
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(r, 3);
+    KVP_ASSERT_EQ(m, KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_RETIRED);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.blocks, 3);
+    KVP_ASSERT_EQ(st.retired, 1);
+    KVP_ASSERT_EQ(st.relocated, 0);
+    KVP_ASSERT_EQ(rec.n, 0);
+    kvptest_check(pool);
+    /* A cached top: evicted. */
+    kvp_block ids[4];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 4); /* 0 1 2 */
+    publish(pool, 2, 22);
+    free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(r, 2);
+    KVP_ASSERT_EQ(m, KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(rec.n, 1);
+    KVP_ASSERT_EQ(rec.hash[0], 22);
+    KVP_ASSERT_EQ(rec.block[0], 2);
+    KVP_ASSERT_EQ(lookup(pool, 22), KVP_NO_BLOCK);
+    st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.evictions, 1);
+    KVP_ASSERT_EQ(st.retired, 2);
+    KVP_ASSERT_EQ(st.blocks, 2);
+    KVP_ASSERT_EQ(st.indexed, 0);
+    kvptest_check(pool);
+    /* Retired ids come back with extend, lowest first. */
+    uint32_t added = 0;
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, &added));
+    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_RETIRED);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_retire_top_used(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_pool *pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
+    kvp_block ids[8];
+    size_t n = 0;
+    /* Anonymous 0..6, then owner 1 gets 7 with format INT4. */
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 7, KVP_ANON, ids, 8);
+    KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_SHARED, 16, 1, KVP_FMT_INT4, ids, 8, &n));
+    KVP_ASSERT_EQ(ids[0], 7);
+    kvp_block f[7] = {3, 5, 0, 1, 2, 4, 6};
+    KVP_ASSERT_OK(kvp_free(pool, f, 7, KVP_ANON));
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
+    KVP_ASSERT_OK(kvp_set_fill(pool, 7, 5));
+    publish(pool, 7, 77);
+    KVP_ASSERT_OK(kvp_claim(pool, 7, 2));
+    KVP_ASSERT_OK(kvp_claim(pool, 7, KVP_ANON));
+    KVP_ASSERT_OK(kvp_claim(pool, 1, 2));
+    kvp_block ob[8];
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ob, 8), 4);
+    KVP_ASSERT_EQ(ob[0], 7);
+    kvp_stats before = kvptest_stats(pool);
+    KVP_ASSERT_EQ(before.fragmented, 1);
+    kvptest_check(pool);
+
+    kvp_block r = 0, m = 0;
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(r, 7);
+    KVP_ASSERT_EQ(m, 3); /* lowest vacant */
+    KVP_ASSERT_EQ(rec.n, 0);
+    kvp_block_info info = kvptest_info(pool, 3);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(info.ref_count, 3);
+    KVP_ASSERT_EQ(info.anon_refs, 1);
+    KVP_ASSERT_EQ(info.owner, 1);
+    KVP_ASSERT_EQ(info.fill, 5);
+    KVP_ASSERT_EQ(info.format, KVP_FMT_INT4);
+    KVP_ASSERT_EQ(info.published, 1);
+    KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 77);
+    KVP_ASSERT_EQ(info.ever_allocated, 1);
+    KVP_ASSERT_EQ(state_of(pool, 7), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_EQ(lookup(pool, 77), 3);
+    /* The owners' lists name the new id, in the same position. */
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ob, 8), 4);
+    KVP_ASSERT_EQ(ob[0], 3);
+    KVP_ASSERT_EQ(ob[1], 0);
+    KVP_ASSERT_EQ(ob[2], 1);
+    KVP_ASSERT_EQ(ob[3], 2);
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 2, ob, 8), 2);
+    KVP_ASSERT_EQ(ob[0], 3);
+    KVP_ASSERT_EQ(ob[1], 1);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.relocated, 1);
+    KVP_ASSERT_EQ(st.retired, 1);
+    KVP_ASSERT_EQ(st.blocks, 7);
+    KVP_ASSERT_EQ(st.in_use, before.in_use);
+    KVP_ASSERT_EQ(st.free, before.free - 1);
+    KVP_ASSERT_EQ(st.shared, before.shared);
+    KVP_ASSERT_EQ(st.indexed, before.indexed);
+    KVP_ASSERT_EQ(st.fragmented, 1);
+    KVP_ASSERT_EQ(st.owners, 2);
+    KVP_ASSERT_EQ(st.evictions, 0);
+    kvptest_check(pool);
+
+    /* The old id is gone; the new one behaves like the old one did. */
+    kvp_block seven = 7;
+    KVP_ASSERT_REFUSED(pool, kvp_free(pool, &seven, 1, 1), KVP_ERANGE);
+    KVP_ASSERT_OK(kvp_set_fill(pool, 3, 16));
+    KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
+    free1(pool, 3, 2);
+    free1(pool, 3, KVP_ANON);
+    size_t nf = 0;
+    KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
+    KVP_ASSERT_EQ(nf, 4);
+    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_CACHED);
+    KVP_ASSERT_EQ(lookup(pool, 77), 3);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* The destination is taken in reuse order and evicted if it was cached. */
+static void test_retire_top_destination(void **state)
+{
+    (void)state;
+    kvp_block ids[8], r, m;
+    /* LIFO: most recently freed vacant block. */
+    kvp_pool *pool = make(8, KVP_REUSE_LIFO, 0, NULL);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    free1(pool, 2, 1);
+    free1(pool, 4, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(r, 7);
+    KVP_ASSERT_EQ(m, 4);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* FIFO: the head of the queue. */
+    pool = make(8, KVP_REUSE_FIFO, 0, NULL);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    free1(pool, 4, 1);
+    free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(m, 4);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* LOWEST with cached and vacant: vacant first. */
+    kvptest_evrec rec;
+    pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    publish(pool, 1, 11);
+    free1(pool, 1, 1);
+    free1(pool, 5, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(m, 5);
+    KVP_ASSERT_EQ(rec.n, 0);
+    kvptest_check(pool);
+    /* Now only the cached block is free: it is evicted, exactly once. */
+    publish(pool, 6, 66);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(r, 6);
+    KVP_ASSERT_EQ(m, 1);
+    KVP_ASSERT_EQ(rec.n, 1);
+    KVP_ASSERT_EQ(rec.hash[0], 11);
+    KVP_ASSERT_EQ(rec.block[0], 1);
+    KVP_ASSERT_EQ(lookup(pool, 11), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(lookup(pool, 66), 1);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.evictions, 1);
+    KVP_ASSERT_EQ(st.relocated, 2);
+    KVP_ASSERT_EQ(st.indexed, 1);
+    KVP_ASSERT_EQ(st.free, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+static void test_retire_top_no_free(void **state)
+{
+    (void)state;
+    kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
+    kvp_block ids[4], r = 100, m = 100;
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    publish(pool, 3, 3);
+    KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.retired, 0);
+    KVP_ASSERT_EQ(st.relocated, 0);
+    KVP_ASSERT_EQ(st.blocks, 4);
+    /* After a shrink retired the top ids, the highest managed is the top. */
+    free1(pool, 0, 1);
+    free1(pool, 3, 1);
+    KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 1, NULL)); /* retires 0 */
+    KVP_ASSERT_EQ(state_of(pool, 0), KVP_BLOCK_RETIRED);
+    KVP_ASSERT_OK(kvp_take_id(pool, 3, 1));
+    KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* Separate streams: only a free block of the same stream will do. */
+    kvp_config cfg = kvptest_config(8);
+    cfg.separate_kv = 1;
+    cfg.reuse = KVP_REUSE_LOWEST;
+    pool = kvptest_create(&cfg);
+    kvptest_alloc(pool, KVP_STREAM_V, 64, 1, ids, 4); /* 4..7 */
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
+    KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
+    free1(pool, 5, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(r, 7);
+    KVP_ASSERT_EQ(m, 5);
+    KVP_ASSERT_EQ(kvptest_info(pool, 5).stream, KVP_STREAM_V);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* Relocation with duplicates keeps every other entry, and the order. */
+static void test_relocation_duplicates(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_block ids[8], r, m;
+
+    /* (a) the top is the later copy. */
+    kvp_pool *pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    publish(pool, 5, 9);
+    publish(pool, 7, 9);
+    free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(m, 2);
+    KVP_ASSERT_EQ(rec.n, 0);
+    KVP_ASSERT_EQ(lookup(pool, 9), 5);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
+    KVP_ASSERT_OK(kvp_unpublish(pool, 5));
+    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* (b) the top is the first copy: the moved entry keeps its place. */
+    pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    publish(pool, 7, 9);
+    publish(pool, 5, 9);
+    free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(m, 2);
+    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    KVP_ASSERT_OK(kvp_unpublish(pool, 2));
+    KVP_ASSERT_EQ(rec.n, 1);
+    KVP_ASSERT_EQ(rec.block[0], 2);
+    KVP_ASSERT_EQ(lookup(pool, 9), 5);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* (c) the destination is a cached copy of the same hash: its own entry
+     * is evicted, the moved one takes its place. */
+    pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    publish(pool, 7, 9);
+    publish(pool, 2, 9);
+    publish(pool, 4, 9);
+    free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(m, 2);
+    KVP_ASSERT_EQ(rec.n, 1);
+    KVP_ASSERT_EQ(rec.block[0], 2);
+    KVP_ASSERT_EQ(rec.hash[0], 9);
+    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    kvp_block_info info = kvptest_info(pool, 2);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(info.published, 1);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
+    KVP_ASSERT_OK(kvp_unpublish(pool, 2));
+    KVP_ASSERT_EQ(lookup(pool, 9), 4);
+    KVP_ASSERT_OK(kvp_unpublish(pool, 4));
+    KVP_ASSERT_EQ(lookup(pool, 9), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* Retire everything from the top down, moving blocks as needed. */
+static void test_retire_all(void **state)
+{
+    (void)state;
+    kvp_pool *pool = make(16, KVP_REUSE_LOWEST, 0, NULL);
+    kvp_block ids[16];
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16);
+    for (kvp_block b = 0; b < 16; b++)
+        publish(pool, b, 1000 + b);
+    /* Free the even blocks: 8 in use (odd) and 8 free. */
+    for (kvp_block b = 0; b < 16; b += 2)
+        free1(pool, b, 1);
+    uint64_t moves = 0;
+    for (int i = 0; i < 8; i++) {
+        kvp_block r, m;
+        KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+        KVP_ASSERT_EQ(r, 15 - (kvp_block)i);
+        if (m != KVP_NO_BLOCK)
+            moves++;
+        kvptest_check(pool);
+    }
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.blocks, 8);
+    KVP_ASSERT_EQ(st.in_use, 8);
+    KVP_ASSERT_EQ(st.free, 0);
+    KVP_ASSERT_EQ(st.relocated, moves);
+    /* Every odd block's content is still findable, at an id below 8. */
+    for (kvp_block b = 1; b < 16; b += 2) {
+        kvp_block at = lookup(pool, 1000 + b);
+        assert_true(at < 8);
+        KVP_ASSERT_EQ(kvptest_info(pool, at).state, KVP_BLOCK_IN_USE);
+    }
+    KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ids, 16), 8);
+    for (int i = 0; i < 8; i++)
+        assert_true(ids[i] < 8);
+    kvp_block r, m;
+    KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_extend_cap),
+        cmocka_unit_test(test_extend_reuse_position),
+        cmocka_unit_test(test_extend_refills_retired),
+        cmocka_unit_test(test_shrink_order),
+        cmocka_unit_test(test_shrink_separate),
+        cmocka_unit_test(test_retire_top_free),
+        cmocka_unit_test(test_retire_top_used),
+        cmocka_unit_test(test_retire_top_destination),
+        cmocka_unit_test(test_retire_top_no_free),
+        cmocka_unit_test(test_relocation_duplicates),
+        cmocka_unit_test(test_retire_all),
+    };
+    return cmocka_run_group_tests_name("resize", tests, NULL, NULL);
+}
