@@ -78,28 +78,28 @@ kvp_status kvp__idset_resize(kvp_pool *p, kvp__idset *set, uint32_t cap)
     return KVP_OK;
 }
 
-void kvp__idset_add(kvp__idset *set, uint32_t id)
+/* The upper levels of add and delete: reached only when a level-0 word
+ * turns non-empty or empty (the inline parts in kvp_internal.h do the rest). */
+void kvp__idset_add_up(kvp__idset *set, uint32_t id)
 {
-    kvp__assert(id < set->cap);
-    for (int l = 0; l < set->levels; l++) {
+    for (int l = 1; l < set->levels; l++) {
+        id /= 64;
         uint64_t *w = &set->lv[l][id / 64];
         bool was_empty = *w == 0;
         *w |= 1ull << (id % 64);
         if (!was_empty)
             return;
-        id /= 64;
     }
 }
 
-void kvp__idset_del(kvp__idset *set, uint32_t id)
+void kvp__idset_del_up(kvp__idset *set, uint32_t id)
 {
-    kvp__assert(id < set->cap);
-    for (int l = 0; l < set->levels; l++) {
+    for (int l = 1; l < set->levels; l++) {
+        id /= 64;
         uint64_t *w = &set->lv[l][id / 64];
         *w &= ~(1ull << (id % 64));
         if (*w)
             return;
-        id /= 64;
     }
 }
 

@@ -225,7 +225,16 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot);
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
-kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n);
+kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n);
+
+/* Room in owner slot oslot's array for n more references (the slot may be
+ * the free one kvp__owner_add takes next, whose length counts as 0). */
+static inline kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n)
+{
+    const kvp__owner *o = &p->owners[oslot];
+    uint32_t len = o->id == KVP_ANON ? 0 : o->len;
+    return (uint64_t)len + n <= o->cap ? KVP_OK : kvp__refs_grow(p, oslot, n);
+}
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot);
 uint32_t kvp__node_block(const kvp_pool *p, uint32_t node);
 uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node);
@@ -281,8 +290,28 @@ kvp_status kvp__idset_init(kvp_pool *p, kvp__idset *set, uint32_t cap);
 kvp_status kvp__idset_resize(kvp_pool *p, kvp__idset *set, uint32_t cap);
 void kvp__idset_free(kvp_pool *p, kvp__idset *set);
 void kvp__idset_clear(kvp__idset *set);
-void kvp__idset_add(kvp__idset *set, uint32_t id);
-void kvp__idset_del(kvp__idset *set, uint32_t id);
+void kvp__idset_add_up(kvp__idset *set, uint32_t id);
+void kvp__idset_del_up(kvp__idset *set, uint32_t id);
+
+/* Add/delete touch one word unless it turns non-empty/empty (hot paths). */
+static inline void kvp__idset_add(kvp__idset *set, uint32_t id)
+{
+    kvp__assert(id < set->cap);
+    uint64_t *w = &set->lv[0][id / 64];
+    uint64_t was = *w;
+    *w = was | 1ull << (id % 64);
+    if (!was)
+        kvp__idset_add_up(set, id);
+}
+
+static inline void kvp__idset_del(kvp__idset *set, uint32_t id)
+{
+    kvp__assert(id < set->cap);
+    uint64_t *w = &set->lv[0][id / 64];
+    *w &= ~(1ull << (id % 64));
+    if (!*w)
+        kvp__idset_del_up(set, id);
+}
 bool kvp__idset_has(const kvp__idset *set, uint32_t id);
 uint32_t kvp__idset_min(const kvp__idset *set);
 uint32_t kvp__idset_max(const kvp__idset *set);

@@ -75,14 +75,12 @@ static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
 }
 
 /* Room for n more entries in the array of owner slot `oslot` (an existing
- * owner, or the free slot kvp__owner_add will use next).  Doubling; a failure
- * changes nothing visible. */
-kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n)
+ * owner, or the free slot kvp__owner_add will use next), doubling: the slow
+ * half of kvp__refs_reserve.  A failure changes nothing visible. */
+kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
 {
     kvp__owner *o = &p->owners[oslot];
     uint32_t len = o->id == KVP_ANON ? 0 : o->len;
-    if ((uint64_t)len + n <= o->cap)
-        return KVP_OK;
     uint64_t ncap = o->cap ? o->cap : 8;
     while (ncap < (uint64_t)len + n)
         ncap *= 2;
