@@ -269,7 +269,7 @@ typedef struct kvp_config {
     int verify_hits;            /* beyond: keep each published block's tokens
                                    and parent, and confirm both on verified
                                    lookups (default 0).  Costs
-                                   4 * block_size + 8 bytes per block. */
+                                   4 * block_size + 12 bytes per block. */
 
     /* Backing storage (optional).  block_bytes[s] is the size of one block of
      * stream s (index 0: shared or K, 1: V).  With host_arena, kvpool

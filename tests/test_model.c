@@ -9,7 +9,8 @@
  * separate K/V lists, with and without the null block, growth on and off.
  *
  * How: a deliberately naive reference model (plain arrays and linear scans,
- * written from kvpool.h and SPEC "Block lifecycle", not from src/) is driven
+ * written from kvpool.h and SPEC "Block lifecycle", not from src/; it lives
+ * in tests/support/model.{h,c}, shared with fuzz/fuzz_pool.c) is driven
  * in lock step with a real pool by a seeded splitmix64 operation stream.
  * After every step the test compares the status, the ids returned, the
  * eviction callbacks (exact hashes, blocks and order), every kvp_stats
@@ -44,18 +45,12 @@
 #include <string.h>
 
 #include "kvpool.h"
+#include "model.h"
 
-#define MB 320          /* model block ids (every config stays below) */
-#define NOWN 8          /* named owners */
-#define OREFS 2048      /* references one owner may hold in the model */
 #define NHASH 8         /* hash alphabet: small, so duplicates are common */
-#define MAXEV 1024      /* eviction callbacks recorded per step */
 #define WHOLE_EVERY 64  /* steps between whole-state comparisons */
 #define NOP 26
 #define MAXREFB 64      /* owner references per block the test creates */
-
-#define M_NONE 9 /* id never created */
-#define M_GONE 10 /* id above the initial pool after kvp_pool_clear */
 
 /* ------------------------------------------------------------------------ */
 /* PRNG: splitmix64                                                          */
@@ -125,110 +120,8 @@ static void on_evict(void *user, const kvp_hash *hash, kvp_block block)
     l->n++;
 }
 
-/* ------------------------------------------------------------------------ */
-/* The model                                                                 */
-/* ------------------------------------------------------------------------ */
-
-typedef struct ilist {
-    uint32_t n;
-    kvp_block v[MB];
-} ilist;
-
-static void il_ins(ilist *l, uint32_t pos, kvp_block b)
-{
-    memmove(&l->v[pos + 1], &l->v[pos], (l->n - pos) * sizeof l->v[0]);
-    l->v[pos] = b;
-    l->n++;
-}
-
-static void il_del_at(ilist *l, uint32_t pos)
-{
-    memmove(&l->v[pos], &l->v[pos + 1], (l->n - pos - 1) * sizeof l->v[0]);
-    l->n--;
-}
-
-static int il_find(const ilist *l, kvp_block b)
-{
-    for (uint32_t i = 0; i < l->n; i++)
-        if (l->v[i] == b)
-            return (int)i;
-    return -1;
-}
-
-static void il_push(ilist *l, kvp_block b)
-{
-    il_ins(l, l->n, b);
-}
-
-static void il_ins_sorted(ilist *l, kvp_block b)
-{
-    uint32_t i = 0;
-    while (i < l->n && l->v[i] < b)
-        i++;
-    il_ins(l, i, b);
-}
-
-typedef struct mblk {
-    int state;        /* KVP_BLOCK_*, M_NONE or M_GONE */
-    int list;         /* free-list index: 0, or 0 = K / 1 = V */
-    unsigned format;
-    int format_known;
-    uint32_t fill;
-    uint32_t anon;
-    int nh;           /* holders in order of first acquisition */
-    int h_own[NOWN];
-    uint32_t h_cnt[NOWN];
-    int h_multi[NOWN]; /* has held two or more at once since it became a holder */
-    int hash;         /* alphabet index, -1 = not published */
-    uint64_t seq;     /* publish sequence number of its index entry */
-    int ever;
-    int reborn;       /* id was retired and added again */
-    int is_null;
-} mblk;
-
-typedef struct mown {
-    int active, registered;
-    uint32_t n;
-    kvp_block refs[OREFS]; /* in the order taken */
-} mown;
-
-typedef struct mcfg {
-    const char *name;
-    kvp_reuse reuse;
-    int sep, nullb, grow, prefix;
-    uint32_t bs, nblocks, maxb; /* maxb 0: unlimited */
-    uint64_t seed;
-    size_t steps;
-} mcfg;
-
-typedef struct mctr {
-    uint64_t peak, alloc_calls, blocks_allocated, free_calls, blocks_freed,
-        reused, exhausted, grown, extended, retired, relocated, evictions;
-} mctr;
-
-typedef struct model {
-    mcfg c;
-    int nl;           /* free lists: 1 shared, 2 separate */
-    uint32_t top;     /* ids [0, top) have been created */
-    mblk b[MB];
-    mown o[NOWN];
-    ilist stk[2];     /* LIFO: freed vacant stack (front = next); LOWEST:
-                         vacant sorted by id */
-    ilist fresh[2];   /* LIFO: never-used vacant, ascending */
-    ilist cac[2];     /* LIFO/LOWEST: cached, least recently freed first */
-    ilist fq[2];      /* FIFO: every free block, next first */
-    uint64_t seq;
-    mctr k;
-    int nev;
-    int ev_hash[MAXEV];
-    kvp_block ev_block[MAXEV];
-} model;
-
-/* KVP_MODEL_MIMIC=1: follow the implementation's known deviations from the
- * header (listed in the report) so a run can go past them to find others.
- * Off by default: the test fails on them. */
-static int g_mimic;
-
+/* Owner values behind the model's owner indices (the model itself only
+ * knows indices 0..NOWN-1 and -1 for KVP_ANON). */
 static const kvp_owner g_ownval[NOWN] = {
     1, 2, 3, 42, 0, (kvp_owner)0xffffffffu + 5u, UINT64_MAX - 1u, 7,
 };
@@ -236,788 +129,6 @@ static const kvp_owner g_ownval[NOWN] = {
 static kvp_owner oval(int oi)
 {
     return oi < 0 ? KVP_ANON : g_ownval[oi];
-}
-
-static uint32_t refcnt(const mblk *k)
-{
-    uint32_t n = k->anon;
-    for (int i = 0; i < k->nh; i++)
-        n += k->h_cnt[i];
-    return n;
-}
-
-static uint32_t held(const mblk *k, int oi)
-{
-    if (oi < 0)
-        return k->anon;
-    for (int i = 0; i < k->nh; i++)
-        if (k->h_own[i] == oi)
-            return k->h_cnt[i];
-    return 0;
-}
-
-static void holder_add(mblk *k, int oi)
-{
-    if (oi < 0) {
-        k->anon++;
-        return;
-    }
-
-    for (int i = 0; i < k->nh; i++)
-        if (k->h_own[i] == oi) {
-            k->h_cnt[i]++;
-            k->h_multi[i] = 1;
-            return;
-        }
-    k->h_own[k->nh] = oi;
-    k->h_cnt[k->nh] = 1;
-    k->h_multi[k->nh] = 0;
-    k->nh++;
-}
-
-static void holder_drop(mblk *k, int oi)
-{
-    if (oi < 0) {
-        k->anon--;
-        return;
-    }
-
-    for (int i = 0; i < k->nh; i++)
-        if (k->h_own[i] == oi) {
-            if (--k->h_cnt[i] == 0) {
-                for (int j = i; j + 1 < k->nh; j++) {
-                    k->h_own[j] = k->h_own[j + 1];
-                    k->h_cnt[j] = k->h_cnt[j + 1];
-                    k->h_multi[j] = k->h_multi[j + 1];
-                }
-                k->nh--;
-            }
-            return;
-        }
-}
-
-static int is_free(const mblk *k)
-{
-    return k->state == KVP_BLOCK_VACANT || k->state == KVP_BLOCK_CACHED;
-}
-
-static int is_managed(const mblk *k)
-{
-    return is_free(k) || k->state == KVP_BLOCK_IN_USE;
-}
-
-/* Free-list index for a stream argument, -1 when the stream is refused. */
-static int m_list(const model *m, int stream)
-{
-    if (!m->c.sep)
-        return stream >= 0 && stream <= 2 ? 0 : -1;
-    return stream == KVP_STREAM_K ? 0 : stream == KVP_STREAM_V ? 1 : -1;
-}
-
-static kvp_stream list_stream(const model *m, int L)
-{
-    if (!m->c.sep)
-        return KVP_STREAM_SHARED;
-    return L == 0 ? KVP_STREAM_K : KVP_STREAM_V;
-}
-
-static uint32_t managed(const model *m)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < m->top; i++)
-        n += is_managed(&m->b[i]);
-    return n;
-}
-
-static uint32_t cap_blocks(const model *m)
-{
-    return m->c.maxb ? m->c.maxb : KVP_MAX_BLOCKS;
-}
-
-static uint32_t n_state(const model *m, int L, int state)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < m->top; i++)
-        n += m->b[i].state == state && m->b[i].list == L;
-    return n;
-}
-
-static uint32_t n_free(const model *m, int L)
-{
-    return n_state(m, L, KVP_BLOCK_VACANT) + n_state(m, L, KVP_BLOCK_CACHED);
-}
-
-static void record_ev(model *m, int hash, kvp_block b)
-{
-    if (m->nev < MAXEV) {
-        m->ev_hash[m->nev] = hash;
-        m->ev_block[m->nev] = b;
-    }
-    m->nev++;
-}
-
-/* Drop b's index entry: one eviction (callback, counted). */
-static void evict_entry(model *m, kvp_block b)
-{
-    record_ev(m, m->b[b].hash, b);
-    m->k.evictions++;
-    m->b[b].hash = -1;
-}
-
-/* Take free block b out of every free structure. */
-static void free_remove(model *m, kvp_block b)
-{
-    int L = m->b[b].list;
-    if (g_mimic && m->c.reuse == KVP_REUSE_LIFO) {
-        /* deviation B2: taking a never-used block from the middle of the
-         * never-used range turns all of them into ordinary stack entries
-         * below the freed ones; blocks that later lose their content go
-         * below those, i.e. after never-used blocks, which the header says
-         * come "after every freed vacant block". */
-        int pos = il_find(&m->fresh[L], b);
-        if (pos > 0 && (uint32_t)pos + 1 < m->fresh[L].n) {
-            for (uint32_t i = 0; i < m->fresh[L].n; i++)
-                il_push(&m->stk[L], m->fresh[L].v[i]);
-            m->fresh[L].n = 0;
-        }
-    }
-    ilist *ls[4] = {&m->stk[L], &m->fresh[L], &m->cac[L], &m->fq[L]};
-    for (int i = 0; i < 4; i++) {
-        int pos = il_find(ls[i], b);
-        if (pos >= 0)
-            il_del_at(ls[i], (uint32_t)pos);
-    }
-}
-
-/* The block the next allocation from list L takes, or KVP_NO_BLOCK. */
-static kvp_block next_pick(const model *m, int L)
-{
-    if (m->c.reuse == KVP_REUSE_FIFO)
-        return m->fq[L].n ? m->fq[L].v[0] : KVP_NO_BLOCK;
-    if (m->stk[L].n)
-        return m->stk[L].v[0];
-    if (m->fresh[L].n)
-        return m->fresh[L].v[0];
-    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
-}
-
-/* The least recently freed cached block of list L, or KVP_NO_BLOCK. */
-static kvp_block lru_cached(const model *m, int L)
-{
-    if (m->c.reuse == KVP_REUSE_FIFO) {
-        for (uint32_t i = 0; i < m->fq[L].n; i++)
-            if (m->b[m->fq[L].v[i]].state == KVP_BLOCK_CACHED)
-                return m->fq[L].v[i];
-        return KVP_NO_BLOCK;
-    }
-    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
-}
-
-/* Blocks that just became free (state already set to vacant or cached) join
- * the free blocks "in the order given: the first given is the first reused
- * (and, when cached, the first evicted)". */
-static void join_free(model *m, const kvp_block *bl, uint32_t n)
-{
-    for (int L = 0; L < m->nl; L++) {
-        uint32_t pos = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            kvp_block b = bl[i];
-            if (m->b[b].list != L)
-                continue;
-            if (m->c.reuse == KVP_REUSE_FIFO) {
-                il_push(&m->fq[L], b);
-            } else if (m->b[b].state == KVP_BLOCK_CACHED) {
-                il_push(&m->cac[L], b);
-            } else if (m->c.reuse == KVP_REUSE_LIFO) {
-                il_ins(&m->stk[L], pos++, b);
-            } else {
-                il_ins_sorted(&m->stk[L], b);
-            }
-        }
-    }
-}
-
-/* A cached free block loses its content and becomes vacant.  FIFO: keeps its
- * place in the one queue.  LOWEST: joins the vacant blocks by id.  LIFO:
- * header is silent on where; the implementation documents "bottom of the
- * vacant stack, reused after the blocks vacant before it" (but still before
- * never-used blocks, which come after every freed vacant block). */
-static void cached_to_vacant(model *m, kvp_block b)
-{
-    int L = m->b[b].list;
-    m->b[b].state = KVP_BLOCK_VACANT;
-    if (m->c.reuse == KVP_REUSE_FIFO)
-        return;
-    int pos = il_find(&m->cac[L], b);
-    il_del_at(&m->cac[L], (uint32_t)pos);
-    if (m->c.reuse == KVP_REUSE_LIFO)
-        il_push(&m->stk[L], b);
-    else
-        il_ins_sorted(&m->stk[L], b);
-}
-
-static void owner_activate(model *m, int oi)
-{
-    if (oi >= 0 && !m->o[oi].active) {
-        m->o[oi].active = 1;
-        m->o[oi].registered = 0;
-        m->o[oi].n = 0;
-    }
-}
-
-static void owner_ref_add(model *m, int oi, kvp_block b)
-{
-    if (oi < 0)
-        return;
-    owner_activate(m, oi);
-    m->o[oi].refs[m->o[oi].n++] = b;
-}
-
-/* Drop one of oi's references on b from its list.  Which occurrence goes when
- * the owner holds several on b is not fixed by the header; the model drops
- * the oldest and re-syncs with kvp_owner_blocks (see cmp_owner). */
-static void owner_ref_drop(model *m, int oi, kvp_block b)
-{
-    if (oi < 0)
-        return;
-    mown *o = &m->o[oi];
-    for (uint32_t i = 0; i < o->n; i++)
-        if (o->refs[i] == b) {
-            memmove(&o->refs[i], &o->refs[i + 1], (o->n - i - 1) * sizeof o->refs[0]);
-            o->n--;
-            return;
-        }
-}
-
-/* Make b (free) a block in use with one reference for oi. */
-static void hand_out(model *m, kvp_block b, int oi, unsigned format, int format_known)
-{
-    mblk *k = &m->b[b];
-    if (k->hash >= 0)
-        evict_entry(m, b);
-    if (k->ever)
-        m->k.reused++;
-    k->ever = 1;
-    k->state = KVP_BLOCK_IN_USE;
-    k->fill = 0;
-    k->format = format;
-    k->format_known = format_known;
-    holder_add(k, oi);
-    owner_ref_add(m, oi, b);
-}
-
-static void init_block(model *m, kvp_block b, int L)
-{
-    mblk *k = &m->b[b];
-    int reborn = k->state == KVP_BLOCK_RETIRED || k->state == M_GONE || k->reborn;
-    memset(k, 0, sizeof *k);
-    k->state = KVP_BLOCK_VACANT;
-    k->list = L;
-    k->hash = -1;
-    k->reborn = reborn;
-}
-
-/* Add k vacant blocks to list L: retired ids first (lowest first), then above
- * the top; they join "as if freed now, in id order". */
-static void grow(model *m, int L, uint32_t k)
-{
-    kvp_block ids[MB];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < m->top && n < k; i++)
-        if (m->b[i].state == KVP_BLOCK_RETIRED || m->b[i].state == M_GONE)
-            ids[n++] = i;
-    while (n < k)
-        ids[n++] = m->top++;
-    for (uint32_t i = 0; i < n; i++)
-        init_block(m, ids[i], L);
-    join_free(m, ids, n);
-}
-
-static void model_init(model *m, const mcfg *c)
-{
-    memset(m, 0, sizeof *m);
-    m->c = *c;
-    m->nl = c->sep ? 2 : 1;
-    m->top = c->nblocks;
-    for (uint32_t i = 0; i < MB; i++) {
-        m->b[i].state = M_NONE;
-        m->b[i].hash = -1;
-    }
-    uint32_t nk = c->sep ? (c->nblocks + 1) / 2 : c->nblocks;
-    for (uint32_t i = 0; i < c->nblocks; i++) {
-        mblk *k = &m->b[i];
-        k->state = KVP_BLOCK_VACANT;
-        k->list = i < nk ? 0 : 1;
-        if (i == 0 && c->nullb) {
-            k->state = KVP_BLOCK_IN_USE;
-            k->is_null = 1;
-            continue;
-        }
-        if (c->reuse == KVP_REUSE_FIFO)
-            il_push(&m->fq[k->list], i);
-        else if (c->reuse == KVP_REUSE_LIFO)
-            il_push(&m->fresh[k->list], i);
-        else
-            il_push(&m->stk[k->list], i);
-    }
-    m->k.peak = c->nullb ? 1 : 0;
-}
-
-/* ---- gauges ---- */
-
-static kvp_stats model_gauges(const model *m)
-{
-    kvp_stats s;
-    memset(&s, 0, sizeof s);
-    for (uint32_t i = 0; i < m->top; i++) {
-        const mblk *k = &m->b[i];
-        if (!is_managed(k))
-            continue;
-        s.blocks++;
-        if (k->state == KVP_BLOCK_IN_USE) {
-            s.in_use++;
-            if (!k->is_null && refcnt(k) >= 2)
-                s.shared++;
-            if (!k->is_null && k->fill > 0 && k->fill < m->c.bs)
-                s.fragmented++;
-        }
-        s.vacant += k->state == KVP_BLOCK_VACANT;
-        s.cached += k->state == KVP_BLOCK_CACHED;
-        s.indexed += k->hash >= 0;
-    }
-    s.free = s.vacant + s.cached;
-    for (int i = 0; i < NOWN; i++)
-        s.owners += m->o[i].active;
-    return s;
-}
-
-/* ---- model operations: return the expected status; change the model only
- * on success ---- */
-
-static int bad_id(const model *m, kvp_block id)
-{
-    return id >= m->top || m->b[id].state == KVP_BLOCK_RETIRED ||
-           m->b[id].state == M_GONE || m->b[id].state == M_NONE;
-}
-
-static kvp_status m_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt,
-                          size_t cap, int take, kvp_block *ids, size_t *n_out)
-{
-    int L = m_list(m, stream);
-    if (tokens == 0 || L < 0 || fmt > 255)
-        return KVP_EINVAL;
-    uint64_t cnt = tokens / m->c.bs + (tokens % m->c.bs != 0);
-    if (cnt > KVP_MAX_BLOCKS)
-        return KVP_EINVAL;
-    if (cnt > cap) {
-        *n_out = (size_t)cnt;
-        return KVP_ESPACE;
-    }
-    uint32_t f = n_free(m, L);
-    if (cnt > f) {
-        uint32_t need = (uint32_t)cnt - f;
-        if (!m->c.grow || (uint64_t)managed(m) + need > cap_blocks(m)) {
-            m->k.exhausted++;
-            return KVP_EEXHAUSTED;
-        }
-        grow(m, L, need);
-        m->k.grown += need;
-    }
-    for (uint32_t i = 0; i < cnt; i++) {
-        kvp_block b = next_pick(m, L);
-        free_remove(m, b);
-        hand_out(m, b, oi, take ? KVP_FMT_FP16 : fmt, 1);
-        ids[i] = b;
-    }
-    *n_out = (size_t)cnt;
-    m->k.alloc_calls++;
-    m->k.blocks_allocated += cnt;
-    return KVP_OK;
-}
-
-static kvp_status m_take_id(model *m, kvp_block id, int oi)
-{
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (bad_id(m, id))
-        return KVP_ERANGE;
-    if (m->b[id].state == KVP_BLOCK_IN_USE)
-        return KVP_EBUSY;
-    free_remove(m, id);
-    /* Header is silent on take_id's format: "for fresh content"; the model
-     * learns it from the first kvp_block_get. */
-    hand_out(m, id, oi, KVP_FMT_FP16, 0);
-    m->k.alloc_calls++;
-    m->k.blocks_allocated++;
-    return KVP_OK;
-}
-
-static kvp_status m_free(model *m, const kvp_block *ids, size_t n, int oi)
-{
-    uint32_t named[MB];
-    memset(named, 0, sizeof named);
-    for (size_t i = 0; i < n; i++) {
-        kvp_block id = ids[i];
-        if (id < m->top && m->b[id].is_null)
-            return KVP_EINVAL;
-        if (bad_id(m, id))
-            return KVP_ERANGE;
-        if (is_free(&m->b[id]))
-            return KVP_EDOUBLEFREE;
-        uint32_t c = ++named[id];
-        if (c > refcnt(&m->b[id]))
-            return KVP_EDOUBLEFREE;
-        if (c > held(&m->b[id], oi))
-            return KVP_ENOTOWNER;
-    }
-    kvp_block freed[MB] = {0};
-    uint32_t nf = 0;
-    for (size_t i = 0; i < n; i++) {
-        mblk *k = &m->b[ids[i]];
-        holder_drop(k, oi);
-        owner_ref_drop(m, oi, ids[i]);
-        if (refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            freed[nf++] = ids[i];
-        }
-    }
-    join_free(m, freed, nf);
-    if (oi >= 0 && m->o[oi].n == 0 && !m->o[oi].registered)
-        m->o[oi].active = 0;
-    if (n > 0) {
-        m->k.free_calls++;
-        m->k.blocks_freed += n;
-    }
-    return KVP_OK;
-}
-
-static kvp_status m_free_owner(model *m, int oi, size_t *n_freed)
-{
-    if (oi < 0)
-        return KVP_EINVAL;
-    mown *o = &m->o[oi];
-    if (!o->active)
-        return KVP_ENOTFOUND;
-    /* Newest first; the blocks whose last reference goes join the free
-     * blocks as one batch in that order (the newest is the first reused). */
-    kvp_block freed[MB] = {0};
-    uint32_t nf = 0;
-    for (uint32_t i = o->n; i-- > 0;) {
-        mblk *k = &m->b[o->refs[i]];
-        holder_drop(k, oi);
-        if (refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            freed[nf++] = o->refs[i];
-        }
-    }
-    join_free(m, freed, nf);
-    *n_freed = o->n;
-    m->k.free_calls++;
-    m->k.blocks_freed += o->n;
-    o->n = 0;
-    o->active = 0;
-    o->registered = 0;
-    return KVP_OK;
-}
-
-static kvp_status m_register(model *m, int oi)
-{
-    if (oi < 0)
-        return KVP_EINVAL;
-    if (m->o[oi].active)
-        return KVP_EOWNERACTIVE;
-    m->o[oi].active = 1;
-    m->o[oi].registered = 1;
-    m->o[oi].n = 0;
-    return KVP_OK;
-}
-
-static kvp_status m_release(model *m, int oi)
-{
-    if (oi < 0)
-        return KVP_EINVAL;
-    if (!m->o[oi].active)
-        return KVP_ENOTFOUND;
-    if (m->o[oi].n)
-        return KVP_EBUSY;
-    m->o[oi].active = 0;
-    m->o[oi].registered = 0;
-    return KVP_OK;
-}
-
-static kvp_status m_set_fill(model *m, kvp_block id, uint32_t fill)
-{
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (bad_id(m, id))
-        return KVP_ERANGE;
-    if (fill > m->c.bs)
-        return KVP_EINVAL;
-    if (is_free(&m->b[id]))
-        return KVP_EDOUBLEFREE;
-    m->b[id].fill = fill;
-    return KVP_OK;
-}
-
-static kvp_status m_claim(model *m, kvp_block id, int oi)
-{
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (bad_id(m, id))
-        return KVP_ERANGE;
-    mblk *k = &m->b[id];
-    if (k->state == KVP_BLOCK_VACANT)
-        return KVP_ENOTFOUND;
-    if (k->state == KVP_BLOCK_CACHED) {
-        free_remove(m, id);
-        k->state = KVP_BLOCK_IN_USE; /* keeps content, fill and format */
-    }
-    holder_add(k, oi);
-    owner_ref_add(m, oi, id);
-    return KVP_OK;
-}
-
-static kvp_status m_publish(model *m, kvp_block id, int h)
-{
-    if (!m->c.prefix)
-        return KVP_EINVAL;
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (bad_id(m, id))
-        return KVP_ERANGE;
-    mblk *k = &m->b[id];
-    if (is_free(k))
-        return KVP_EDOUBLEFREE;
-    if (k->hash == h)
-        return KVP_OK;
-    if (k->hash >= 0)
-        return KVP_EBUSY;
-    k->hash = h;
-    k->seq = ++m->seq;
-    return KVP_OK;
-}
-
-static kvp_status m_lookup(const model *m, int stream, int h, kvp_block *out)
-{
-    int L = m_list(m, stream);
-    if (L < 0)
-        return KVP_EINVAL;
-    kvp_block best = KVP_NO_BLOCK;
-    uint64_t bs = UINT64_MAX;
-    for (uint32_t i = 0; i < m->top; i++) {
-        const mblk *k = &m->b[i];
-        if (k->hash == h && k->list == L && is_managed(k) && k->seq < bs) {
-            best = i;
-            bs = k->seq;
-        }
-    }
-    if (best == KVP_NO_BLOCK)
-        return KVP_ENOTFOUND;
-    *out = best;
-    return KVP_OK;
-}
-
-static kvp_status m_unpublish(model *m, kvp_block id)
-{
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (bad_id(m, id))
-        return KVP_ERANGE;
-    if (m->b[id].hash < 0)
-        return KVP_ENOTFOUND;
-    evict_entry(m, id);
-    if (m->b[id].state == KVP_BLOCK_CACHED)
-        cached_to_vacant(m, id);
-    return KVP_OK;
-}
-
-static kvp_status m_evict(model *m, int stream, uint32_t n, uint32_t *n_ev)
-{
-    int L = m_list(m, stream);
-    if (L < 0)
-        return KVP_EINVAL;
-    uint32_t k = 0;
-    while (k < n) {
-        kvp_block b = lru_cached(m, L);
-        if (b == KVP_NO_BLOCK)
-            break;
-        evict_entry(m, b);
-        cached_to_vacant(m, b);
-        k++;
-    }
-    *n_ev = k;
-    return KVP_OK;
-}
-
-static kvp_status m_ensure(model *m, int stream, uint32_t n)
-{
-    int L = m_list(m, stream);
-    if (L < 0)
-        return KVP_EINVAL;
-    uint32_t v = n_state(m, L, KVP_BLOCK_VACANT);
-    uint32_t c = n_state(m, L, KVP_BLOCK_CACHED);
-    if (v >= n)
-        return KVP_OK;
-    if (v + c < n)
-        return KVP_EEXHAUSTED;
-    for (uint32_t i = v; i < n; i++) {
-        kvp_block b = lru_cached(m, L);
-        evict_entry(m, b);
-        cached_to_vacant(m, b);
-    }
-    return KVP_OK;
-}
-
-/* Drop every index entry without per-block callbacks.  Which order the
- * cached blocks become vacant in is not observable except through LIFO
- * reuse; the model converts them least recently freed first. */
-static void forget_all(model *m)
-{
-    record_ev(m, -1, KVP_NO_BLOCK);
-    for (int L = 0; L < m->nl; L++) {
-        kvp_block b;
-        while ((b = lru_cached(m, L)) != KVP_NO_BLOCK) {
-            m->b[b].hash = -1;
-            cached_to_vacant(m, b);
-        }
-    }
-    for (uint32_t i = 0; i < m->top; i++)
-        m->b[i].hash = -1;
-}
-
-static kvp_status m_clear_index(model *m)
-{
-    forget_all(m);
-    return KVP_OK;
-}
-
-static kvp_status m_reset_prefix(model *m)
-{
-    for (uint32_t i = 0; i < m->top; i++)
-        if (m->b[i].state == KVP_BLOCK_IN_USE && !m->b[i].is_null)
-            return KVP_EBUSY;
-    forget_all(m);
-    return KVP_OK;
-}
-
-static kvp_status m_extend(model *m, int stream, uint32_t n, uint32_t *added)
-{
-    int L = m_list(m, stream);
-    if (L < 0)
-        return KVP_EINVAL;
-    uint32_t room = cap_blocks(m) - managed(m);
-    uint32_t k = n < room ? n : room;
-    grow(m, L, k);
-    m->k.extended += k;
-    *added = k;
-    return KVP_OK;
-}
-
-static void retire_free(model *m, kvp_block b)
-{
-    if (m->b[b].hash >= 0)
-        evict_entry(m, b);
-    free_remove(m, b);
-    int L = m->b[b].list;
-    int reborn = m->b[b].reborn;
-    memset(&m->b[b], 0, sizeof m->b[b]);
-    m->b[b].state = KVP_BLOCK_RETIRED;
-    m->b[b].list = L;
-    m->b[b].hash = -1;
-    m->b[b].reborn = reborn;
-    m->k.retired++;
-}
-
-static kvp_status m_shrink(model *m, int stream, uint32_t target, uint32_t *n_ret)
-{
-    int L = m_list(m, stream);
-    if (L < 0)
-        return KVP_EINVAL;
-    uint32_t k = 0;
-    while (n_free(m, L) > target) {
-        kvp_block pick = KVP_NO_BLOCK;
-        for (int want = KVP_BLOCK_VACANT; want <= KVP_BLOCK_CACHED && pick == KVP_NO_BLOCK;
-             want++)
-            for (uint32_t i = m->top; i-- > 0;)
-                if (m->b[i].state == want && m->b[i].list == L) {
-                    pick = i;
-                    break;
-                }
-        retire_free(m, pick);
-        k++;
-    }
-    *n_ret = k;
-    return KVP_OK;
-}
-
-static kvp_status m_retire_top(model *m, kvp_block *ret, kvp_block *moved)
-{
-    kvp_block t = KVP_NO_BLOCK;
-    for (uint32_t i = m->top; i-- > 0;)
-        if (is_managed(&m->b[i])) {
-            t = i;
-            break;
-        }
-    if (t == KVP_NO_BLOCK)
-        return KVP_EEXHAUSTED;
-    if (m->b[t].is_null)
-        return KVP_EINVAL;
-    if (is_free(&m->b[t])) {
-        retire_free(m, t);
-        *ret = t;
-        *moved = KVP_NO_BLOCK;
-        return KVP_OK;
-    }
-    int L = m->b[t].list;
-    kvp_block d = next_pick(m, L);
-    if (d == KVP_NO_BLOCK)
-        return KVP_EEXHAUSTED;
-    free_remove(m, d);
-    if (m->b[d].hash >= 0)
-        evict_entry(m, d);
-    int reborn = m->b[d].reborn;
-    m->b[d] = m->b[t];
-    m->b[d].ever = 1;
-    m->b[d].reborn = reborn;
-    for (int oi = 0; oi < NOWN; oi++)
-        for (uint32_t i = 0; i < m->o[oi].n; i++)
-            if (m->o[oi].refs[i] == t)
-                m->o[oi].refs[i] = d;
-    int treborn = m->b[t].reborn;
-    memset(&m->b[t], 0, sizeof m->b[t]);
-    m->b[t].state = KVP_BLOCK_RETIRED;
-    m->b[t].list = L;
-    m->b[t].hash = -1;
-    m->b[t].reborn = treborn;
-    m->k.retired++;
-    m->k.relocated++;
-    *ret = t;
-    *moved = d;
-    return KVP_OK;
-}
-
-static kvp_status m_pool_clear(model *m)
-{
-    int any = 0;
-    for (uint32_t i = 0; i < m->top; i++)
-        any |= is_managed(&m->b[i]) && m->b[i].hash >= 0;
-    uint32_t top = m->top;
-    int nev = m->nev;
-    int evh[MAXEV];
-    kvp_block evb[MAXEV];
-    memcpy(evh, m->ev_hash, sizeof evh);
-    memcpy(evb, m->ev_block, sizeof evb);
-    mcfg c = m->c;
-    model_init(m, &c);
-    memcpy(m->ev_hash, evh, sizeof evh);
-    memcpy(m->ev_block, evb, sizeof evb);
-    m->nev = nev;
-    for (uint32_t i = c.nblocks; i < top; i++)
-        m->b[i].state = M_GONE;
-    m->top = top;
-    if (any)
-        record_ev(m, -1, KVP_NO_BLOCK);
-    return KVP_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1166,7 +277,7 @@ static void cmp_stats(ctx *x)
     kvp_status s = kvp_stats_get(x->p, &g);
     if (s != KVP_OK)
         bad(x, "kvp_stats_get: %s", kvp_strerror(s));
-    kvp_stats e = model_gauges(m);
+    kvp_stats e = mdl_gauges(m);
     if (e.in_use > m->k.peak)
         m->k.peak = e.in_use;
     /* Counters the header leaves open for this particular call: accept the
@@ -1257,7 +368,7 @@ static void cmp_block(ctx *x, kvp_block id)
             state_name(bi.state));
     if (k->state == KVP_BLOCK_RETIRED)
         return;
-    kvp_stream es = list_stream(m, k->list);
+    kvp_stream es = mdl_list_stream(m, k->list);
     if (bi.stream != es)
         bad(x, "block %" PRIu32 ": stream expected %d, got %d", id, es, bi.stream);
     if (!!bi.is_null != k->is_null)
@@ -1267,9 +378,9 @@ static void cmp_block(ctx *x, kvp_block id)
             bad(x, "null block %" PRIu32 " is published", id);
         return;
     }
-    if (bi.ref_count != refcnt(k) || bi.anon_refs != k->anon)
+    if (bi.ref_count != mdl_refcnt(k) || bi.anon_refs != k->anon)
         bad(x, "block %" PRIu32 ": ref_count/anon_refs expected %" PRIu32 "/%" PRIu32
-            ", got %" PRIu32 "/%" PRIu32, id, refcnt(k), k->anon, bi.ref_count, bi.anon_refs);
+            ", got %" PRIu32 "/%" PRIu32, id, mdl_refcnt(k), k->anon, bi.ref_count, bi.anon_refs);
     if (!!bi.published != (k->hash >= 0))
         bad(x, "block %" PRIu32 ": published expected %d, got %d", id, k->hash >= 0,
             bi.published);
@@ -1373,17 +484,17 @@ static void cmp_whole(ctx *x)
 {
     model *m = x->m;
     for (int st = 0; st <= 2; st++) {
-        int L = m_list(m, st);
+        int L = mdl_list(m, st);
         if (L < 0)
             continue;
         uint32_t fc = 0;
         kvp_status s = kvp_free_count(x->p, (kvp_stream)st, &fc);
         if (s != KVP_OK)
             bad(x, "free_count(%d): %s", st, kvp_strerror(s));
-        cmp_u64(x, "free_count", n_free(m, L), fc);
+        cmp_u64(x, "free_count", mdl_n_free(m, L), fc);
         for (int h = 0; h < NHASH; h++) {
             kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
-            kvp_status es = m_lookup(m, st, h, &e);
+            kvp_status es = mdl_lookup(m, st, h, &e);
             kvp_status gs = kvp_lookup(x->p, (kvp_stream)st, &g_hash[h], &g);
             if (es != gs || (es == KVP_OK && e != g))
                 bad(x, "whole-state lookup(stream %d, h%d): expected %s/%" PRIu32
@@ -1426,7 +537,7 @@ static int pick_stream(ctx *x)
 
 typedef int (*blk_pred)(const mblk *k);
 static int pr_inuse(const mblk *k) { return k->state == KVP_BLOCK_IN_USE && !k->is_null; }
-static int pr_free(const mblk *k) { return is_free(k); }
+static int pr_free(const mblk *k) { return mdl_is_free(k); }
 static int pr_cached(const mblk *k) { return k->state == KVP_BLOCK_CACHED; }
 static int pr_vacant(const mblk *k) { return k->state == KVP_BLOCK_VACANT; }
 static int pr_published(const mblk *k) { return k->hash >= 0; }
@@ -1483,7 +594,7 @@ static kvp_block pick_target(ctx *x, blk_pred pred, unsigned pct_good)
  * the pool. */
 static int mimic_kv(const ctx *x)
 {
-    return g_mimic && x->c.sep && x->c.reuse == KVP_REUSE_LIFO;
+    return mdl_mimic && x->c.sep && x->c.reuse == KVP_REUSE_LIFO;
 }
 
 static kvp_status do_free_owner(ctx *x, int oi)
@@ -1492,7 +603,7 @@ static kvp_status do_free_owner(ctx *x, int oi)
     uint64_t fp = fingerprint(x);
     OPF("free_owner(owner=%" PRIu64 "%s)", oval(oi), oi >= 0 && m->o[oi].active ? "" : " inactive");
     size_t en = 0, gn = 0;
-    kvp_status es = m_free_owner(m, oi, &en);
+    kvp_status es = mdl_free_owner(m, oi, &en);
     kvp_status gs = kvp_free_owner(x->p, oval(oi), &gn);
     cmp_status(x, "kvp_free_owner", gs, es, fp);
     if (es == KVP_OK)
@@ -1515,7 +626,7 @@ static kvp_status do_free(ctx *x, const kvp_block *ids, size_t n, int oi)
     }
     if (n == 0)
         x->lenient_free_calls = 1;
-    kvp_status es = m_free(m, ids, n, oi);
+    kvp_status es = mdl_free(m, ids, n, oi);
     kvp_status gs = kvp_free(x->p, n ? ids : NULL, n, oval(oi));
     cmp_status(x, "kvp_free", gs, es, fp);
     return gs;
@@ -1574,7 +685,7 @@ static kvp_status gen_free(ctx *x)
     } else if (r < 14) {
         n = 0;
     }
-    if (g_mimic && m->c.sep && n > 1) { /* deviation B3: one stream per call */
+    if (mdl_mimic && m->c.sep && n > 1) { /* deviation B3: one stream per call */
         size_t w = 0;
         int L0 = ids[0] < MB ? m->b[ids[0]].list : 0;
         for (size_t i = 0; i < n; i++)
@@ -1601,13 +712,13 @@ static void do_step(ctx *x, int op)
     case OP_ALLOC:
     case OP_TAKE: {
         int st = pick_stream(x), oi = pick_owner(x);
-        if (mimic_kv(x) && oi >= 0 && m_list(m, st) >= 0)
+        if (mimic_kv(x) && oi >= 0 && mdl_list(m, st) >= 0)
             st = 1 + oi % 2;
         if (op == OP_TAKE) {
             OPF("take(stream=%d, owner=%" PRIu64 ")", st, oval(oi));
             kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
             size_t en = 0;
-            es = m_alloc(m, st, 1, oi, 0, 1, 1, &e, &en);
+            es = mdl_alloc(m, st, 1, oi, 0, 1, 1, &e, &en);
             gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
             cmp_status(x, "kvp_take", gs, es, fp);
             if (es == KVP_OK && e != g)
@@ -1632,7 +743,7 @@ static void do_step(ctx *x, int op)
         size_t en = 0, gn = 0;
         OPF("alloc(stream=%d, tokens=%" PRIu64 ", owner=%" PRIu64 ", format=%u, cap=%zu)", st,
             tokens, oval(oi), fmt, cap);
-        es = m_alloc(m, st, tokens, oi, fmt, cap, 0, e, &en);
+        es = mdl_alloc(m, st, tokens, oi, fmt, cap, 0, e, &en);
         gs = kvp_alloc(p, (kvp_stream)st, tokens, oval(oi), fmt, g, cap, &gn);
         cmp_status(x, "kvp_alloc", gs, es, fp);
         if (es == KVP_OK || es == KVP_ESPACE)
@@ -1651,7 +762,7 @@ static void do_step(ctx *x, int op)
             oi = -1;
         OPF("take_id(id=%" PRIu32 " %s, owner=%" PRIu64 ")", id,
             id < MB ? state_name(m->b[id].state) : "", oval(oi));
-        es = m_take_id(m, id, oi);
+        es = mdl_take_id(m, id, oi);
         gs = kvp_take_id(p, id, oval(oi));
         cmp_status(x, "kvp_take_id", gs, es, fp);
         break;
@@ -1669,7 +780,7 @@ static void do_step(ctx *x, int op)
     case OP_REGISTER: {
         int oi = pick_owner(x);
         OPF("owner_register(%" PRIu64 ")", oval(oi));
-        es = m_register(m, oi);
+        es = mdl_register(m, oi);
         gs = kvp_owner_register(p, oval(oi));
         cmp_status(x, "kvp_owner_register", gs, es, fp);
         break;
@@ -1677,7 +788,7 @@ static void do_step(ctx *x, int op)
     case OP_RELEASE: {
         int oi = pick_owner(x);
         OPF("owner_release(%" PRIu64 ")", oval(oi));
-        es = m_release(m, oi);
+        es = mdl_release(m, oi);
         gs = kvp_owner_release(p, oval(oi));
         cmp_status(x, "kvp_owner_release", gs, es, fp);
         break;
@@ -1687,10 +798,10 @@ static void do_step(ctx *x, int op)
         uint32_t fill = chance(x, 4) ? m->c.bs + 1 + rn(x, 5) : rn(x, m->c.bs + 1);
         if (chance(x, 30))
             fill = chance(x, 50) ? 0 : m->c.bs;
-        if (fill > m->c.bs && bad_id(m, id))
+        if (fill > m->c.bs && mdl_bad_id(m, id))
             fill = 0; /* one fault at a time */
         OPF("set_fill(id=%" PRIu32 ", fill=%" PRIu32 ")", id, fill);
-        es = m_set_fill(m, id, fill);
+        es = mdl_set_fill(m, id, fill);
         gs = kvp_set_fill(p, id, fill);
         cmp_status(x, "kvp_set_fill", gs, es, fp);
         break;
@@ -1703,7 +814,7 @@ static void do_step(ctx *x, int op)
             int st = pick_stream(x), h = (int)rn(x, NHASH);
             kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
             OPF("lookup(stream=%d, h%d) then claim", st, h);
-            es = m_lookup(m, st, h, &e);
+            es = mdl_lookup(m, st, h, &e);
             gs = kvp_lookup(p, (kvp_stream)st, &g_hash[h], &g);
             cmp_status(x, "kvp_lookup", gs, es, fp);
             if (es != KVP_OK) {
@@ -1718,7 +829,7 @@ static void do_step(ctx *x, int op)
         } else {
             id = pick_target(x, pr_published, 70);
         }
-        if (id < MB && refcnt(&m->b[id]) + 1 >= MAXREFB) {
+        if (id < MB && mdl_refcnt(&m->b[id]) + 1 >= MAXREFB) {
             OPF("claim skipped (block %" PRIu32 " has enough references)", id);
             break;
         }
@@ -1729,7 +840,7 @@ static void do_step(ctx *x, int op)
             id < MB ? state_name(m->b[id].state) : "", oval(oi));
         if (id < MB && m->b[id].state == KVP_BLOCK_CACHED)
             x->lenient_reused = 1;
-        es = m_claim(m, id, oi);
+        es = mdl_claim(m, id, oi);
         gs = kvp_claim(p, id, oval(oi));
         cmp_status(x, "kvp_claim", gs, es, fp);
         break;
@@ -1740,7 +851,7 @@ static void do_step(ctx *x, int op)
         if (id < MB && m->b[id].hash >= 0 && chance(x, 50))
             h = m->b[id].hash;
         OPF("publish(id=%" PRIu32 " %s, h%d)", id, id < MB ? state_name(m->b[id].state) : "", h);
-        es = m_publish(m, id, h);
+        es = mdl_publish(m, id, h);
         gs = kvp_publish(p, id, &g_hash[h]);
         cmp_status(x, "kvp_publish", gs, es, fp);
         break;
@@ -1749,7 +860,7 @@ static void do_step(ctx *x, int op)
         int st = pick_stream(x), h = (int)rn(x, NHASH);
         kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
         OPF("lookup(stream=%d, h%d)", st, h);
-        es = m_lookup(m, st, h, &e);
+        es = mdl_lookup(m, st, h, &e);
         gs = kvp_lookup(p, (kvp_stream)st, &g_hash[h], &g);
         cmp_status(x, "kvp_lookup", gs, es, fp);
         if (es == KVP_OK && e != g)
@@ -1761,7 +872,7 @@ static void do_step(ctx *x, int op)
     case OP_UNPUBLISH: {
         kvp_block id = pick_target(x, pr_published, 80);
         OPF("unpublish(id=%" PRIu32 " %s)", id, id < MB ? state_name(m->b[id].state) : "");
-        es = m_unpublish(m, id);
+        es = mdl_unpublish(m, id);
         gs = kvp_unpublish(p, id);
         cmp_status(x, "kvp_unpublish", gs, es, fp);
         break;
@@ -1770,7 +881,7 @@ static void do_step(ctx *x, int op)
         int st = pick_stream(x);
         uint32_t n = rn(x, 5), en = 0, gn = 0;
         OPF("evict(stream=%d, n=%" PRIu32 ")", st, n);
-        es = m_evict(m, st, n, &en);
+        es = mdl_evict(m, st, n, &en);
         gs = kvp_evict(p, (kvp_stream)st, n, &gn);
         cmp_status(x, "kvp_evict", gs, es, fp);
         if (es == KVP_OK)
@@ -1779,19 +890,19 @@ static void do_step(ctx *x, int op)
     }
     case OP_ENSURE: {
         int st = pick_stream(x);
-        int L = m_list(m, st);
-        uint32_t f = L >= 0 ? n_free(m, L) : 4;
+        int L = mdl_list(m, st);
+        uint32_t f = L >= 0 ? mdl_n_free(m, L) : 4;
         uint32_t n = rn(x, f + 3);
         OPF("ensure_free(stream=%d, n=%" PRIu32 ")", st, n);
         x->lenient_exhausted = 1;
-        es = m_ensure(m, st, n);
+        es = mdl_ensure(m, st, n);
         gs = kvp_ensure_free(p, (kvp_stream)st, n);
         cmp_status(x, "kvp_ensure_free", gs, es, fp);
         break;
     }
     case OP_CLEAR_INDEX:
         OPF("clear_index()");
-        es = m_clear_index(m);
+        es = mdl_clear_index(m);
         gs = kvp_clear_index(p);
         cmp_status(x, "kvp_clear_index", gs, es, fp);
         break;
@@ -1811,18 +922,18 @@ static void do_step(ctx *x, int op)
         /* fall through */
     case OP_RESET_PREFIX:
         OPF("reset_prefix_cache()");
-        es = m_reset_prefix(m);
+        es = mdl_reset_prefix(m);
         gs = kvp_reset_prefix_cache(p);
         cmp_status(x, "kvp_reset_prefix_cache", gs, es, fp);
         break;
     case OP_EXTEND: {
         int st = pick_stream(x);
         uint32_t n = rn(x, 7);
-        if (!m->c.maxb && managed(m) + n > 200)
+        if (!m->c.maxb && mdl_managed(m) + n > 200)
             n = 0;
         uint32_t en = 0, gn = 0;
         OPF("extend(stream=%d, n=%" PRIu32 ")", st, n);
-        es = m_extend(m, st, n, &en);
+        es = mdl_extend(m, st, n, &en);
         gs = kvp_extend(p, (kvp_stream)st, n, &gn);
         cmp_status(x, "kvp_extend", gs, es, fp);
         if (es == KVP_OK)
@@ -1831,14 +942,14 @@ static void do_step(ctx *x, int op)
     }
     case OP_SHRINK: {
         int st = pick_stream(x);
-        int L = m_list(m, st);
-        uint32_t f = L >= 0 ? n_free(m, L) : 4;
+        int L = mdl_list(m, st);
+        uint32_t f = L >= 0 ? mdl_n_free(m, L) : 4;
         uint32_t t = f > 3 ? f - 1 - rn(x, 3) : rn(x, f + 2);
         if (chance(x, 5))
             t = 0;
         uint32_t en = 0, gn = 0;
         OPF("shrink(stream=%d, target_free=%" PRIu32 ")", st, t);
-        es = m_shrink(m, st, t, &en);
+        es = mdl_shrink(m, st, t, &en);
         gs = kvp_shrink(p, (kvp_stream)st, t, &gn);
         cmp_status(x, "kvp_shrink", gs, es, fp);
         if (es == KVP_OK)
@@ -1849,7 +960,7 @@ static void do_step(ctx *x, int op)
         kvp_block er = KVP_NO_BLOCK, em = KVP_NO_BLOCK, gr = KVP_NO_BLOCK, gm = KVP_NO_BLOCK;
         OPF("retire_top()");
         x->lenient_exhausted = 1;
-        es = m_retire_top(m, &er, &em);
+        es = mdl_retire_top(m, &er, &em);
         gs = kvp_retire_top(p, &gr, &gm);
         cmp_status(x, "kvp_retire_top", gs, es, fp);
         if (es == KVP_OK && (er != gr || em != gm))
@@ -1884,19 +995,19 @@ static void do_step(ctx *x, int op)
     }
     case OP_FREE_COUNT: {
         int st = pick_stream(x);
-        int L = m_list(m, st);
+        int L = mdl_list(m, st);
         uint32_t g = 0;
         OPF("free_count(stream=%d)", st);
         gs = kvp_free_count(p, (kvp_stream)st, &g);
         es = L < 0 ? KVP_EINVAL : KVP_OK;
         cmp_status(x, "kvp_free_count", gs, es, fp);
         if (es == KVP_OK)
-            cmp_u64(x, "free_count", n_free(m, L), g);
+            cmp_u64(x, "free_count", mdl_n_free(m, L), g);
         break;
     }
     case OP_POOL_CLEAR:
         OPF("pool_clear()");
-        es = m_pool_clear(m);
+        es = mdl_pool_clear(m);
         gs = kvp_pool_clear(p);
         cmp_status(x, "kvp_pool_clear", gs, es, fp);
         break;
@@ -1908,7 +1019,7 @@ static void do_step(ctx *x, int op)
             bad(x, "stats_reset changed the fingerprint");
         mctr z;
         memset(&z, 0, sizeof z);
-        z.peak = model_gauges(m).in_use;
+        z.peak = mdl_gauges(m).in_use;
         m->k = z;
         break;
     }
@@ -1954,7 +1065,7 @@ static void run_config(const mcfg *c)
     x->c = *c;
     x->m = &m;
     x->rng = c->seed;
-    model_init(&m, c);
+    mdl_init(&m, c);
 
     kvp_config cfg;
     assert_int_equal(kvp_config_default(&cfg), KVP_OK);
@@ -1985,13 +1096,13 @@ static void run_config(const mcfg *c)
             fprintf(stderr, "  #%zu %s\n", x->step, x->op);
         check_all(x);
         /* keep the pool small */
-        if (managed(&m) > MB - 16 && !c->maxb)
+        if (mdl_managed(&m) > MB - 16 && !c->maxb)
             bad(x, "model pool grew past the test's bound");
     }
     g_total_steps += c->steps;
 
     fprintf(stderr, "[model] %-28s seed=0x%016" PRIx64 " steps=%zu blocks=%" PRIu32
-            " top=%" PRIu32 "\n        ok/err:", c->name, c->seed, c->steps, managed(&m), m.top);
+            " top=%" PRIu32 "\n        ok/err:", c->name, c->seed, c->steps, mdl_managed(&m), m.top);
     for (int i = 0; i < NOP; i++)
         fprintf(stderr, " %s=%" PRIu64 "/%" PRIu64, g_opname[i], x->ok[i], x->err[i]);
     fprintf(stderr, "\n");
@@ -2055,7 +1166,7 @@ static void test_total(void **s)
 int main(void)
 {
     const char *mim = getenv("KVP_MODEL_MIMIC");
-    g_mimic = mim && *mim && *mim != '0';
+    mdl_mimic = mim && *mim && *mim != '0';
     init_hashes();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lifo_shared),
