@@ -1,0 +1,1047 @@
+/*
+ * model.c — the reference model of a kvpool pool (see model.h).
+ *
+ * Moved out of tests/test_model.c so that test_model and the differential
+ * fuzzer (fuzz/fuzz_pool.c) share one model; the pool part is unchanged
+ * apart from the mdl_ prefix.  The sequence part at the end models what a
+ * sequence does to the pool: anonymous references, blocks taken in reuse
+ * order, fill levels, publishing of full blocks, prefix claims at admission,
+ * copy-on-write, tail-first release.  It is written from kvpool.h
+ * ("Sequences") and SPEC C5.
+ */
+#include "model.h"
+
+#include <string.h>
+
+int mdl_mimic;
+
+static void il_ins(ilist *l, uint32_t pos, kvp_block b)
+{
+    memmove(&l->v[pos + 1], &l->v[pos], (l->n - pos) * sizeof l->v[0]);
+    l->v[pos] = b;
+    l->n++;
+}
+
+static void il_del_at(ilist *l, uint32_t pos)
+{
+    memmove(&l->v[pos], &l->v[pos + 1], (l->n - pos - 1) * sizeof l->v[0]);
+    l->n--;
+}
+
+static int il_find(const ilist *l, kvp_block b)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->v[i] == b)
+            return (int)i;
+    return -1;
+}
+
+static void il_push(ilist *l, kvp_block b)
+{
+    il_ins(l, l->n, b);
+}
+
+static void il_ins_sorted(ilist *l, kvp_block b)
+{
+    uint32_t i = 0;
+    while (i < l->n && l->v[i] < b)
+        i++;
+    il_ins(l, i, b);
+}
+
+uint32_t mdl_refcnt(const mblk *k)
+{
+    uint32_t n = k->anon;
+    for (int i = 0; i < k->nh; i++)
+        n += k->h_cnt[i];
+    return n;
+}
+
+uint32_t mdl_held(const mblk *k, int oi)
+{
+    if (oi < 0)
+        return k->anon;
+    for (int i = 0; i < k->nh; i++)
+        if (k->h_own[i] == oi)
+            return k->h_cnt[i];
+    return 0;
+}
+
+static void holder_add(mblk *k, int oi)
+{
+    if (oi < 0) {
+        k->anon++;
+        return;
+    }
+
+    for (int i = 0; i < k->nh; i++)
+        if (k->h_own[i] == oi) {
+            k->h_cnt[i]++;
+            k->h_multi[i] = 1;
+            return;
+        }
+    k->h_own[k->nh] = oi;
+    k->h_cnt[k->nh] = 1;
+    k->h_multi[k->nh] = 0;
+    k->nh++;
+}
+
+static void holder_drop(mblk *k, int oi)
+{
+    if (oi < 0) {
+        k->anon--;
+        return;
+    }
+
+    for (int i = 0; i < k->nh; i++)
+        if (k->h_own[i] == oi) {
+            if (--k->h_cnt[i] == 0) {
+                for (int j = i; j + 1 < k->nh; j++) {
+                    k->h_own[j] = k->h_own[j + 1];
+                    k->h_cnt[j] = k->h_cnt[j + 1];
+                    k->h_multi[j] = k->h_multi[j + 1];
+                }
+                k->nh--;
+            }
+            return;
+        }
+}
+
+int mdl_is_free(const mblk *k)
+{
+    return k->state == KVP_BLOCK_VACANT || k->state == KVP_BLOCK_CACHED;
+}
+
+int mdl_is_managed(const mblk *k)
+{
+    return mdl_is_free(k) || k->state == KVP_BLOCK_IN_USE;
+}
+
+/* Free-list index for a stream argument, -1 when the stream is refused. */
+int mdl_list(const model *m, int stream)
+{
+    if (!m->c.sep)
+        return stream >= 0 && stream <= 2 ? 0 : -1;
+    return stream == KVP_STREAM_K ? 0 : stream == KVP_STREAM_V ? 1 : -1;
+}
+
+kvp_stream mdl_list_stream(const model *m, int L)
+{
+    if (!m->c.sep)
+        return KVP_STREAM_SHARED;
+    return L == 0 ? KVP_STREAM_K : KVP_STREAM_V;
+}
+
+uint32_t mdl_managed(const model *m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        n += mdl_is_managed(&m->b[i]);
+    return n;
+}
+
+static uint32_t cap_blocks(const model *m)
+{
+    return m->c.maxb ? m->c.maxb : KVP_MAX_BLOCKS;
+}
+
+uint32_t mdl_n_state(const model *m, int L, int state)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        n += m->b[i].state == state && m->b[i].list == L;
+    return n;
+}
+
+uint32_t mdl_n_free(const model *m, int L)
+{
+    return mdl_n_state(m, L, KVP_BLOCK_VACANT) + mdl_n_state(m, L, KVP_BLOCK_CACHED);
+}
+
+static void record_ev(model *m, int hash, kvp_block b)
+{
+    if (m->nev < MAXEV) {
+        m->ev_hash[m->nev] = hash;
+        m->ev_block[m->nev] = b;
+    }
+    m->nev++;
+}
+
+/* Drop b's index entry: one eviction (callback, counted). */
+static void evict_entry(model *m, kvp_block b)
+{
+    record_ev(m, m->b[b].hash, b);
+    m->k.evictions++;
+    m->b[b].hash = -1;
+}
+
+/* Take free block b out of every free structure. */
+static void free_remove(model *m, kvp_block b)
+{
+    int L = m->b[b].list;
+    if (mdl_mimic && m->c.reuse == KVP_REUSE_LIFO) {
+        /* deviation B2: taking a never-used block from the middle of the
+         * never-used range turns all of them into ordinary stack entries
+         * below the freed ones; blocks that later lose their content go
+         * below those, i.e. after never-used blocks, which the header says
+         * come "after every freed vacant block". */
+        int pos = il_find(&m->fresh[L], b);
+        if (pos > 0 && (uint32_t)pos + 1 < m->fresh[L].n) {
+            for (uint32_t i = 0; i < m->fresh[L].n; i++)
+                il_push(&m->stk[L], m->fresh[L].v[i]);
+            m->fresh[L].n = 0;
+        }
+    }
+    ilist *ls[4] = {&m->stk[L], &m->fresh[L], &m->cac[L], &m->fq[L]};
+    for (int i = 0; i < 4; i++) {
+        int pos = il_find(ls[i], b);
+        if (pos >= 0)
+            il_del_at(ls[i], (uint32_t)pos);
+    }
+}
+
+/* The block the next allocation from list L takes, or KVP_NO_BLOCK. */
+static kvp_block next_pick(const model *m, int L)
+{
+    if (m->c.reuse == KVP_REUSE_FIFO)
+        return m->fq[L].n ? m->fq[L].v[0] : KVP_NO_BLOCK;
+    if (m->stk[L].n)
+        return m->stk[L].v[0];
+    if (m->fresh[L].n)
+        return m->fresh[L].v[0];
+    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
+}
+
+/* The least recently freed cached block of list L, or KVP_NO_BLOCK. */
+static kvp_block lru_cached(const model *m, int L)
+{
+    if (m->c.reuse == KVP_REUSE_FIFO) {
+        for (uint32_t i = 0; i < m->fq[L].n; i++)
+            if (m->b[m->fq[L].v[i]].state == KVP_BLOCK_CACHED)
+                return m->fq[L].v[i];
+        return KVP_NO_BLOCK;
+    }
+    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
+}
+
+/* Blocks that just became free (state already set to vacant or cached) join
+ * the free blocks "in the order given: the first given is the first reused
+ * (and, when cached, the first evicted)". */
+static void join_free(model *m, const kvp_block *bl, uint32_t n)
+{
+    for (int L = 0; L < m->nl; L++) {
+        uint32_t pos = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            kvp_block b = bl[i];
+            if (m->b[b].list != L)
+                continue;
+            if (m->c.reuse == KVP_REUSE_FIFO) {
+                il_push(&m->fq[L], b);
+            } else if (m->b[b].state == KVP_BLOCK_CACHED) {
+                il_push(&m->cac[L], b);
+            } else if (m->c.reuse == KVP_REUSE_LIFO) {
+                il_ins(&m->stk[L], pos++, b);
+            } else {
+                il_ins_sorted(&m->stk[L], b);
+            }
+        }
+    }
+}
+
+/* A cached free block loses its content and becomes vacant.  FIFO: keeps its
+ * place in the one queue.  LOWEST: joins the vacant blocks by id.  LIFO:
+ * header is silent on where; the implementation documents "bottom of the
+ * vacant stack, reused after the blocks vacant before it" (but still before
+ * never-used blocks, which come after every freed vacant block). */
+static void cached_to_vacant(model *m, kvp_block b)
+{
+    int L = m->b[b].list;
+    m->b[b].state = KVP_BLOCK_VACANT;
+    if (m->c.reuse == KVP_REUSE_FIFO)
+        return;
+    int pos = il_find(&m->cac[L], b);
+    il_del_at(&m->cac[L], (uint32_t)pos);
+    if (m->c.reuse == KVP_REUSE_LIFO)
+        il_push(&m->stk[L], b);
+    else
+        il_ins_sorted(&m->stk[L], b);
+}
+
+static void owner_activate(model *m, int oi)
+{
+    if (oi >= 0 && !m->o[oi].active) {
+        m->o[oi].active = 1;
+        m->o[oi].registered = 0;
+        m->o[oi].n = 0;
+    }
+}
+
+static void owner_ref_add(model *m, int oi, kvp_block b)
+{
+    if (oi < 0)
+        return;
+    owner_activate(m, oi);
+    m->o[oi].refs[m->o[oi].n++] = b;
+}
+
+/* Drop one of oi's references on b from its list.  Which occurrence goes when
+ * the owner holds several on b is not fixed by the header; the model drops
+ * the oldest and re-syncs with kvp_owner_blocks (see cmp_owner). */
+static void owner_ref_drop(model *m, int oi, kvp_block b)
+{
+    if (oi < 0)
+        return;
+    mown *o = &m->o[oi];
+    for (uint32_t i = 0; i < o->n; i++)
+        if (o->refs[i] == b) {
+            memmove(&o->refs[i], &o->refs[i + 1], (o->n - i - 1) * sizeof o->refs[0]);
+            o->n--;
+            return;
+        }
+}
+
+/* Make b (free) a block in use with one reference for oi. */
+static void hand_out(model *m, kvp_block b, int oi, unsigned format, int format_known)
+{
+    mblk *k = &m->b[b];
+    if (k->hash >= 0)
+        evict_entry(m, b);
+    if (k->ever)
+        m->k.reused++;
+    k->ever = 1;
+    k->state = KVP_BLOCK_IN_USE;
+    k->fill = 0;
+    k->format = format;
+    k->format_known = format_known;
+    holder_add(k, oi);
+    owner_ref_add(m, oi, b);
+}
+
+static void init_block(model *m, kvp_block b, int L)
+{
+    mblk *k = &m->b[b];
+    int reborn = k->state == KVP_BLOCK_RETIRED || k->state == M_GONE || k->reborn;
+    memset(k, 0, sizeof *k);
+    k->state = KVP_BLOCK_VACANT;
+    k->list = L;
+    k->hash = -1;
+    k->reborn = reborn;
+}
+
+/* Add k vacant blocks to list L: retired ids first (lowest first), then above
+ * the top; they join "as if freed now, in id order". */
+static void grow(model *m, int L, uint32_t k)
+{
+    kvp_block ids[MB];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->top && n < k; i++)
+        if (m->b[i].state == KVP_BLOCK_RETIRED || m->b[i].state == M_GONE)
+            ids[n++] = i;
+    while (n < k)
+        ids[n++] = m->top++;
+    for (uint32_t i = 0; i < n; i++)
+        init_block(m, ids[i], L);
+    join_free(m, ids, n);
+}
+
+void mdl_init(model *m, const mcfg *c)
+{
+    memset(m, 0, sizeof *m);
+    m->c = *c;
+    m->nl = c->sep ? 2 : 1;
+    m->top = c->nblocks;
+    for (uint32_t i = 0; i < MB; i++) {
+        m->b[i].state = M_NONE;
+        m->b[i].hash = -1;
+    }
+    uint32_t nk = c->sep ? (c->nblocks + 1) / 2 : c->nblocks;
+    for (uint32_t i = 0; i < c->nblocks; i++) {
+        mblk *k = &m->b[i];
+        k->state = KVP_BLOCK_VACANT;
+        k->list = i < nk ? 0 : 1;
+        if (i == 0 && c->nullb) {
+            k->state = KVP_BLOCK_IN_USE;
+            k->is_null = 1;
+            continue;
+        }
+        if (c->reuse == KVP_REUSE_FIFO)
+            il_push(&m->fq[k->list], i);
+        else if (c->reuse == KVP_REUSE_LIFO)
+            il_push(&m->fresh[k->list], i);
+        else
+            il_push(&m->stk[k->list], i);
+    }
+    m->k.peak = c->nullb ? 1 : 0;
+}
+
+/* ---- gauges ---- */
+
+kvp_stats mdl_gauges(const model *m)
+{
+    kvp_stats s;
+    memset(&s, 0, sizeof s);
+    for (uint32_t i = 0; i < m->top; i++) {
+        const mblk *k = &m->b[i];
+        if (!mdl_is_managed(k))
+            continue;
+        s.blocks++;
+        if (k->state == KVP_BLOCK_IN_USE) {
+            s.in_use++;
+            if (!k->is_null && mdl_refcnt(k) >= 2)
+                s.shared++;
+            if (!k->is_null && k->fill > 0 && k->fill < m->c.bs)
+                s.fragmented++;
+        }
+        s.vacant += k->state == KVP_BLOCK_VACANT;
+        s.cached += k->state == KVP_BLOCK_CACHED;
+        s.indexed += k->hash >= 0;
+    }
+    s.free = s.vacant + s.cached;
+    for (int i = 0; i < NOWN; i++)
+        s.owners += m->o[i].active;
+    return s;
+}
+
+/* ---- model operations: return the expected status; change the model only
+ * on success ---- */
+
+int mdl_bad_id(const model *m, kvp_block id)
+{
+    return id >= m->top || m->b[id].state == KVP_BLOCK_RETIRED ||
+           m->b[id].state == M_GONE || m->b[id].state == M_NONE;
+}
+
+kvp_status mdl_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt,
+                          size_t cap, int take, kvp_block *ids, size_t *n_out)
+{
+    int L = mdl_list(m, stream);
+    if (tokens == 0 || L < 0 || fmt > 255)
+        return KVP_EINVAL;
+    uint64_t cnt = tokens / m->c.bs + (tokens % m->c.bs != 0);
+    if (cnt > KVP_MAX_BLOCKS)
+        return KVP_EINVAL;
+    if (cnt > cap) {
+        *n_out = (size_t)cnt;
+        return KVP_ESPACE;
+    }
+    uint32_t f = mdl_n_free(m, L);
+    if (cnt > f) {
+        uint32_t need = (uint32_t)cnt - f;
+        if (!m->c.grow || (uint64_t)mdl_managed(m) + need > cap_blocks(m)) {
+            m->k.exhausted++;
+            return KVP_EEXHAUSTED;
+        }
+        grow(m, L, need);
+        m->k.grown += need;
+    }
+    for (uint32_t i = 0; i < cnt; i++) {
+        kvp_block b = next_pick(m, L);
+        free_remove(m, b);
+        hand_out(m, b, oi, take ? KVP_FMT_FP16 : fmt, 1);
+        ids[i] = b;
+    }
+    *n_out = (size_t)cnt;
+    m->k.alloc_calls++;
+    m->k.blocks_allocated += cnt;
+    return KVP_OK;
+}
+
+kvp_status mdl_take_id(model *m, kvp_block id, int oi)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (mdl_bad_id(m, id))
+        return KVP_ERANGE;
+    if (m->b[id].state == KVP_BLOCK_IN_USE)
+        return KVP_EBUSY;
+    free_remove(m, id);
+    /* Header is silent on take_id's format: "for fresh content"; the model
+     * learns it from the first kvp_block_get. */
+    hand_out(m, id, oi, KVP_FMT_FP16, 0);
+    m->k.alloc_calls++;
+    m->k.blocks_allocated++;
+    return KVP_OK;
+}
+
+kvp_status mdl_free(model *m, const kvp_block *ids, size_t n, int oi)
+{
+    uint32_t named[MB];
+    memset(named, 0, sizeof named);
+    for (size_t i = 0; i < n; i++) {
+        kvp_block id = ids[i];
+        if (id < m->top && m->b[id].is_null)
+            return KVP_EINVAL;
+        if (mdl_bad_id(m, id))
+            return KVP_ERANGE;
+        if (mdl_is_free(&m->b[id]))
+            return KVP_EDOUBLEFREE;
+        uint32_t c = ++named[id];
+        if (c > mdl_refcnt(&m->b[id]))
+            return KVP_EDOUBLEFREE;
+        if (c > mdl_held(&m->b[id], oi))
+            return KVP_ENOTOWNER;
+    }
+    kvp_block freed[MB] = {0};
+    uint32_t nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        mblk *k = &m->b[ids[i]];
+        holder_drop(k, oi);
+        owner_ref_drop(m, oi, ids[i]);
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = ids[i];
+        }
+    }
+    join_free(m, freed, nf);
+    if (oi >= 0 && m->o[oi].n == 0 && !m->o[oi].registered)
+        m->o[oi].active = 0;
+    if (n > 0) {
+        m->k.free_calls++;
+        m->k.blocks_freed += n;
+    }
+    return KVP_OK;
+}
+
+kvp_status mdl_free_owner(model *m, int oi, size_t *n_freed)
+{
+    if (oi < 0)
+        return KVP_EINVAL;
+    mown *o = &m->o[oi];
+    if (!o->active)
+        return KVP_ENOTFOUND;
+    /* Newest first; the blocks whose last reference goes join the free
+     * blocks as one batch in that order (the newest is the first reused). */
+    kvp_block freed[MB] = {0};
+    uint32_t nf = 0;
+    for (uint32_t i = o->n; i-- > 0;) {
+        mblk *k = &m->b[o->refs[i]];
+        holder_drop(k, oi);
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = o->refs[i];
+        }
+    }
+    join_free(m, freed, nf);
+    *n_freed = o->n;
+    m->k.free_calls++;
+    m->k.blocks_freed += o->n;
+    o->n = 0;
+    o->active = 0;
+    o->registered = 0;
+    return KVP_OK;
+}
+
+kvp_status mdl_register(model *m, int oi)
+{
+    if (oi < 0)
+        return KVP_EINVAL;
+    if (m->o[oi].active)
+        return KVP_EOWNERACTIVE;
+    m->o[oi].active = 1;
+    m->o[oi].registered = 1;
+    m->o[oi].n = 0;
+    return KVP_OK;
+}
+
+kvp_status mdl_release(model *m, int oi)
+{
+    if (oi < 0)
+        return KVP_EINVAL;
+    if (!m->o[oi].active)
+        return KVP_ENOTFOUND;
+    if (m->o[oi].n)
+        return KVP_EBUSY;
+    m->o[oi].active = 0;
+    m->o[oi].registered = 0;
+    return KVP_OK;
+}
+
+kvp_status mdl_set_fill(model *m, kvp_block id, uint32_t fill)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (mdl_bad_id(m, id))
+        return KVP_ERANGE;
+    if (fill > m->c.bs)
+        return KVP_EINVAL;
+    if (mdl_is_free(&m->b[id]))
+        return KVP_EDOUBLEFREE;
+    m->b[id].fill = fill;
+    return KVP_OK;
+}
+
+kvp_status mdl_claim(model *m, kvp_block id, int oi)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (mdl_bad_id(m, id))
+        return KVP_ERANGE;
+    mblk *k = &m->b[id];
+    if (k->state == KVP_BLOCK_VACANT)
+        return KVP_ENOTFOUND;
+    if (k->state == KVP_BLOCK_CACHED) {
+        free_remove(m, id);
+        k->state = KVP_BLOCK_IN_USE; /* keeps content, fill and format */
+    }
+    holder_add(k, oi);
+    owner_ref_add(m, oi, id);
+    return KVP_OK;
+}
+
+kvp_status mdl_publish(model *m, kvp_block id, int h)
+{
+    if (!m->c.prefix)
+        return KVP_EINVAL;
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (mdl_bad_id(m, id))
+        return KVP_ERANGE;
+    mblk *k = &m->b[id];
+    if (mdl_is_free(k))
+        return KVP_EDOUBLEFREE;
+    if (k->hash == h)
+        return KVP_OK;
+    if (k->hash >= 0)
+        return KVP_EBUSY;
+    k->hash = h;
+    k->seq = ++m->seq;
+    return KVP_OK;
+}
+
+kvp_status mdl_lookup(const model *m, int stream, int h, kvp_block *out)
+{
+    int L = mdl_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    kvp_block best = KVP_NO_BLOCK;
+    uint64_t bs = UINT64_MAX;
+    for (uint32_t i = 0; i < m->top; i++) {
+        const mblk *k = &m->b[i];
+        if (k->hash == h && k->list == L && mdl_is_managed(k) && k->seq < bs) {
+            best = i;
+            bs = k->seq;
+        }
+    }
+    if (best == KVP_NO_BLOCK)
+        return KVP_ENOTFOUND;
+    *out = best;
+    return KVP_OK;
+}
+
+kvp_status mdl_unpublish(model *m, kvp_block id)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (mdl_bad_id(m, id))
+        return KVP_ERANGE;
+    if (m->b[id].hash < 0)
+        return KVP_ENOTFOUND;
+    evict_entry(m, id);
+    if (m->b[id].state == KVP_BLOCK_CACHED)
+        cached_to_vacant(m, id);
+    return KVP_OK;
+}
+
+kvp_status mdl_evict(model *m, int stream, uint32_t n, uint32_t *n_ev)
+{
+    int L = mdl_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t k = 0;
+    while (k < n) {
+        kvp_block b = lru_cached(m, L);
+        if (b == KVP_NO_BLOCK)
+            break;
+        evict_entry(m, b);
+        cached_to_vacant(m, b);
+        k++;
+    }
+    *n_ev = k;
+    return KVP_OK;
+}
+
+kvp_status mdl_ensure(model *m, int stream, uint32_t n)
+{
+    int L = mdl_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t v = mdl_n_state(m, L, KVP_BLOCK_VACANT);
+    uint32_t c = mdl_n_state(m, L, KVP_BLOCK_CACHED);
+    if (v >= n)
+        return KVP_OK;
+    if (v + c < n)
+        return KVP_EEXHAUSTED;
+    for (uint32_t i = v; i < n; i++) {
+        kvp_block b = lru_cached(m, L);
+        evict_entry(m, b);
+        cached_to_vacant(m, b);
+    }
+    return KVP_OK;
+}
+
+/* Drop every index entry without per-block callbacks.  Which order the
+ * cached blocks become vacant in is not observable except through LIFO
+ * reuse; the model converts them least recently freed first. */
+static void forget_all(model *m)
+{
+    record_ev(m, -1, KVP_NO_BLOCK);
+    for (int L = 0; L < m->nl; L++) {
+        kvp_block b;
+        while ((b = lru_cached(m, L)) != KVP_NO_BLOCK) {
+            m->b[b].hash = -1;
+            cached_to_vacant(m, b);
+        }
+    }
+    for (uint32_t i = 0; i < m->top; i++)
+        m->b[i].hash = -1;
+}
+
+kvp_status mdl_clear_index(model *m)
+{
+    forget_all(m);
+    return KVP_OK;
+}
+
+kvp_status mdl_reset_prefix(model *m)
+{
+    for (uint32_t i = 0; i < m->top; i++)
+        if (m->b[i].state == KVP_BLOCK_IN_USE && !m->b[i].is_null)
+            return KVP_EBUSY;
+    forget_all(m);
+    return KVP_OK;
+}
+
+kvp_status mdl_extend(model *m, int stream, uint32_t n, uint32_t *added)
+{
+    int L = mdl_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t room = cap_blocks(m) - mdl_managed(m);
+    uint32_t k = n < room ? n : room;
+    grow(m, L, k);
+    m->k.extended += k;
+    *added = k;
+    return KVP_OK;
+}
+
+static void retire_free(model *m, kvp_block b)
+{
+    if (m->b[b].hash >= 0)
+        evict_entry(m, b);
+    free_remove(m, b);
+    int L = m->b[b].list;
+    int reborn = m->b[b].reborn;
+    memset(&m->b[b], 0, sizeof m->b[b]);
+    m->b[b].state = KVP_BLOCK_RETIRED;
+    m->b[b].list = L;
+    m->b[b].hash = -1;
+    m->b[b].reborn = reborn;
+    m->k.retired++;
+}
+
+kvp_status mdl_shrink(model *m, int stream, uint32_t target, uint32_t *n_ret)
+{
+    int L = mdl_list(m, stream);
+    if (L < 0)
+        return KVP_EINVAL;
+    uint32_t k = 0;
+    while (mdl_n_free(m, L) > target) {
+        kvp_block pick = KVP_NO_BLOCK;
+        for (int want = KVP_BLOCK_VACANT; want <= KVP_BLOCK_CACHED && pick == KVP_NO_BLOCK;
+             want++)
+            for (uint32_t i = m->top; i-- > 0;)
+                if (m->b[i].state == want && m->b[i].list == L) {
+                    pick = i;
+                    break;
+                }
+        retire_free(m, pick);
+        k++;
+    }
+    *n_ret = k;
+    return KVP_OK;
+}
+
+kvp_status mdl_retire_top(model *m, kvp_block *ret, kvp_block *moved)
+{
+    kvp_block t = KVP_NO_BLOCK;
+    for (uint32_t i = m->top; i-- > 0;)
+        if (mdl_is_managed(&m->b[i])) {
+            t = i;
+            break;
+        }
+    if (t == KVP_NO_BLOCK)
+        return KVP_EEXHAUSTED;
+    if (m->b[t].is_null)
+        return KVP_EINVAL;
+    if (mdl_is_free(&m->b[t])) {
+        retire_free(m, t);
+        *ret = t;
+        *moved = KVP_NO_BLOCK;
+        return KVP_OK;
+    }
+    int L = m->b[t].list;
+    kvp_block d = next_pick(m, L);
+    if (d == KVP_NO_BLOCK)
+        return KVP_EEXHAUSTED;
+    free_remove(m, d);
+    if (m->b[d].hash >= 0)
+        evict_entry(m, d);
+    int reborn = m->b[d].reborn;
+    m->b[d] = m->b[t];
+    m->b[d].ever = 1;
+    m->b[d].reborn = reborn;
+    for (int oi = 0; oi < NOWN; oi++)
+        for (uint32_t i = 0; i < m->o[oi].n; i++)
+            if (m->o[oi].refs[i] == t)
+                m->o[oi].refs[i] = d;
+    for (int q = 0; q < MSEQ; q++) /* sequences follow the move */
+        for (uint32_t i = 0; m->sq[q].live && i < m->sq[q].nblocks; i++)
+            if (m->sq[q].blocks[i] == t)
+                m->sq[q].blocks[i] = d;
+    int treborn = m->b[t].reborn;
+    memset(&m->b[t], 0, sizeof m->b[t]);
+    m->b[t].state = KVP_BLOCK_RETIRED;
+    m->b[t].list = L;
+    m->b[t].hash = -1;
+    m->b[t].reborn = treborn;
+    m->k.retired++;
+    m->k.relocated++;
+    *ret = t;
+    *moved = d;
+    return KVP_OK;
+}
+
+kvp_status mdl_pool_clear(model *m)
+{
+    int any = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        any |= mdl_is_managed(&m->b[i]) && m->b[i].hash >= 0;
+    uint32_t top = m->top;
+    int nev = m->nev;
+    int evh[MAXEV];
+    kvp_block evb[MAXEV];
+    memcpy(evh, m->ev_hash, sizeof evh);
+    memcpy(evb, m->ev_block, sizeof evb);
+    mcfg c = m->c;
+    mdl_init(m, &c);
+    memcpy(m->ev_hash, evh, sizeof evh);
+    memcpy(m->ev_block, evb, sizeof evb);
+    m->nev = nev;
+    for (uint32_t i = c.nblocks; i < top; i++)
+        m->b[i].state = M_GONE;
+    m->top = top;
+    if (any)
+        record_ev(m, -1, KVP_NO_BLOCK);
+    return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sequences                                                                 */
+/* ------------------------------------------------------------------------ */
+
+int mdl_seq_find(const model *m, uint64_t id)
+{
+    for (int i = 0; i < MSEQ; i++)
+        if (m->sq[i].live && m->sq[i].id == id)
+            return i;
+    return -1;
+}
+
+static int seq_slot(const model *m)
+{
+    for (int i = 0; i < MSEQ; i++)
+        if (!m->sq[i].live)
+            return i;
+    return -1;
+}
+
+/* "Sequences need one shared free list"; "KVP_EOWNERACTIVE (a sequence with
+ * that id exists)".  The driver never asks for more than MSEQ at once. */
+kvp_status mdl_seq_create(model *m, uint64_t id, int extra, int *slot)
+{
+    if (m->c.sep)
+        return KVP_EINVAL;
+    if (mdl_seq_find(m, id) >= 0)
+        return KVP_EOWNERACTIVE;
+    int s = seq_slot(m);
+    if (s < 0)
+        return KVP_ENOMEM; /* the model's own limit; drivers avoid it */
+    memset(&m->sq[s], 0, sizeof m->sq[s]);
+    m->sq[s].live = 1;
+    m->sq[s].id = id;
+    m->sq[s].extra = extra;
+    *slot = s;
+    return KVP_OK;
+}
+
+/* Room for `need` more blocks from the shared list, growing if allowed:
+ * the same rule as kvp_alloc (grow just enough within the cap, otherwise
+ * exhausted, counted). */
+static kvp_status seq_room(model *m, uint32_t avail, uint32_t need)
+{
+    if (need <= avail)
+        return KVP_OK;
+    uint32_t more = need - avail;
+    if (!m->c.grow || (uint64_t)mdl_managed(m) + more > cap_blocks(m)) {
+        m->k.exhausted++;
+        return KVP_EEXHAUSTED;
+    }
+    grow(m, 0, more);
+    m->k.grown += more;
+    return KVP_OK;
+}
+
+/* A fresh block for a sequence: reuse order, one anonymous reference. */
+static kvp_block seq_take(model *m)
+{
+    kvp_block b = next_pick(m, 0);
+    free_remove(m, b);
+    hand_out(m, b, -1, KVP_FMT_FP16, 1);
+    m->b[b].seqref++;
+    m->k.blocks_allocated++;
+    return b;
+}
+
+/* Publish a sequence block that just became full, unless it already holds
+ * content (the header: publishing is "of the prompt's full blocks that were
+ * not cached"; a block published by the caller keeps its hash). */
+static void seq_publish(model *m, kvp_block b, int h)
+{
+    if (!m->c.prefix || m->b[b].hash >= 0)
+        return;
+    m->b[b].hash = h;
+    m->b[b].seq = ++m->seq;
+}
+
+kvp_status mdl_seq_admit(model *m, int slot, size_t n, const int *h, size_t *cached)
+{
+    mseq *q = &m->sq[slot];
+    if (n == 0)
+        return KVP_EINVAL;
+    if (q->ntokens)
+        return KVP_EBUSY;
+    size_t bs = m->c.bs, nfull = n / bs, nblocks = (n + bs - 1) / bs;
+    /* longest cached prefix, leaving one token to compute */
+    size_t max_hit = m->c.prefix ? (n - 1) / bs : 0, k = 0;
+    kvp_block match[MSEQB];
+    for (; k < max_hit; k++)
+        if (mdl_lookup(m, KVP_STREAM_SHARED, h[k], &match[k]) != KVP_OK)
+            break;
+    /* matched cached blocks leave the free list: never evicted for this */
+    uint32_t matched_free = 0;
+    for (size_t i = 0; i < k; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < i; j++)
+            dup |= match[j] == match[i];
+        matched_free += !dup && m->b[match[i]].state == KVP_BLOCK_CACHED;
+    }
+    kvp_status rc = seq_room(m, mdl_n_free(m, 0) - matched_free, (uint32_t)(nblocks - k));
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < k; i++) {
+        mblk *b = &m->b[match[i]];
+        if (b->state == KVP_BLOCK_CACHED) {
+            free_remove(m, match[i]);
+            b->state = KVP_BLOCK_IN_USE; /* keeps content, fill, format */
+        }
+        holder_add(b, -1);
+        b->seqref++;
+        q->blocks[i] = match[i];
+    }
+    for (size_t i = k; i < nblocks; i++)
+        q->blocks[i] = seq_take(m);
+    for (size_t i = k; i < nblocks; i++)
+        m->b[q->blocks[i]].fill = i < nfull ? (uint32_t)bs : (uint32_t)(n % bs);
+    q->nblocks = (uint32_t)nblocks;
+    q->nhashes = m->c.prefix ? (uint32_t)nfull : 0;
+    q->ntokens = n;
+    for (size_t i = 0; i < q->nhashes; i++)
+        q->hashes[i] = h[i];
+    for (size_t i = k; i < q->nhashes; i++)
+        seq_publish(m, q->blocks[i], h[i]);
+    m->k.prefix_queries += max_hit;
+    m->k.prefix_hits += k;
+    m->k.alloc_calls++;
+    *cached = k * bs;
+    return KVP_OK;
+}
+
+kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h)
+{
+    mseq *q = &m->sq[slot];
+    if (n == 0)
+        return KVP_OK;
+    size_t bs = m->c.bs, old_fill = q->ntokens % bs, total = q->ntokens + n;
+    size_t nblocks = (total + bs - 1) / bs, nfull = total / bs, first = q->ntokens / bs;
+    kvp_block last = q->nblocks ? q->blocks[q->nblocks - 1] : KVP_NO_BLOCK;
+    int cow = old_fill && mdl_refcnt(&m->b[last]) > 1;
+    uint32_t fresh = (uint32_t)(nblocks - q->nblocks);
+    kvp_status rc = seq_room(m, mdl_n_free(m, 0), fresh + (uint32_t)cow);
+    if (rc)
+        return rc;
+    if (cow) { /* copy-on-write of the shared partial last block */
+        kvp_block b = seq_take(m);
+        m->b[b].fill = m->b[last].fill;
+        holder_drop(&m->b[last], -1);
+        m->b[last].seqref--;
+        q->blocks[q->nblocks - 1] = b;
+        m->k.cow_copies++;
+    }
+    for (size_t i = q->nblocks; i < nblocks; i++)
+        q->blocks[i] = seq_take(m);
+    for (size_t i = first; i < nblocks; i++)
+        m->b[q->blocks[i]].fill = i < nfull ? (uint32_t)bs : (uint32_t)(total % bs);
+    q->nblocks = (uint32_t)nblocks;
+    if (m->c.prefix) {
+        for (size_t i = first; i < nfull; i++) {
+            q->hashes[i] = h[i - first];
+            seq_publish(m, q->blocks[i], h[i - first]);
+        }
+        q->nhashes = (uint32_t)nfull;
+    }
+    q->ntokens = total;
+    m->k.alloc_calls += fresh + (uint32_t)cow > 0;
+    return KVP_OK;
+}
+
+kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
+{
+    if (mdl_seq_find(m, child_id) >= 0)
+        return KVP_EOWNERACTIVE;
+    int s = seq_slot(m);
+    if (s < 0)
+        return KVP_ENOMEM;
+    m->sq[s] = m->sq[parent];
+    m->sq[s].id = child_id;
+    for (uint32_t i = 0; i < m->sq[s].nblocks; i++) {
+        holder_add(&m->b[m->sq[s].blocks[i]], -1);
+        m->b[m->sq[s].blocks[i]].seqref++;
+    }
+    *slot = s;
+    return KVP_OK;
+}
+
+/* "Free the sequence's blocks, last block first": the blocks whose last
+ * reference goes join the free blocks in that order, like one kvp_free. */
+kvp_status mdl_seq_destroy(model *m, int slot)
+{
+    mseq *q = &m->sq[slot];
+    kvp_block freed[MSEQB];
+    uint32_t nf = 0;
+    for (uint32_t i = q->nblocks; i-- > 0;) {
+        mblk *k = &m->b[q->blocks[i]];
+        holder_drop(k, -1);
+        k->seqref--;
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = q->blocks[i];
+        }
+    }
+    join_free(m, freed, nf);
+    if (q->nblocks) {
+        m->k.free_calls++;
+        m->k.blocks_freed += q->nblocks;
+    }
+    q->live = 0;
+    return KVP_OK;
+}
