@@ -280,6 +280,14 @@ typedef struct kvp_config {
     int host_arena;             /* default 0 */
     kvp_copy_fn copy;           /* default NULL */
     void *copy_user;
+
+    /* KV-cache events (see "Events" below). */
+    int events;                 /* record events (default 0: nothing is
+                                   recorded and nothing is paid) */
+    uint32_t event_capacity;    /* block hashes the queue holds between two
+                                   kvp_events_take calls (default 4096) */
+    const char *medium;         /* storage medium named in events (default
+                                   "GPU"); copied at creation */
 } kvp_config;
 
 /* Fill *cfg with the defaults listed above.  O(1). */
@@ -747,6 +755,70 @@ KVP_API kvp_status kvp_seq_blocks(kvp_seq *seq, const kvp_block **ids, size_t *n
 KVP_API kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out);
 
 /* ------------------------------------------------------------------------ */
+/* Events                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * With `events` set, every change to the content index is recorded at the
+ * point it happens, for routers that track what each engine caches (the
+ * stream vLLM publishes):
+ * - KVP_EVENT_STORED: hashes entered the index.  Blocks published in one call
+ *   as a chain form one event (hashes[i]'s parent is hashes[i-1], hashes[0]'s
+ *   is `parent`, or none for a chain's first block).  Sequences supply token
+ *   ids (n_tokens = n_hashes x block_size) and LoRA / multimodal keys; a
+ *   plain kvp_publish supplies neither and names no parent.
+ * - KVP_EVENT_REMOVED: hashes left the index (eviction, unpublish, retire or
+ *   shrink of a cached block).
+ * - KVP_EVENT_ALL_CLEARED: the whole index was dropped (kvp_clear_index,
+ *   kvp_reset_prefix_cache, kvp_pool_clear), or events were lost (below).
+ * A hash is announced when its first copy enters the index and removed when
+ * its last copy leaves; a parent named in an event was announced earlier and
+ * not removed since (a block whose parent cannot be named that way is not
+ * announced, and neither are its descendants).
+ * Hashes in events are external: the last 8 bytes of the kvp_hash read
+ * big-endian as an unsigned integer, with 0 replaced by 1 (0 is never sent).
+ * The queue is bounded by event_capacity hashes.  When an event does not
+ * fit it is dropped and counted, an ALL_CLEARED event takes a slot kept for
+ * it, and every further event is dropped until the next take, so a
+ * subscriber never keeps a stale view: it sees the cache as empty and
+ * learns it again.
+ */
+typedef enum kvp_event_kind {
+    KVP_EVENT_STORED = 1,
+    KVP_EVENT_REMOVED = 2,
+    KVP_EVENT_ALL_CLEARED = 3
+} kvp_event_kind;
+
+typedef struct kvp_event {
+    kvp_event_kind kind;
+    const uint64_t *hashes;     /* external hashes (STORED, REMOVED) */
+    size_t n_hashes;
+    int has_parent;             /* STORED: parent is meaningful */
+    uint64_t parent;
+    const uint32_t *tokens;     /* STORED: tokens the blocks cover, or none */
+    size_t n_tokens;
+    uint32_t block_size;
+    const char *lora_name;      /* STORED: NULL without LoRA */
+    const kvp_hash *mm;         /* STORED: hashes of the multimodal inputs
+                                   overlapping the blocks, in order */
+    size_t n_mm;
+    const char *medium;
+} kvp_event;
+
+/* The external (64-bit) form of a block hash, as events carry it.  O(1). */
+KVP_API uint64_t kvp_hash_external(const kvp_hash *hash);
+
+/*
+ * Drain every event queued since the last take, oldest first, as one batch:
+ * *events points to *n events (valid until the next kvp_events_take,
+ * kvp_pool_clear or kvp_pool_destroy); *dropped (may be NULL) receives how
+ * many events were lost since the last take.  Errors: KVP_EINVAL (NULL
+ * pool/events/n; events not enabled), KVP_EBUSY.  O(1).
+ */
+KVP_API kvp_status kvp_events_take(kvp_pool *pool, const kvp_event **events, size_t *n,
+                                   uint64_t *dropped);
+
+/* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -791,6 +863,7 @@ typedef struct kvp_stats {
     uint64_t prefix_tokens_hit;     /* rate: prefix_hits x block_size */
     uint64_t cow_copies;       /* rate: copy-on-write copies */
     uint64_t tokens_in_use;    /* gauge: sum of fill over blocks in use */
+    uint64_t events_dropped;   /* rate: events lost to a full queue */
     double fragmentation;      /* fragmented / blocks (0 with no blocks) */
     double usage;              /* in_use / blocks (0 with no blocks) */
 } kvp_stats;

@@ -39,8 +39,9 @@ static bool same(const kvp_pool *p, uint32_t b, int s, const kvp_hash *h)
     return p->blocks[b].stream == s && memcmp(p->hashes[b].b, h->b, sizeof h->b) == 0;
 }
 
-/* Link b (digest already stored) at the tail of its chain. */
-void kvp__index_insert(kvp_pool *p, uint32_t b)
+/* Link b (digest already stored) at the tail of its chain, and tell the
+ * event queue (`info` says what the publisher knows; may be NULL). */
+void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 {
     uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
     while (*link != KVP__NONE)
@@ -49,6 +50,7 @@ void kvp__index_insert(kvp_pool *p, uint32_t b)
     p->blocks[b].hnext = KVP__NONE;
     p->blocks[b].flags |= KVP__F_PUBLISHED;
     p->nindexed++;
+    kvp__ev_stored(p, b, info);
 }
 
 static uint32_t *link_to(kvp_pool *p, uint32_t b)
@@ -64,7 +66,8 @@ void kvp__index_remove(kvp_pool *p, uint32_t b)
     uint32_t *link = link_to(p, b);
     *link = p->blocks[b].hnext;
     p->blocks[b].hnext = KVP__NONE;
-    p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED);
+    kvp__ev_removed(p, b);
+    p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
     p->nindexed--;
     if (p->gen)
         p->gen[b]++; /* children recorded against this content no longer match */
@@ -137,7 +140,7 @@ void kvp__forget_all(kvp_pool *p)
         for (uint32_t b = p->buckets[i]; b != KVP__NONE;) {
             uint32_t next = p->blocks[b].hnext;
             p->blocks[b].hnext = KVP__NONE;
-            p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED);
+            p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
             if (p->gen)
                 p->gen[b]++;
             b = next;
@@ -145,6 +148,7 @@ void kvp__forget_all(kvp_pool *p)
         p->buckets[i] = KVP__NONE;
     }
     p->nindexed = 0;
+    kvp__ev_cleared(p);
     kvp__notify_evict(p, NULL, KVP_NO_BLOCK);
 }
 
@@ -179,15 +183,15 @@ kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint
     return KVP_OK;
 }
 
-void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h, uint32_t parent,
-                           const uint32_t *tokens)
+void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h,
+                           const kvp__pubinfo *info)
 {
     size_t bs = p->cfg.block_size;
-    memcpy(p->vtok + (size_t)b * bs, tokens, bs * sizeof *tokens);
-    p->vparent[b] = parent;
-    p->vpgen[b] = parent == KVP__NONE ? 0 : p->gen[parent];
+    memcpy(p->vtok + (size_t)b * bs, info->tokens, bs * sizeof *info->tokens);
+    p->vparent[b] = info->parent;
+    p->vpgen[b] = info->parent == KVP__NONE ? 0 : p->gen[info->parent];
     p->hashes[b] = *h;
-    kvp__index_insert(p, b);
+    kvp__index_insert(p, b, info);
     p->blocks[b].flags |= KVP__F_VERIFIED;
 }
 
@@ -231,7 +235,7 @@ kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
         kvp__block *blk = &pool->blocks[id];
         if (!(blk->flags & KVP__F_PUBLISHED)) {
             pool->hashes[id] = *hash;
-            kvp__index_insert(pool, id);
+            kvp__index_insert(pool, id, NULL);
             changed = true;
         } else if (memcmp(pool->hashes[id].b, hash->b, sizeof hash->b) != 0) {
             rc = KVP_EBUSY;
@@ -278,8 +282,10 @@ kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *ha
         rc = KVP_EINVAL;
     if (!rc && (pool->blocks[id].flags & KVP__F_PUBLISHED))
         rc = KVP_EBUSY;
-    if (!rc)
-        kvp__publish_verified(pool, id, hash, parent, tokens);
+    if (!rc) {
+        kvp__pubinfo info = {parent == KVP_NO_BLOCK ? KVP__NONE : parent, tokens, NULL, 0};
+        kvp__publish_verified(pool, id, hash, &info);
+    }
     kvp__leave(pool, rc == KVP_OK);
     return rc;
 }

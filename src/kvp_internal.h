@@ -53,6 +53,19 @@
 #define KVP__F_PUBLISHED 0x02u /* has a digest and sits in the index */
 #define KVP__F_NULL 0x04u      /* the reserved null block */
 #define KVP__F_VERIFIED 0x08u  /* published with tokens and parent recorded */
+#define KVP__F_ANNOUNCED 0x10u /* the indexed copy whose hash events announced */
+
+/* What a publisher knows about a block being indexed (for events): its
+ * parent block (NONE if first or unknown), its tokens (or NULL), the
+ * sequence's extra keys (or NULL) and the block's first token position. */
+typedef struct kvp__pubinfo {
+    uint32_t parent;
+    const uint32_t *tokens;
+    const kvp_extra_keys *extra;
+    uint64_t start;
+} kvp__pubinfo;
+
+typedef struct kvp__evq kvp__evq; /* events.c */
 
 typedef struct kvp__block {
     union {
@@ -133,7 +146,7 @@ typedef struct kvp__stream {
 typedef struct kvp__counters {
     uint64_t alloc_calls, blocks_allocated, free_calls, blocks_freed, reused,
         exhausted, grown, extended, retired, relocated, evictions, prefix_queries, prefix_hits,
-        cow_copies;
+        cow_copies, events_dropped;
 } kvp__counters;
 
 struct kvp_pool {
@@ -169,6 +182,9 @@ struct kvp_pool {
     void *seqs;
     void (*seq_relocate)(kvp_pool *p, uint32_t from, uint32_t to);
     void (*seq_clear)(kvp_pool *p);
+
+    /* events (events.c); NULL when off */
+    kvp__evq *evq;
 
     /* backing storage (storage.c) */
     uint8_t *arena[2];
@@ -243,7 +259,7 @@ void kvp__owners_reset(kvp_pool *p);
 void kvp__owners_destroy(kvp_pool *p);
 
 /* ---- content index (index.c) ---- */
-void kvp__index_insert(kvp_pool *p, uint32_t b);
+void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
 void kvp__index_remove(kvp_pool *p, uint32_t b);
 void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to);
 uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h);
@@ -261,8 +277,17 @@ kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint
                                uint32_t **vpgen, uint32_t **gen);
 uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
                               const uint32_t *tokens);
-void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h, uint32_t parent,
-                           const uint32_t *tokens);
+void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h,
+                           const kvp__pubinfo *info);
+
+/* ---- events (events.c) ---- */
+kvp_status kvp__events_init(kvp_pool *p);
+void kvp__events_free(kvp_pool *p);
+void kvp__events_reset(kvp_pool *p);
+void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
+void kvp__ev_removed(kvp_pool *p, uint32_t b);
+void kvp__ev_cleared(kvp_pool *p);
+void kvp__ev_close(kvp_pool *p);
 
 /* ---- storage (storage.c) ---- */
 kvp_status kvp__storage_init(kvp_pool *p);

@@ -89,6 +89,7 @@ kvp_status kvp__enter(kvp_pool *p)
 
 void kvp__leave(kvp_pool *p, bool changed)
 {
+    kvp__ev_close(p);
     if (changed && p->cfg.history_every_call && p->cfg.history_len)
         kvp__history_push(p);
 #if KVP_DEBUG >= 3
@@ -229,6 +230,7 @@ static void free_arrays(kvp_pool *p)
     kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
     kvp__release(p, p->gen, (size_t)p->cap * sizeof *p->gen);
     kvp__storage_free(p);
+    kvp__events_free(p);
 }
 
 kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
@@ -271,6 +273,8 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = kvp__verify_reserve(p, cap, &p->vtok, &p->vparent, &p->vpgen, &p->gen);
     if (!rc)
         rc = kvp__storage_init(p);
+    if (!rc)
+        rc = kvp__events_init(p);
     if (!rc && cfg->random_root &&
         getrandom(p->cfg.root_seed.b, sizeof p->cfg.root_seed.b, 0) !=
             (ssize_t)sizeof p->cfg.root_seed.b)
@@ -315,8 +319,11 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     kvp__reset_blocks(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
     pool->hist_head = pool->hist_count = 0;
-    if (had_index)
+    kvp__events_reset(pool);
+    if (had_index) {
+        kvp__ev_cleared(pool);
         kvp__notify_evict(pool, NULL, KVP_NO_BLOCK);
+    }
     kvp__leave(pool, true);
     return KVP_OK;
 }

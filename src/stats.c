@@ -47,6 +47,7 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
     o->prefix_tokens_hit = p->ctr.prefix_hits * p->cfg.block_size;
     o->cow_copies = p->ctr.cow_copies;
     o->tokens_in_use = p->fill_sum;
+    o->events_dropped = p->ctr.events_dropped;
     o->fragmentation = o->blocks ? (double)o->fragmented / (double)o->blocks : 0.0;
     o->usage = o->blocks ? (double)o->in_use / (double)o->blocks : 0.0;
 }
@@ -159,6 +160,7 @@ static const struct metric {
     M(prefix_tokens_hit, COUNTER, "Prompt tokens served from the prefix cache."),
     M(cow_copies, COUNTER, "Copy-on-write block copies."),
     M(tokens_in_use, GAUGE, "Tokens held in blocks in use (sum of fill levels)."),
+    M(events_dropped, COUNTER, "KV-cache events lost to a full event queue."),
     M(fragmentation, RATIO, "Fraction of managed blocks in use and partly filled."),
     M(usage, RATIO, "Fraction of managed blocks in use."),
 #undef M
