@@ -286,8 +286,6 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
 
 kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;

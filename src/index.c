@@ -249,10 +249,8 @@ kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash, k
 {
     if (!pool || !hash || !out)
         return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     uint32_t b = kvp__index_find(pool, s, hash);
@@ -296,16 +294,13 @@ kvp_status kvp_lookup_verified(kvp_pool *pool, kvp_stream stream, const kvp_hash
     if (!pool || !hash || !tokens || !out || !pool->cfg.verify_hits ||
         n != pool->cfg.block_size)
         return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
-    uint32_t b = parent < pool->top && !kvp__is_fresh(pool, parent) ? parent : KVP__NONE;
-    b = parent == KVP_NO_BLOCK || b != KVP__NONE
-            ? kvp__lookup_verified(pool, s, hash, parent, tokens)
-            : KVP__NONE;
+    bool parent_ok =
+        parent == KVP_NO_BLOCK || (parent < pool->top && !kvp__is_fresh(pool, parent));
+    uint32_t b = parent_ok ? kvp__lookup_verified(pool, s, hash, parent, tokens) : KVP__NONE;
     if (b == KVP__NONE)
         rc = KVP_ENOTFOUND;
     else
@@ -316,8 +311,6 @@ kvp_status kvp_lookup_verified(kvp_pool *pool, kvp_stream stream, const kvp_hash
 
 kvp_status kvp_unpublish(kvp_pool *pool, kvp_block id)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -335,8 +328,6 @@ kvp_status kvp_unpublish(kvp_pool *pool, kvp_block id)
 
 kvp_status kvp_clear_index(kvp_pool *pool)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -347,8 +338,6 @@ kvp_status kvp_clear_index(kvp_pool *pool)
 
 kvp_status kvp_reset_prefix_cache(kvp_pool *pool)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -372,12 +361,8 @@ static void evict_lru(kvp_pool *p, int s, uint32_t n)
 
 kvp_status kvp_evict(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_evicted)
 {
-    if (!pool)
-        return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     uint32_t k = n < pool->st[s].ncached ? n : pool->st[s].ncached;
@@ -390,12 +375,8 @@ kvp_status kvp_evict(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_
 
 kvp_status kvp_ensure_free(kvp_pool *pool, kvp_stream stream, uint32_t n)
 {
-    if (!pool)
-        return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     const kvp__stream *st = &pool->st[s];

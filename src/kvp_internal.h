@@ -214,6 +214,7 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size);
 /* ---- entering and leaving the API (pool.c) ---- */
 extern __attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
 kvp_status kvp__enter(kvp_pool *p);
+kvp_status kvp__enter_stream(kvp_pool *p, int stream, int *s);
 void kvp__leave(kvp_pool *p, bool changed);
 int kvp__stream_index(const kvp_pool *p, int stream);
 
@@ -228,6 +229,9 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2]);
 void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t cursor[2]);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
+kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);
+uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format);
+void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot);
 bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk);
 void kvp__account(kvp_pool *p, const kvp__block *blk, int sign);
 void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b);

@@ -80,6 +80,8 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size)
  * state is mid-change), then the lock is taken if the pool has one. */
 kvp_status kvp__enter(kvp_pool *p)
 {
+    if (!p)
+        return KVP_EINVAL;
     if (kvp__cb_pool == p)
         return KVP_EBUSY;
     if (p->ts)
@@ -103,6 +105,14 @@ void kvp__leave(kvp_pool *p, bool changed)
 #endif
     if (p->ts)
         pthread_mutex_unlock(&p->lock);
+}
+
+/* kvp__enter for calls that name a stream: *s receives its index. */
+kvp_status kvp__enter_stream(kvp_pool *p, int stream, int *s)
+{
+    if (!p || (*s = kvp__stream_index(p, stream)) < 0)
+        return KVP_EINVAL;
+    return kvp__enter(p);
 }
 
 /* Map a public stream value to an internal index, or -1 if refused. */
@@ -307,8 +317,6 @@ void kvp_pool_destroy(kvp_pool *pool)
 
 kvp_status kvp_pool_clear(kvp_pool *pool)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -590,6 +598,7 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
         kvp__unindex(p, b);
     if (blk->flags & KVP__F_EVER)
         p->ctr.reused++;
+    p->ctr.blocks_allocated++;
     blk->flags |= KVP__F_EVER;
     blk->state = KVP_BLOCK_IN_USE;
     blk->prev = blk->next = KVP__NONE;
@@ -628,37 +637,66 @@ static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t n, uint32
     return rc;
 }
 
+/* Make sure `need` blocks can be taken from stream s when `avail` of its
+ * free blocks may be used: grow just enough if the configuration allows,
+ * else count an exhausted attempt.  Changes nothing else on failure. */
+kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need)
+{
+    if (avail >= need)
+        return KVP_OK;
+    uint64_t more = need - avail;
+    if (!p->cfg.grow_on_exhaustion || more > kvp__max_blocks(p) - kvp__managed(p)) {
+        p->ctr.exhausted++;
+        return KVP_EEXHAUSTED;
+    }
+    kvp_status rc = kvp__grow(p, s, (uint32_t)more);
+    if (!rc)
+        p->ctr.grown += more;
+    return rc;
+}
+
+/* Take the next free block of stream s in reuse order for fresh content,
+ * with one reference for owner slot `oslot` (room checked by the caller). */
+uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
+{
+    uint32_t b = kvp__pick(p, s);
+    kvp__free_remove(p, b);
+    kvp__hand_out(p, b, oslot, format);
+    return b;
+}
+
+/* Add a reference for owner slot `oslot` (NONE: anonymous) to block b, which
+ * holds content: one more reference if in use; off the free list, content
+ * kept, if cached.  A second owner's xref is reserved by the caller. */
+void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot)
+{
+    kvp__block *blk = &p->blocks[b];
+    if (blk->state == KVP_BLOCK_CACHED) {
+        kvp__free_remove(p, b);
+        blk->state = KVP_BLOCK_IN_USE;
+        blk->prev = blk->next = KVP__NONE;
+        kvp__account(p, blk, 1);
+        if (++p->in_use > p->peak)
+            p->peak = p->in_use;
+    }
+    kvp__ref_add(p, b, oslot);
+}
+
 static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
                                unsigned format, kvp_block *ids)
 {
     uint32_t slot;
     bool create;
     kvp_status rc = owner_prepare(p, owner, nb, &slot, &create);
+    if (!rc)
+        rc = kvp__room_for(p, s, p->st[s].nvacant + p->st[s].ncached, nb);
     if (rc)
         return rc;
-    kvp__stream *st = &p->st[s];
-    uint32_t avail = st->nvacant + st->ncached;
-    if (avail < nb) {
-        uint32_t need = nb - avail;
-        if (!p->cfg.grow_on_exhaustion || need > kvp__max_blocks(p) - kvp__managed(p)) {
-            p->ctr.exhausted++;
-            return KVP_EEXHAUSTED;
-        }
-        rc = kvp__grow(p, s, need);
-        if (rc)
-            return rc;
-        p->ctr.grown += need;
-    }
     if (create)
         slot = kvp__owner_add(p, owner);
-    for (uint32_t i = 0; i < nb; i++) {
-        uint32_t b = kvp__pick(p, s);
-        kvp__free_remove(p, b);
-        kvp__hand_out(p, b, slot, format);
-        ids[i] = b;
-    }
+    for (uint32_t i = 0; i < nb; i++)
+        ids[i] = kvp__take_block(p, s, slot, format);
     p->ctr.alloc_calls++;
-    p->ctr.blocks_allocated += nb;
     return KVP_OK;
 }
 
@@ -691,10 +729,8 @@ kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner, kvp_bloc
 {
     if (!pool || !out)
         return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     rc = alloc_locked(pool, s, 1, owner, KVP_FMT_FP16, out);
@@ -704,8 +740,6 @@ kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner, kvp_bloc
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -722,7 +756,6 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
         kvp__free_remove(pool, id);
         kvp__hand_out(pool, id, slot, KVP_FMT_FP16);
         pool->ctr.alloc_calls++;
-        pool->ctr.blocks_allocated++;
     }
     kvp__leave(pool, rc == KVP_OK);
     return rc;
@@ -734,8 +767,6 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
 
 kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -754,16 +785,7 @@ kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc) {
         if (create)
             slot = kvp__owner_add(pool, owner);
-        kvp__block *blk = &pool->blocks[id];
-        if (state == KVP_BLOCK_CACHED) {
-            kvp__free_remove(pool, id);
-            blk->state = KVP_BLOCK_IN_USE;
-            blk->prev = blk->next = KVP__NONE;
-            kvp__account(pool, blk, 1);
-            if (++pool->in_use > pool->peak)
-                pool->peak = pool->in_use;
-        }
-        kvp__ref_add(pool, id, slot);
+        kvp__claim_block(pool, id, slot);
     }
     kvp__leave(pool, rc == KVP_OK);
     return rc;
@@ -825,8 +847,6 @@ kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner ow
 
 kvp_status kvp_set_fill(kvp_pool *pool, kvp_block id, uint32_t fill)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
@@ -849,10 +869,8 @@ kvp_status kvp_free_count(kvp_pool *pool, kvp_stream stream, uint32_t *out)
 {
     if (!pool || !out)
         return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     *out = pool->st[s].nvacant + pool->st[s].ncached;

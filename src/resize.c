@@ -169,12 +169,8 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
 
 kvp_status kvp_extend(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_added)
 {
-    if (!pool)
-        return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     uint32_t room = kvp__max_blocks(pool) - kvp__managed(pool);
@@ -201,12 +197,8 @@ static uint32_t highest_vacant(const kvp_pool *p, int s)
 
 kvp_status kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free, uint32_t *n_retired)
 {
-    if (!pool)
-        return KVP_EINVAL;
-    int s = kvp__stream_index(pool, stream);
-    if (s < 0)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
     kvp__stream *st = &pool->st[s];

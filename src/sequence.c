@@ -232,46 +232,10 @@ static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, kvp
 /* Pool operations on behalf of sequences                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Can `need` more blocks be taken from the shared stream, growing if the
- * configuration allows?  Grows when it must.  Counts an exhausted attempt. */
-static kvp_status room_for(kvp_pool *p, uint32_t avail, uint64_t need)
-{
-    if (avail >= need)
-        return KVP_OK;
-    uint64_t more = need - avail;
-    if (!p->cfg.grow_on_exhaustion || more > kvp__max_blocks(p) - kvp__managed(p)) {
-        p->ctr.exhausted++;
-        return KVP_EEXHAUSTED;
-    }
-    kvp_status rc = kvp__grow(p, 0, (uint32_t)more);
-    if (!rc)
-        p->ctr.grown += more;
-    return rc;
-}
-
-/* Take a fresh block (anonymous reference) for a sequence. */
+/* A fresh block (anonymous reference) for a sequence. */
 static uint32_t take_block(kvp_pool *p)
 {
-    uint32_t b = kvp__pick(p, 0);
-    kvp__free_remove(p, b);
-    kvp__hand_out(p, b, KVP__NONE, KVP_FMT_FP16);
-    p->ctr.blocks_allocated++;
-    return b;
-}
-
-/* Add an anonymous reference to block b, which holds content. */
-static void claim_block(kvp_pool *p, uint32_t b)
-{
-    kvp__block *blk = &p->blocks[b];
-    if (blk->state == KVP_BLOCK_CACHED) {
-        kvp__free_remove(p, b);
-        blk->state = KVP_BLOCK_IN_USE;
-        blk->prev = blk->next = KVP__NONE;
-        kvp__account(p, blk, 1);
-        if (++p->in_use > p->peak)
-            p->peak = p->in_use;
-    }
-    kvp__ref_add(p, b, KVP__NONE);
+    return kvp__take_block(p, 0, KVP__NONE, KVP_FMT_FP16);
 }
 
 static void set_fill(kvp_pool *p, uint32_t b, uint32_t fill)
@@ -413,10 +377,10 @@ kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t 
         blk->scratch = 1;
     }
     uint32_t avail = p->st[0].nvacant + p->st[0].ncached - matched_free;
-    rc = room_for(p, avail, nblocks - k);
+    rc = kvp__room_for(p, 0, avail, nblocks - k);
     if (!rc) {
         for (size_t i = 0; i < k; i++)
-            claim_block(p, seq->blocks[i]);
+            kvp__claim_block(p, seq->blocks[i], KVP__NONE);
         for (size_t i = k; i < nblocks; i++)
             seq->blocks[i] = take_block(p);
         for (size_t i = k; i < nblocks; i++)
@@ -484,7 +448,7 @@ kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
     uint32_t last = seq->nblocks ? seq->blocks[seq->nblocks - 1] : KVP__NONE;
     bool cow = old_fill && p->blocks[last].ref > 1;
     size_t fresh = nblocks - seq->nblocks;
-    rc = room_for(p, p->st[0].nvacant + p->st[0].ncached, fresh + cow);
+    rc = kvp__room_for(p, 0, p->st[0].nvacant + p->st[0].ncached, fresh + cow);
     if (!rc) {
         if (cow) {
             uint32_t b = take_block(p);

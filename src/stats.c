@@ -66,8 +66,6 @@ kvp_status kvp_stats_get(kvp_pool *pool, kvp_stats *out)
 
 kvp_status kvp_stats_reset(kvp_pool *pool)
 {
-    if (!pool)
-        return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
