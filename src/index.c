@@ -227,9 +227,7 @@ kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    rc = kvp__check_id(pool, id);
-    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
-        rc = KVP_EDOUBLEFREE;
+    rc = kvp__check_in_use(pool, id);
     bool changed = false;
     if (!rc) {
         kvp__block *blk = &pool->blocks[id];
@@ -271,9 +269,7 @@ kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *ha
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    rc = kvp__check_id(pool, id);
-    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
-        rc = KVP_EDOUBLEFREE;
+    rc = kvp__check_in_use(pool, id);
     if (!rc && parent != KVP_NO_BLOCK &&
         (parent >= pool->top || kvp__is_fresh(pool, parent) ||
          !(pool->blocks[parent].flags & KVP__F_PUBLISHED) || parent == id))

@@ -222,6 +222,7 @@ int kvp__stream_index(const kvp_pool *p, int stream);
 bool kvp__is_fresh(const kvp_pool *p, uint32_t b);
 int kvp__state(const kvp_pool *p, uint32_t b);
 kvp_status kvp__check_id(const kvp_pool *p, uint32_t b);
+kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b);
 void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state);
 uint32_t kvp__pick(kvp_pool *p, int s);
 void kvp__free_remove(kvp_pool *p, uint32_t b);

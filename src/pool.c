@@ -368,6 +368,15 @@ kvp_status kvp__check_id(const kvp_pool *p, uint32_t b)
     return KVP_OK;
 }
 
+/* kvp__check_id, and the block must be in use (KVP_EDOUBLEFREE if free). */
+kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b)
+{
+    kvp_status rc = kvp__check_id(p, b);
+    if (!rc && kvp__state(p, b) != KVP_BLOCK_IN_USE)
+        rc = KVP_EDOUBLEFREE;
+    return rc;
+}
+
 void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
 {
     kvp__block *blk = &p->blocks[b];
@@ -815,9 +824,7 @@ kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner ow
     /* Check everything first: ids exist and are in use, then count how often
      * each is named (scratch) against the references the owner holds. */
     for (size_t i = 0; i < n && !rc; i++) {
-        rc = kvp__check_id(pool, ids[i]);
-        if (!rc && kvp__state(pool, ids[i]) != KVP_BLOCK_IN_USE)
-            rc = KVP_EDOUBLEFREE;
+        rc = kvp__check_in_use(pool, ids[i]);
         if (!rc)
             pool->blocks[ids[i]].scratch = 0;
     }
