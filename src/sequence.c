@@ -345,10 +345,11 @@ kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t 
     size_t nfull = n / bs, nblocks = (n + bs - 1) / bs;
     if (nblocks > KVP_MAX_BLOCKS)
         return KVP_EINVAL;
-    if (seq->ntokens)
+    if (seq->ntokens || kvp__cb_pool == p)
         return KVP_EBUSY;
     /* Hashing is pure: done before the lock, into the sequence's arrays,
-     * which only become meaningful when ntokens does. */
+     * which only become meaningful when ntokens does.  (A call from a
+     * callback is refused first: the outer call owns those arrays.) */
     kvp_status rc = seq_reserve(p, seq, nblocks);
     if (!rc && p->cfg.prefix_caching)
         rc = kvp__hash_chain(p, tokens, nfull, extra_of(seq), seq->hashes, 0);
@@ -416,9 +417,11 @@ kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
 {
     if (!seq || (!tokens && n))
         return KVP_EINVAL;
+    kvp_pool *p = seq->pool;
+    if (kvp__cb_pool == p)
+        return KVP_EBUSY; /* before touching the sequence's arrays */
     if (n == 0)
         return KVP_OK;
-    kvp_pool *p = seq->pool;
     size_t bs = p->cfg.block_size;
     size_t old_fill = seq->ntokens % bs;
     size_t total = seq->ntokens + n;
