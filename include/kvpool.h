@@ -680,7 +680,9 @@ typedef struct kvp_seq kvp_seq;
 
 /*
  * Create an empty sequence for `request_id` with extra keys (copied; NULL for
- * none).  Errors: KVP_EINVAL (NULL pool/out; a pool with separate K/V lists),
+ * none).  A multimodal span [start, end) with end == start covers no token.
+ * Errors: KVP_EINVAL (NULL pool/out; a pool with separate K/V lists; a span
+ * with end < start, or NULL arrays with non-zero counts in extra),
  * KVP_EOWNERACTIVE (a sequence with that id exists), KVP_ENOMEM, KVP_EBUSY.
  * O(size of extra keys).
  */

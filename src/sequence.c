@@ -502,8 +502,10 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
     if (!rc && (rc = seq_reserve(p, q, parent->nblocks)))
         seq_free(p, q);
     if (!rc) {
-        memcpy(q->blocks, parent->blocks, parent->nblocks * sizeof *q->blocks);
-        memcpy(q->hashes, parent->hashes, parent->nhashes * sizeof *q->hashes);
+        if (parent->nblocks)
+            memcpy(q->blocks, parent->blocks, parent->nblocks * sizeof *q->blocks);
+        if (parent->nhashes)
+            memcpy(q->hashes, parent->hashes, parent->nhashes * sizeof *q->hashes);
         memcpy(q->tail, parent->tail, p->cfg.block_size * sizeof *q->tail);
         q->nblocks = parent->nblocks;
         q->nhashes = parent->nhashes;
