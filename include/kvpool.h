@@ -707,7 +707,8 @@ KVP_API kvp_status kvp_seq_destroy(kvp_seq *seq);
  * hit covers at most the first n-1 tokens, in whole blocks.  Blocks matched
  * here are never evicted to make room for this admission.  Counts prefix
  * queries and hits (blocks and tokens).  All or nothing.
- * Errors: KVP_EINVAL (NULL seq/tokens, n == 0), KVP_EBUSY (the sequence
+ * Errors: KVP_EINVAL (NULL seq/tokens, n == 0, n needing more than
+ * KVP_MAX_BLOCKS blocks), KVP_EBUSY (the sequence
  * already has tokens; or from a callback), KVP_EEXHAUSTED, KVP_ENOMEM.
  * O(n) plus O(1) per block.
  */
@@ -720,7 +721,8 @@ KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
  * each block when it becomes full.  Appending into a shared, partly filled
  * last block first copies it into a fresh block (copy-on-write, through the
  * storage hook, counted in cow_copies).  All or nothing.  Errors: KVP_EINVAL
- * (NULL seq, NULL tokens with n > 0), KVP_EEXHAUSTED, KVP_ENOMEM, KVP_EBUSY.
+ * (NULL seq, NULL tokens with n > 0, a total needing more than
+ * KVP_MAX_BLOCKS blocks), KVP_EEXHAUSTED, KVP_ENOMEM, KVP_EBUSY.
  * O(n) plus O(1) per block.
  */
 KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n);

@@ -210,7 +210,7 @@ static kvp_status check_index(kvp_pool *p, ctx *c)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i <= p->bmask; i++)
-        for (uint32_t b = p->buckets[i]; b != KVP__NONE; b = p->blocks[b].hnext) {
+        for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE; b = kvp__chain_next(p, b)) {
             CHECK(b < p->top && n++ < p->top, "index chain %u broken", i);
             CHECK(p->blocks[b].flags & KVP__F_PUBLISHED, "index holds unpublished block %u", b);
             CHECK(kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b]) == i,
@@ -310,8 +310,8 @@ static uint32_t dup_rank(const kvp_pool *p, uint32_t b)
 {
     const kvp__block *k = &p->blocks[b];
     uint32_t rank = 0;
-    for (uint32_t x = p->buckets[kvp__bucket_of(p, k->stream, &p->hashes[b])]; x != b;
-         x = p->blocks[x].hnext)
+    for (uint32_t x = kvp__chain_first(p, kvp__bucket_of(p, k->stream, &p->hashes[b])); x != b;
+         x = kvp__chain_next(p, x))
         rank += p->blocks[x].stream == k->stream &&
                 memcmp(p->hashes[x].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0;
     return rank;

@@ -164,8 +164,8 @@ uint64_t kvp_hash_external(const kvp_hash *h)
 static uint32_t other_copy(const kvp_pool *p, uint32_t b)
 {
     int s = p->blocks[b].stream;
-    for (uint32_t c = p->buckets[kvp__bucket_of(p, s, &p->hashes[b])]; c != KVP__NONE;
-         c = p->blocks[c].hnext)
+    for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, &p->hashes[b])); c != KVP__NONE;
+         c = kvp__chain_next(p, c))
         if (c != b && p->blocks[c].stream == s &&
             memcmp(p->hashes[c].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0)
             return c;
@@ -178,8 +178,8 @@ static bool announced(const kvp_pool *p, uint32_t b)
     if (p->blocks[b].flags & KVP__F_ANNOUNCED)
         return true;
     int s = p->blocks[b].stream;
-    for (uint32_t c = p->buckets[kvp__bucket_of(p, s, &p->hashes[b])]; c != KVP__NONE;
-         c = p->blocks[c].hnext)
+    for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, &p->hashes[b])); c != KVP__NONE;
+         c = kvp__chain_next(p, c))
         if ((p->blocks[c].flags & KVP__F_ANNOUNCED) && p->blocks[c].stream == s &&
             memcmp(p->hashes[c].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0)
             return true;
@@ -213,7 +213,7 @@ static void overflow(kvp_pool *p, kvp__evq *q)
     if (q->full)
         return;
     for (uint32_t i = 0; i <= p->bmask; i++)
-        for (uint32_t c = p->buckets[i]; c != KVP__NONE; c = p->blocks[c].hnext)
+        for (uint32_t c = kvp__chain_first(p, i); c != KVP__NONE; c = kvp__chain_next(p, c))
             p->blocks[c].flags &= (uint8_t)~KVP__F_ANNOUNCED;
     new_event(q, &q->buf[q->cur], KVP_EVENT_ALL_CLEARED);
     q->full = true;

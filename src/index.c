@@ -44,10 +44,10 @@ static bool same(const kvp_pool *p, uint32_t b, int s, const kvp_hash *h)
 void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 {
     uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
-    while (*link != KVP__NONE)
-        link = &p->blocks[*link].hnext;
-    *link = b;
-    p->blocks[b].hnext = KVP__NONE;
+    while (*link)
+        link = &p->blocks[*link - 1].hnext;
+    *link = b + 1;
+    p->blocks[b].hnext = 0;
     p->blocks[b].flags |= KVP__F_PUBLISHED;
     p->nindexed++;
     kvp__ev_stored(p, b, info);
@@ -56,8 +56,8 @@ void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 static uint32_t *link_to(kvp_pool *p, uint32_t b)
 {
     uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
-    while (*link != b)
-        link = &p->blocks[*link].hnext;
+    while (*link != b + 1)
+        link = &p->blocks[*link - 1].hnext;
     return link;
 }
 
@@ -65,7 +65,7 @@ void kvp__index_remove(kvp_pool *p, uint32_t b)
 {
     uint32_t *link = link_to(p, b);
     *link = p->blocks[b].hnext;
-    p->blocks[b].hnext = KVP__NONE;
+    p->blocks[b].hnext = 0;
     kvp__ev_removed(p, b);
     p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
     p->nindexed--;
@@ -78,14 +78,15 @@ void kvp__index_remove(kvp_pool *p, uint32_t b)
 void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to)
 {
     uint32_t *link = link_to(p, from);
-    *link = to;
+    *link = to + 1;
     p->blocks[to].hnext = p->blocks[from].hnext;
-    p->blocks[from].hnext = KVP__NONE;
+    p->blocks[from].hnext = 0;
 }
 
 uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    for (uint32_t b = p->buckets[kvp__bucket_of(p, s, h)]; b != KVP__NONE; b = p->blocks[b].hnext)
+    for (uint32_t b = kvp__chain_first(p, kvp__bucket_of(p, s, h)); b != KVP__NONE;
+         b = kvp__chain_next(p, b))
         if (same(p, b, s, h))
             return b;
     return KVP__NONE;
@@ -103,22 +104,21 @@ void kvp__unindex(kvp_pool *p, uint32_t b)
  * equal hashes (they share a chain before and after).  All or nothing. */
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
 {
-    uint32_t *nb = kvp__alloc(p, (size_t)nbuckets * sizeof *nb);
+    uint32_t *nb = kvp__zalloc(p, (size_t)nbuckets * sizeof *nb);
     if (!nb)
         return KVP_ENOMEM;
-    memset(nb, 0xff, (size_t)nbuckets * sizeof *nb);
     uint32_t *old = p->buckets, oldn = p->bmask + 1;
     p->buckets = nb;
     p->bmask = nbuckets - 1;
     for (uint32_t i = 0; i < oldn; i++) {
-        uint32_t b = old[i];
+        uint32_t b = old[i] - 1u;
         while (b != KVP__NONE) {
-            uint32_t next = p->blocks[b].hnext;
+            uint32_t next = kvp__chain_next(p, b);
             uint32_t *link = &nb[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
-            while (*link != KVP__NONE)
-                link = &p->blocks[*link].hnext;
-            *link = b;
-            p->blocks[b].hnext = KVP__NONE;
+            while (*link)
+                link = &p->blocks[*link - 1].hnext;
+            *link = b + 1;
+            p->blocks[b].hnext = 0;
             b = next;
         }
     }
@@ -137,15 +137,15 @@ void kvp__forget_all(kvp_pool *p)
             kvp__cached_to_vacant(p, st->lhead); /* unindexed below, silently */
     }
     for (uint32_t i = 0; i <= p->bmask; i++) {
-        for (uint32_t b = p->buckets[i]; b != KVP__NONE;) {
-            uint32_t next = p->blocks[b].hnext;
-            p->blocks[b].hnext = KVP__NONE;
+        for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE;) {
+            uint32_t next = kvp__chain_next(p, b);
+            p->blocks[b].hnext = 0;
             p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
             if (p->gen)
                 p->gen[b]++;
             b = next;
         }
-        p->buckets[i] = KVP__NONE;
+        p->buckets[i] = 0;
     }
     p->nindexed = 0;
     kvp__ev_cleared(p);
@@ -210,7 +210,8 @@ static bool verified(const kvp_pool *p, uint32_t b, uint32_t parent, const uint3
 uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
                               const uint32_t *tokens)
 {
-    for (uint32_t b = p->buckets[kvp__bucket_of(p, s, h)]; b != KVP__NONE; b = p->blocks[b].hnext)
+    for (uint32_t b = kvp__chain_first(p, kvp__bucket_of(p, s, h)); b != KVP__NONE;
+         b = kvp__chain_next(p, b))
         if (same(p, b, s, h) && verified(p, b, parent, tokens))
             return b;
     return KVP__NONE;

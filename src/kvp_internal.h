@@ -79,7 +79,8 @@ typedef struct kvp__block {
     uint32_t anon;         /* anonymous references */
     uint32_t owner;        /* owner slot of the inline reference, or NONE */
     uint32_t xhead;        /* first xref (further owners), or NONE */
-    uint32_t hnext;        /* next block in the same index bucket */
+    uint32_t hnext;        /* next block in the same index bucket, as a link
+                              (id + 1; 0 ends the chain: see kvp__chain) */
     uint32_t scratch;      /* per-call counter (kvp_free validation) */
     uint16_t fill;
     uint8_t format;
@@ -168,7 +169,9 @@ struct kvp_pool {
 
     /* index: chained through kvp__block.hnext, bucket count = cap rounded up
      * to a power of two, so the load factor stays at most 1 */
-    uint32_t *buckets;
+    uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
+                           zeroed array is an empty index and costs no
+                           page faults at creation */
     uint32_t bmask;
     uint32_t nindexed;
 
@@ -205,6 +208,18 @@ struct kvp_pool {
     kvp_stats *hist;
     uint32_t hist_head, hist_count;
 };
+
+/* Index chains: links hold id + 1, so 0 (zeroed memory) means "none" and
+ * decoding is one subtraction (0 - 1 wraps to KVP__NONE). */
+static inline uint32_t kvp__chain_first(const kvp_pool *p, uint32_t bucket)
+{
+    return p->buckets[bucket] - 1u;
+}
+
+static inline uint32_t kvp__chain_next(const kvp_pool *p, uint32_t b)
+{
+    return p->blocks[b].hnext - 1u;
+}
 
 /* ---- memory (pool.c) ---- */
 void *kvp__alloc(kvp_pool *p, size_t size);

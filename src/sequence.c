@@ -342,7 +342,7 @@ kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t 
         return KVP_EINVAL;
     kvp_pool *p = seq->pool;
     size_t bs = p->cfg.block_size;
-    size_t nfull = n / bs, nblocks = (n + bs - 1) / bs;
+    size_t nfull = n / bs, nblocks = nfull + (n % bs != 0); /* no overflow */
     if (nblocks > KVP_MAX_BLOCKS)
         return KVP_EINVAL;
     if (seq->ntokens || kvp__cb_pool == p)
@@ -423,9 +423,11 @@ kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
     if (n == 0)
         return KVP_OK;
     size_t bs = p->cfg.block_size;
+    if (n > SIZE_MAX - seq->ntokens)
+        return KVP_EINVAL;
     size_t old_fill = seq->ntokens % bs;
     size_t total = seq->ntokens + n;
-    size_t nblocks = (total + bs - 1) / bs, nfull = total / bs;
+    size_t nfull = total / bs, nblocks = nfull + (total % bs != 0);
     if (nblocks > KVP_MAX_BLOCKS)
         return KVP_EINVAL;
     kvp_status rc = seq_reserve(p, seq, nblocks);
