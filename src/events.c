@@ -109,18 +109,6 @@ kvp_status kvp__events_init(kvp_pool *p)
     return KVP_OK;
 }
 
-/* Drop whatever is queued (kvp_pool_clear). */
-void kvp__events_reset(kvp_pool *p)
-{
-    kvp__evq *q = p->evq;
-    if (!q)
-        return;
-    evbuf *b = &q->buf[q->cur];
-    b->nev = b->nh = b->nmm = 0;
-    b->ntok = 0;
-    q->open = q->full = false;
-}
-
 /* A stable copy of a LoRA name for events (names are few; a linear search
  * is cheaper than a table).  NULL when memory runs out: the event then goes
  * without the name rather than not at all. */

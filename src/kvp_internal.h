@@ -303,7 +303,6 @@ void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h,
 /* ---- events (events.c) ---- */
 kvp_status kvp__events_init(kvp_pool *p);
 void kvp__events_free(kvp_pool *p);
-void kvp__events_reset(kvp_pool *p);
 void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
 void kvp__ev_removed(kvp_pool *p, uint32_t b);
 void kvp__ev_cleared(kvp_pool *p);

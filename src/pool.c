@@ -344,11 +344,11 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     kvp__reset_blocks(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
     pool->hist_head = pool->hist_count = 0;
-    kvp__events_reset(pool);
-    if (had_index) {
-        kvp__ev_cleared(pool);
+    /* Queued events stay (a subscriber may already know their hashes); the
+     * clear that follows them makes its view empty, as the index is. */
+    kvp__ev_cleared(pool);
+    if (had_index)
         kvp__notify_evict(pool, NULL, KVP_NO_BLOCK);
-    }
     kvp__leave(pool, true);
     return KVP_OK;
 }
