@@ -446,6 +446,7 @@ typedef struct kvp_block_info {
     unsigned format;
     uint32_t ref_count;
     uint32_t anon_refs;       /* references without an owner */
+    uint32_t seq_refs;        /* references held by sequences */
     uint32_t fill;
     int published;            /* has a content hash */
     int ever_allocated;       /* handed out at least once */
@@ -671,9 +672,11 @@ KVP_API kvp_status kvp_lookup_verified(kvp_pool *pool, kvp_stream stream, const 
  * block is allocated when the last one fills and published when it becomes
  * full), fork (the child shares every block; copy-on-write when a write lands
  * in a shared partial block), destroy (tail first, so a request's last blocks
- * are evicted before its first).  Sequences hold anonymous references, so
- * owner calls never touch them.  They need one shared free list (not
- * separate_kv).  A sequence handle belongs to its pool and stays valid until
+ * are evicted before its first).  Sequences hold references of their own
+ * kind (kvp_block_info.seq_refs): no owner call and no kvp_free can drop
+ * them (kvp_free with KVP_ANON on a block only a sequence holds is refused
+ * with KVP_ENOTOWNER).  They need one shared free
+ * list (not separate_kv).  A sequence handle belongs to its pool and stays valid until
  * kvp_seq_destroy, kvp_pool_clear or kvp_pool_destroy.  Locking follows the
  * pool's.
  */

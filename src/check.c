@@ -88,7 +88,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(k->fill <= p->cfg.block_size, "block %u: fill %u above block size", b, k->fill);
         CHECK(k->ref == 0 || k->state == KVP_BLOCK_IN_USE, "block %u: free with %u refs", b,
               k->ref);
-        CHECK(k->state == KVP_BLOCK_IN_USE || (k->anon == 0 && k->owner == KVP__NONE),
+        CHECK(k->state == KVP_BLOCK_IN_USE || (k->anon == 0 && k->sref == 0 && k->owner == KVP__NONE),
               "block %u: free block keeps references", b);
         CHECK(k->owner != KVP__NONE || k->xhead == KVP__NONE,
               "block %u: xref without inline owner", b);
@@ -115,8 +115,9 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
                 xn++;
             }
             uint32_t owned = (k->owner != KVP__NONE) + xn;
-            CHECK(k->ref > 0 && k->ref == k->anon + owned,
-                  "block %u: ref %u != anon %u + owned %u", b, k->ref, k->anon, owned);
+            CHECK(k->ref > 0 && k->ref == k->anon + k->sref + owned,
+                  "block %u: ref %u != anon %u + seq %u + owned %u", b, k->ref, k->anon, k->sref,
+                  owned);
             *owned_refs += owned;
             used[s]++;
             in_use++;
@@ -336,9 +337,9 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
             continue;
         const kvp__block *k = &p->blocks[b];
         struct {
-            uint32_t id, ref, anon, fill, format, stream, state, flags;
+            uint32_t id, ref, anon, sref, fill, format, stream, state, flags, pad;
             kvp_owner owner;
-        } rec = {b, k->ref, k->anon, k->fill, k->format, k->stream, k->state, k->flags,
+        } rec = {b, k->ref, k->anon, k->sref, k->fill, k->format, k->stream, k->state, k->flags, 0,
                  k->owner == KVP__NONE ? KVP_ANON : p->owners[k->owner].id};
         feed(h, &rec, sizeof rec);
         if (k->flags & KVP__F_PUBLISHED) {

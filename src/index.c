@@ -172,6 +172,7 @@ kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint
         kvp__release(p, *vparent, (size_t)ncap * sizeof(uint32_t));
         kvp__release(p, *vpgen, (size_t)ncap * sizeof(uint32_t));
         kvp__release(p, *gen, (size_t)ncap * sizeof(uint32_t));
+        *vtok = *vparent = *vpgen = *gen = NULL;
         return KVP_ENOMEM;
     }
     if (p->vtok) {

@@ -47,6 +47,7 @@
 
 #define KVP__NONE UINT32_MAX
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
+#define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
 
 /* Block flags. */
 #define KVP__F_EVER 0x01u      /* handed out at least once */
@@ -77,6 +78,8 @@ typedef struct kvp__block {
     uint32_t lprev, lnext; /* cached: LRU list (head = least recently freed) */
     uint32_t ref;          /* all references */
     uint32_t anon;         /* anonymous references */
+    uint32_t sref;         /* references held by sequences (kept apart from
+                              anonymous ones, so kvp_free cannot drop them) */
     uint32_t owner;        /* owner slot of the inline reference, or NONE */
     uint32_t xhead;        /* first xref (further owners), or NONE */
     uint32_t hnext;        /* next block in the same index bucket, as a link

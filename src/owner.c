@@ -4,7 +4,8 @@
  * What it owns: the owner slots, the map from owner id to slot, the xref slab,
  * and every block's ref/anon counts and owner links.
  *
- * A reference is anonymous (counted in kvp__block.anon) or held by an owner.
+ * A reference is anonymous (counted in kvp__block.anon), held by a sequence
+ * (kvp__block.sref; slot KVP__SEQ), or held by an owner.
  * An owner's references are an array of nodes in the order it took them, so
  * kvp_owner_blocks reports allocation order and kvp_free_owner is one
  * sequential pass over O(references held), never a scan of the pool and
@@ -14,7 +15,7 @@
  * tombstone, so it is O(1); an array compacts once half of it is dead.
  *
  * Invariants:
- * - ref == anon + (owner != NONE) + length of the xref chain.
+ * - ref == anon + sref + (owner != NONE) + length of the xref chain.
  * - owner == NONE implies xhead == NONE (dropping the inline reference
  *   promotes the oldest xref into its place), so a block with one owner never
  *   costs an xref.
@@ -219,7 +220,8 @@ kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n)
     return KVP_OK;
 }
 
-/* Add one reference on block b for owner slot `oslot` (NONE: anonymous).
+/* Add one reference on block b for owner slot `oslot` (NONE: anonymous,
+ * KVP__SEQ: a sequence's).
  * The owner's array has room, and a second owner's xref is reserved. */
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
 {
@@ -228,6 +230,8 @@ void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
         p->shared++;
     if (oslot == KVP__NONE) {
         blk->anon++;
+    } else if (oslot == KVP__SEQ) {
+        blk->sref++;
     } else if (blk->owner == KVP__NONE) {
         blk->owner = oslot;
         arr_append(p, &p->owners[oslot], b);
@@ -295,13 +299,16 @@ static void drop_node(kvp_pool *p, uint32_t node, bool whole)
         p->shared--;
 }
 
-/* Drop one reference on b held by `oslot` (NONE: anonymous); the caller has
- * checked that one is held. */
+/* Drop one reference on b held by `oslot` (NONE: anonymous, KVP__SEQ: a
+ * sequence's); the caller has checked that one is held. */
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
 {
     kvp__block *blk = &p->blocks[b];
-    if (oslot == KVP__NONE) {
-        blk->anon--;
+    if (oslot == KVP__NONE || oslot == KVP__SEQ) {
+        if (oslot == KVP__NONE)
+            blk->anon--;
+        else
+            blk->sref--;
         if (--blk->ref == 1)
             p->shared--;
         return;

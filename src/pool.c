@@ -11,7 +11,7 @@
  *   cached block is published, in the stream's cached idset and LRU list, and
  *   in FIFO order also in the q list.  A block in use has ref > 0 and is in no
  *   free structure.  A retired block is in the retired idset.
- * - ref == anon + references held by owners.
+ * - ref == anon + sref + references held by owners.
  * - nvacant + ncached + in-use blocks of a stream == its nblocks.
  *
  * Why this shape: allocation and free are the hottest calls of an engine's
@@ -398,7 +398,7 @@ void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
 {
     kvp__block *blk = &p->blocks[b];
     blk->prev = blk->next = blk->lprev = blk->lnext = KVP__NONE;
-    blk->ref = blk->anon = 0;
+    blk->ref = blk->anon = blk->sref = 0;
     blk->owner = blk->xhead = KVP__NONE;
     blk->hnext = 0;
     blk->scratch = 0;
@@ -934,6 +934,7 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
         out->format = blk->format;
         out->ref_count = blk->ref;
         out->anon_refs = blk->anon;
+        out->seq_refs = blk->sref;
         out->fill = blk->fill;
         out->published = (blk->flags & KVP__F_PUBLISHED) != 0;
         out->ever_allocated = (blk->flags & KVP__F_EVER) != 0;

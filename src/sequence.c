@@ -6,7 +6,8 @@
  * and a copy of its extra keys.
  *
  * Sequences are a client of the pool like an engine would be: they hold
- * anonymous references and use the pool's internal calls for taking,
+ * references of their own kind (KVP__SEQ: neither an owner's nor anonymous,
+ * so no owner call or kvp_free can drop them) and use the pool's internal calls for taking,
  * claiming, publishing and freeing blocks.  The pool knows nothing of them
  * except two hooks registered here: relocation (rewrite tables when
  * kvp_retire_top moves a block) and clear (drop every sequence).
@@ -20,7 +21,7 @@
  *
  * Invariants: ntokens fits the table: nblocks == ceil(ntokens / block_size);
  * nhashes == ntokens / block_size; every block in the table is in use and
- * holds one anonymous reference per appearance; blocks [0, nhashes) are
+ * holds one sequence reference per appearance; blocks [0, nhashes) are
  * full, the last block's fill is ntokens % block_size (or full).
  */
 #include "kvp_internal.h"
@@ -232,10 +233,10 @@ static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, kvp
 /* Pool operations on behalf of sequences                                    */
 /* ------------------------------------------------------------------------ */
 
-/* A fresh block (anonymous reference) for a sequence. */
+/* A fresh block (one sequence reference) for a sequence. */
 static uint32_t take_block(kvp_pool *p)
 {
-    return kvp__take_block(p, 0, KVP__NONE, KVP_FMT_FP16);
+    return kvp__take_block(p, 0, KVP__SEQ, KVP_FMT_FP16);
 }
 
 static void set_fill(kvp_pool *p, uint32_t b, uint32_t fill)
@@ -268,7 +269,7 @@ static void release_all(kvp_pool *p, kvp_seq *q)
     uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
     for (size_t i = q->nblocks; i-- > 0;) {
         uint32_t b = q->blocks[i];
-        kvp__ref_drop(p, b, KVP__NONE);
+        kvp__ref_drop(p, b, KVP__SEQ);
         if (p->blocks[b].ref == 0)
             kvp__release_block(p, b, cursor);
     }
@@ -381,7 +382,7 @@ kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t 
     rc = kvp__room_for(p, 0, avail, nblocks - k);
     if (!rc) {
         for (size_t i = 0; i < k; i++)
-            kvp__claim_block(p, seq->blocks[i], KVP__NONE);
+            kvp__claim_block(p, seq->blocks[i], KVP__SEQ);
         for (size_t i = k; i < nblocks; i++)
             seq->blocks[i] = take_block(p);
         for (size_t i = k; i < nblocks; i++)
@@ -459,7 +460,7 @@ kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
             uint32_t b = take_block(p);
             kvp__storage_copy(p, 0, last, b);
             set_fill(p, b, p->blocks[last].fill);
-            kvp__ref_drop(p, last, KVP__NONE); /* still referenced: ref > 1 */
+            kvp__ref_drop(p, last, KVP__SEQ); /* still referenced: ref > 1 */
             seq->blocks[seq->nblocks - 1] = b;
             p->ctr.cow_copies++;
         }
@@ -513,7 +514,7 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
         q->nhashes = parent->nhashes;
         q->ntokens = parent->ntokens;
         for (size_t i = 0; i < q->nblocks; i++)
-            kvp__ref_add(p, q->blocks[i], KVP__NONE);
+            kvp__ref_add(p, q->blocks[i], KVP__SEQ);
         registry_add(p, q);
         *child = q;
     }

@@ -707,7 +707,8 @@ static void compare(model *m, int lookups)
             if (bi.ref_count != mb->ref || bi.fill != mb->fill)
                 mfail(m, "block %u: ref %u fill %u, expected ref %u fill %u", (unsigned)b,
                       bi.ref_count, bi.fill, mb->ref, mb->fill);
-            MCHECK_EQ(m, bi.anon_refs, mb->ref, "anonymous references");
+            MCHECK_EQ(m, bi.seq_refs, mb->ref, "sequence references");
+            MCHECK_EQ(m, bi.anon_refs, 0, "anonymous references");
         } else {
             MCHECK_EQ(m, bi.ref_count, 0, "free block ref count");
             vacant += mb->state == KVP_BLOCK_VACANT;

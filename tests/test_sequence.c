@@ -111,7 +111,8 @@ static void test_hit_while_held(void **state)
     for (int i = 0; i < 3; i++) {
         kvp_block_info bi = kvptest_info(pool, ia[i]);
         KVP_ASSERT_EQ(bi.ref_count, 1);
-        KVP_ASSERT_EQ(bi.anon_refs, 1);
+        KVP_ASSERT_EQ(bi.seq_refs, 1);
+        KVP_ASSERT_EQ(bi.anon_refs, 0);
         KVP_ASSERT_EQ(bi.owner, KVP_ANON);
         KVP_ASSERT_EQ(bi.state, KVP_BLOCK_IN_USE);
         KVP_ASSERT_EQ(bi.published, i < 2);
@@ -125,7 +126,7 @@ static void test_hit_while_held(void **state)
     assert_int_not_equal(ib[2], ia[2]);
     KVP_ASSERT_EQ(refs(pool, ia[0]), 2);
     KVP_ASSERT_EQ(refs(pool, ia[1]), 2);
-    KVP_ASSERT_EQ(kvptest_info(pool, ia[0]).anon_refs, 2);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia[0]).seq_refs, 2);
     KVP_ASSERT_EQ(refs(pool, ia[2]), 1);
     KVP_ASSERT_EQ(refs(pool, ib[2]), 1);
     kvp_stats st = kvptest_stats(pool);

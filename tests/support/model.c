@@ -51,7 +51,7 @@ static void il_ins_sorted(ilist *l, kvp_block b)
 
 uint32_t mdl_refcnt(const mblk *k)
 {
-    uint32_t n = k->anon;
+    uint32_t n = k->anon + k->seqref;
     for (int i = 0; i < k->nh; i++)
         n += k->h_cnt[i];
     return n;
@@ -67,10 +67,15 @@ uint32_t mdl_held(const mblk *k, int oi)
     return 0;
 }
 
+/* oi: an owner index, -1 for an anonymous reference, MDL_SEQ for a
+ * sequence's (kept apart from anonymous ones, as the library does). */
 static void holder_add(mblk *k, int oi)
 {
     if (oi < 0) {
-        k->anon++;
+        if (oi == MDL_SEQ)
+            k->seqref++;
+        else
+            k->anon++;
         return;
     }
 
@@ -89,7 +94,10 @@ static void holder_add(mblk *k, int oi)
 static void holder_drop(mblk *k, int oi)
 {
     if (oi < 0) {
-        k->anon--;
+        if (oi == MDL_SEQ)
+            k->seqref--;
+        else
+            k->anon--;
         return;
     }
 
@@ -891,13 +899,12 @@ static kvp_status seq_room(model *m, uint32_t avail, uint32_t need)
     return KVP_OK;
 }
 
-/* A fresh block for a sequence: reuse order, one anonymous reference. */
+/* A fresh block for a sequence: reuse order, one sequence reference. */
 static kvp_block seq_take(model *m)
 {
     kvp_block b = next_pick(m, 0);
     free_remove(m, b);
-    hand_out(m, b, -1, KVP_FMT_FP16, 1);
-    m->b[b].seqref++;
+    hand_out(m, b, MDL_SEQ, KVP_FMT_FP16, 1);
     m->k.blocks_allocated++;
     return b;
 }
@@ -944,7 +951,6 @@ kvp_status mdl_seq_admit(model *m, int slot, size_t n, const int *h, size_t *cac
             free_remove(m, match[i]);
             b->state = KVP_BLOCK_IN_USE; /* keeps content, fill, format */
         }
-        holder_add(b, -1);
         b->seqref++;
         q->blocks[i] = match[i];
     }
@@ -982,7 +988,6 @@ kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h)
     if (cow) { /* copy-on-write of the shared partial last block */
         kvp_block b = seq_take(m);
         m->b[b].fill = m->b[last].fill;
-        holder_drop(&m->b[last], -1);
         m->b[last].seqref--;
         q->blocks[q->nblocks - 1] = b;
         m->k.cow_copies++;
@@ -1014,7 +1019,6 @@ kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
     m->sq[s] = m->sq[parent];
     m->sq[s].id = child_id;
     for (uint32_t i = 0; i < m->sq[s].nblocks; i++) {
-        holder_add(&m->b[m->sq[s].blocks[i]], -1);
         m->b[m->sq[s].blocks[i]].seqref++;
     }
     *slot = s;
@@ -1030,7 +1034,6 @@ kvp_status mdl_seq_destroy(model *m, int slot)
     uint32_t nf = 0;
     for (uint32_t i = q->nblocks; i-- > 0;) {
         mblk *k = &m->b[q->blocks[i]];
-        holder_drop(k, -1);
         k->seqref--;
         if (mdl_refcnt(k) == 0) {
             k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;

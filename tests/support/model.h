@@ -44,6 +44,9 @@ typedef struct ilist {
     kvp_block v[MB];
 } ilist;
 
+/* Holder index of references held by sequences (see holder_add). */
+#define MDL_SEQ (-2)
+
 typedef struct mblk {
     int state;        /* KVP_BLOCK_*, M_NONE or M_GONE */
     int list;         /* free-list index: 0, or 0 = K / 1 = V */
@@ -60,7 +63,7 @@ typedef struct mblk {
     int ever;
     int reborn;       /* id was retired and added again */
     int is_null;
-    uint32_t seqref;  /* anonymous references held by model sequences */
+    uint32_t seqref;  /* references held by model sequences (apart from anon) */
 } mblk;
 
 typedef struct mown {

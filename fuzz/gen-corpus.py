@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""gen-corpus.py — write the checked-in seed corpus of fuzz_pool (fuzz/corpus/).
+
+Why a script: the seeds are reproducible and reviewable.  Each seed is a
+4-byte configuration header (see LLVMFuzzerTestOneInput: reuse order,
+separate K/V, null block, growth, prefix caching, block size, pool size,
+cap, locking, hash) followed by operation bytes from a fixed-seed PRNG.  The
+48 seeds cover every reuse order x shared/separate lists x null block x
+growth, with block sizes 1..16 and a few op mixes (general, sequence-heavy,
+owner/free-heavy), so libFuzzer starts from inputs that already reach every
+call.  Run: python3 fuzz/gen-corpus.py [DIR]   (default fuzz/corpus)
+"""
+import os
+import random
+import sys
+
+NOPS = 26          # opcode count in fuzz_pool.c (op = byte % NOPS)
+SEQ_OPS = [19, 20, 21, 22, 23, 24]   # create, admit, append, append2, fork, destroy
+OWNER_OPS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 18]
+
+
+def seed(rng, b0, b1, b2, b3, mix, n_ops):
+    out = bytearray([b0, b1, b2, b3])
+    for _ in range(n_ops):
+        if mix == "seq" and rng.random() < 0.6:
+            op = rng.choice(SEQ_OPS)
+        elif mix == "owner" and rng.random() < 0.6:
+            op = rng.choice(OWNER_OPS)
+        else:
+            op = rng.randrange(NOPS)
+        out.append(op)
+        out.extend(rng.randrange(256) for _ in range(rng.randrange(2, 6)))
+    return bytes(out)
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
+    os.makedirs(d, exist_ok=True)
+    rng = random.Random(20240601)
+    i = 0
+    for reuse in range(3):
+        for sep in (0, 1):
+            for null in (0, 1):
+                for grow in (0, 1):
+                    prefix = 0 if (reuse + null) % 4 == 3 else 1 + rng.randrange(3)
+                    b0 = reuse | sep << 2 | null << 3 | grow << 4 | prefix << 5 | (i & 1) << 7
+                    for mix in ("seq" if not sep else "owner", "any"):
+                        b1 = rng.randrange(4) | rng.randrange(4, 48) << 2
+                        b2 = rng.randrange(256)
+                        b3 = rng.randrange(16)
+                        data = seed(rng, b0, b1, b2, b3, mix, rng.randrange(30, 90))
+                        with open(os.path.join(d, "seed-%02d" % i), "wb") as f:
+                            f.write(data)
+                        i += 1
+    print("wrote %d seeds to %s" % (i, d))
+
+
+if __name__ == "__main__":
+    main()
