@@ -22,15 +22,20 @@
 #include "kvp_internal.h"
 
 /* Bucket of (stream, hash): the last 8 bytes identify a block under every
- * algorithm, and a multiplicative mix spreads ids that are small integers
- * (as in traces) as well as random digests. */
+ * algorithm.  A full 64-bit finalizer (murmur3's fmix64) makes every input
+ * bit reach the low bits: digests are random, but hashes made from small
+ * integers (trace ids stored big-endian) vary only in their top bytes as
+ * read here, and a multiply alone would leave those out of the bucket. */
 uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
 {
     uint64_t x;
     memcpy(&x, h->b + 24, sizeof x);
     x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
     return (uint32_t)x & p->bmask;
 }
 

@@ -15,6 +15,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvptest.h"
+#include "kvp_internal.h" /* bucket spread: an internal property */
 
 #include <stdio.h>
 #include <string.h>
@@ -819,10 +820,42 @@ static void test_callback_reentry_locked(void **state)
     alarm(0);
 }
 
+/* Hashes that differ only in a few bits (trace ids stored big-endian in the
+ * last 8 bytes, as the CLI does; or a counter in the first bytes) must spread
+ * over the buckets: with at least as many buckets as blocks, the longest
+ * chain stays short.  A mix that ignored some input bits put 16K ids into 4
+ * buckets and made replay 600x slower. */
+static void test_bucket_spread(void **state)
+{
+    (void)state;
+    enum { N = 16384 };
+    kvp_pool *pool = kvptest_pool(N, KVP_REUSE_LIFO);
+    for (int layout = 0; layout < 3; layout++) {
+        uint32_t count[N] = {0};
+        for (uint64_t id = 0; id < N; id++) {
+            kvp_hash h = {{0}};
+            if (layout == 0)
+                h = kvptest_hash(id + 1); /* big-endian, last 8 bytes */
+            else if (layout == 1)
+                memcpy(h.b + 24, &id, sizeof id); /* little-endian */
+            else
+                h.b[24] = (uint8_t)id, h.b[25] = (uint8_t)(id >> 8); /* two bytes */
+            count[kvp__bucket_of(pool, 0, &h) % N]++;
+        }
+        uint32_t longest = 0;
+        for (int i = 0; i < N; i++)
+            longest = count[i] > longest ? count[i] : longest;
+        if (longest > 16)
+            fail_msg("layout %d: %u of %d hashes share one bucket", layout, longest, N);
+    }
+    kvp_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_lookup_unpublish),
+        cmocka_unit_test(test_bucket_spread),
         cmocka_unit_test(test_lazy_eviction),
         cmocka_unit_test(test_claim_cached),
         cmocka_unit_test(test_claim_used_and_vacant),
