@@ -1,8 +1,15 @@
 # Top-level convenience wrapper around CMake.
 #
 #   make / make all   bootstrap deps, configure + build build/ (RelWithDebInfo)
-#   make test         build build/, build-asan/, build-tsan/ and run scripts/run-tests
-#   make demo         build, then run build/quickstart
+#   make test         build build/, build-asan/, build-tsan/, build-fuzz/ and run
+#                     scripts/run-tests (which includes a ~45 s fuzz smoke run)
+#   make fuzz         run the differential fuzzer for FUZZ_SECONDS (default 60)
+#                     from fuzz/corpus (new inputs go to build-fuzz/corpus/)
+#   make stress       long thread stress under TSan (KVP_STRESS_OPS ops/thread)
+#   make coverage     build-cov/ (gcc --coverage): unit, model, misuse, failalloc
+#                     tests + fuzz corpus replay; gcovr line coverage of src/
+#   make demo         build, replay the bundled Mooncake trace at three
+#                     capacities, then a quick benchmark
 #   make install      cmake --install build --prefix $(PREFIX)
 #   make clean        rm -rf build build-*
 #
@@ -18,6 +25,18 @@ MAKEFLAGS      += --no-print-directory
 BUILD_DIR      := build
 ASAN_DIR       := build-asan
 TSAN_DIR       := build-tsan
+FUZZ_DIR       := build-fuzz
+COV_DIR        := build-cov
+
+FUZZ_SECONDS   ?= 60
+KVP_STRESS_OPS ?= 400000
+FUZZ_CC        ?= clang
+FUZZ_CFLAGS    := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+                  -fno-omit-frame-pointer -Wall -Wextra -Wpedantic -Wshadow -Werror \
+                  -DKVP_DEBUG=1 -DKVP_BUILDING_LIBRARY -Iinclude -Isrc -Itests/support
+FUZZ_SRCS      := $(wildcard src/*.c) tests/support/model.c fuzz/fuzz_pool.c
+FUZZ_DEPS      := $(FUZZ_SRCS) $(wildcard src/*.h) include/kvpool.h tests/support/model.h
+FUZZ_LIBS      := -lcrypto -lxxhash -lpthread
 
 NORMAL_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(KVP_CMAKE_ARGS)
 ASAN_ARGS   := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DKVP_SANITIZE=address -DKVP_DEBUG_LEVEL=2 $(KVP_CMAKE_ARGS)
@@ -29,7 +48,7 @@ TSAN_ARGS   := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DKVP_SANITIZE=threa
 # `cmake --build` itself when building "all".
 kvp_configure = stamp="$(strip $(2))$(3)"; if [ ! -f $(1)/CMakeCache.txt ] || [ "$$(cat $(1)/.kvp-configure-args 2>/dev/null)" != "$$stamp" ]; then echo "== configure $(1): $(strip $(2))"; $(CMAKE) -S . -B $(1) $(2) && echo "$$stamp" > $(1)/.kvp-configure-args; fi
 
-.PHONY: all bootstrap compile compile-asan compile-tsan test demo install clean
+.PHONY: all bootstrap compile compile-asan compile-tsan compile-fuzz test fuzz stress coverage demo install clean
 
 all: bootstrap compile
 
@@ -53,12 +72,58 @@ compile-tsan: bootstrap
 	$(call kvp_configure,$(TSAN_DIR),$(TSAN_ARGS), targets=$$targets) && \
 	$(CMAKE) --build $(TSAN_DIR) --parallel $(JOBS) --target $$targets
 
-test: compile compile-asan compile-tsan
+# The fuzzer is one clang command line (libFuzzer needs clang; the library is
+# compiled into it with the same sanitizers); make's own dependency check
+# keeps it incremental.
+$(FUZZ_DIR)/fuzz_pool: $(FUZZ_DEPS)
+	@mkdir -p $(FUZZ_DIR)
+	@echo "== $(FUZZ_DIR): $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -> $@"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SRCS) $(FUZZ_LIBS) -o $@
+
+compile-fuzz: bootstrap
+	@$(MAKE) $(FUZZ_DIR)/fuzz_pool
+
+test: compile compile-asan compile-tsan compile-fuzz
 	@scripts/run-tests
 
+fuzz: compile-fuzz
+	@mkdir -p $(FUZZ_DIR)/corpus
+	./$(FUZZ_DIR)/fuzz_pool -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/corpus fuzz/corpus
+
+stress: compile-tsan
+	@KVP_STRESS_OPS=$(KVP_STRESS_OPS) KVP_TEST_FILTER='test_thread_stress' KVP_TEST_VARIANTS=tsan \
+	  scripts/run-tests
+
+# Coverage: a separate gcc --coverage build of the library and the tests, the
+# fuzzer compiled with fuzz/replay.c as main() and fed the corpus, then gcovr
+# over src/ only.
+coverage: bootstrap
+	@$(call kvp_configure,$(COV_DIR),-DCMAKE_BUILD_TYPE=Debug -DKVP_COVERAGE=ON -DKVP_DEBUG_LEVEL=0 $(KVP_CMAKE_ARGS))
+	@$(CMAKE) --build $(COV_DIR) --parallel $(JOBS)
+	@find $(COV_DIR) -name '*.gcda' -delete
+	@for t in $$(for f in tests/test_*.c; do basename $$f .c; done | grep -v '^test_thread'); do \
+	  if [ -x $(COV_DIR)/$$t ]; then echo "== coverage: $$t"; \
+	    KVP_TEST_SCALE=0.2 KVP_SOURCE_DIR=$(CURDIR) ./$(COV_DIR)/$$t >$(COV_DIR)/$$t.log 2>&1 \
+	      || echo "   ($$t failed: see $(COV_DIR)/$$t.log)"; fi; done
+	@echo "== coverage: fuzz corpus replay (gcc, fuzz/replay.c)"
+	@rm -rf $(COV_DIR)/replay && mkdir -p $(COV_DIR)/replay && cd $(COV_DIR)/replay && \
+	  gcc -std=c11 -O0 -g --coverage -I$(CURDIR)/include -I$(CURDIR)/tests/support \
+	    $(CURDIR)/fuzz/fuzz_pool.c $(CURDIR)/tests/support/model.c $(CURDIR)/fuzz/replay.c \
+	    $(CURDIR)/$(COV_DIR)/libkvpool.a $(FUZZ_LIBS) -o fuzz_replay && \
+	  ./fuzz_replay $(CURDIR)/fuzz/corpus $$( [ -d $(CURDIR)/$(FUZZ_DIR)/corpus ] && echo $(CURDIR)/$(FUZZ_DIR)/corpus ) \
+	    >fuzz_replay.log 2>&1; tail -n 1 fuzz_replay.log
+	@gcovr --root . --filter 'src/' --object-directory $(COV_DIR) \
+	  --print-summary --txt $(COV_DIR)/coverage.txt $(COV_DIR) >/dev/null 2>$(COV_DIR)/gcovr.err || \
+	  { cat $(COV_DIR)/gcovr.err; exit 1; }
+	@cat $(COV_DIR)/coverage.txt
+
+DEMO_TRACE     := data/mooncake_fast25_conversation_trace.jsonl.gz
+
 demo: all
-	@if [ ! -x $(BUILD_DIR)/quickstart ]; then echo "demo: $(BUILD_DIR)/quickstart not built (no examples/quickstart.c?)" >&2; exit 1; fi
-	./$(BUILD_DIR)/quickstart
+	./$(BUILD_DIR)/kvpool sweep $(DEMO_TRACE) --capacities 1000,10000,100000
+	@echo
+	./$(BUILD_DIR)/kvpool bench --quick
 
 install: all
 	$(CMAKE) --install $(BUILD_DIR) --prefix "$(PREFIX)"

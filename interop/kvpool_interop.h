@@ -1,0 +1,187 @@
+/*
+ * kvpool_interop.h — the optional interop part of kvpool: libkvpool_interop.
+ *
+ * What it owns: (1) the KV-cache events publisher, which drains a pool's
+ * event queue (kvp_events_take) and sends each batch over a ZeroMQ PUB
+ * socket in the wire format vLLM's ZmqEventPublisher uses, so routers built
+ * for vLLM (llm-d's KV-cache indexer, the vLLM example subscriber) can follow
+ * a kvpool-managed cache; (2) the msgpack encoding of one batch, exposed on
+ * its own so it can be tested byte for byte; (3) a block hash function for
+ * KVP_HASH_CUSTOM that reproduces vLLM's `sha256_cbor` block hashes.
+ *
+ * Why a separate library: the core (libkvpool) depends only on libc,
+ * pthreads, libcrypto and libxxhash (ARCHITECTURE.md).  ZeroMQ, msgpack-c
+ * and libcbor live here, behind the public kvpool.h API only, so an engine
+ * that does not publish events never links them.  docs/EVENTS.md describes
+ * the wire format, topics, endpoints, replay and the hash mode.
+ *
+ * Thread rules: a publisher is used by one thread at a time (the caller's);
+ * it may run one internal thread of its own to answer replay requests.  The
+ * encoder and the hash function are pure and thread-safe.
+ */
+#ifndef KVPOOL_INTEROP_H
+#define KVPOOL_INTEROP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Encoding                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A growable byte buffer (malloc'd).  Start zeroed; free with
+ * kvpi_buf_free. */
+typedef struct kvpi_buf {
+    uint8_t *data;
+    size_t len, cap;
+} kvpi_buf;
+
+void kvpi_buf_free(kvpi_buf *b);
+
+/* No data-parallel rank: the third element of the payload is nil. */
+#define KVPI_NO_DP_RANK INT64_MIN
+
+/*
+ * Encode one batch as the msgpack payload vLLM publishes:
+ *   [timestamp (float64 seconds), [event...], data_parallel_rank or nil]
+ * with each event a positional array whose first element is its tag:
+ *   ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
+ *    lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
+ *    kv_cache_spec_sliding_window]
+ *   ["BlockRemoved", block_hashes, medium, group_idx]
+ *   ["AllBlocksCleared"]
+ * Hashes are unsigned integers (kvpool's external hashes), lora_id nil,
+ * group_idx 0, the two kv_cache_spec fields nil; extra_keys nil unless the
+ * event names multimodal inputs (docs/EVENTS.md gives that encoding).
+ * `dp_rank` KVPI_NO_DP_RANK encodes nil.  Replaces out's contents.
+ * Returns 0, or -1 when memory runs out or an event is malformed.
+ */
+int kvpi_encode_batch(const kvp_event *events, size_t n, double timestamp, int64_t dp_rank,
+                      kvpi_buf *out);
+
+/* Seconds since the Unix epoch (CLOCK_REALTIME), as batches carry them. */
+double kvpi_now(void);
+
+/* ------------------------------------------------------------------------ */
+/* Publisher                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The llm-d convention for topics is "kv@<pod address>@<model name>", and
+ * the engine binds its PUB socket on port 5557 of every interface
+ * (KVPI_DEFAULT_ENDPOINT). */
+#define KVPI_DEFAULT_ENDPOINT "tcp://*:5557"
+
+typedef struct kvpi_publisher_config {
+    const char *endpoint;        /* PUB endpoint.  Containing '*': bound;
+                                    otherwise connected to (the subscriber
+                                    binds).  NULL: KVPI_DEFAULT_ENDPOINT */
+    const char *replay_endpoint; /* ROUTER endpoint for replay, always bound;
+                                    NULL: no replay */
+    const char *topic;           /* first frame of every message; NULL: "" */
+    uint32_t replay_batches;     /* batches kept for replay (default 10000) */
+    int sndhwm;                  /* ZMQ send high-water mark in messages
+                                    (default 100000) */
+    int64_t dp_rank;             /* data-parallel rank, or KVPI_NO_DP_RANK
+                                    (the default) */
+    int linger_ms;               /* time queued messages get to leave at
+                                    destroy (default 1000; -1 forever) */
+} kvpi_publisher_config;
+
+typedef struct kvpi_publisher kvpi_publisher;
+
+/* Fill *cfg with the defaults above (all endpoints NULL). */
+void kvpi_publisher_config_default(kvpi_publisher_config *cfg);
+
+/*
+ * Create a publisher: open the PUB socket (an XPUB, so that subscriptions
+ * can be seen) and, when configured, bind the replay ROUTER socket and start
+ * the thread that answers it.  On failure returns -1 and writes a message
+ * into err[0..errcap) (err may be NULL).
+ */
+int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out, char *err,
+                          size_t errcap);
+
+/*
+ * Flush queued messages (for up to the configured linger), stop the replay
+ * thread, close the sockets.  NULL is ignored.
+ */
+void kvpi_publisher_destroy(kvpi_publisher *pub);
+
+/* The endpoint actually bound (a "*" port resolved), or the endpoint
+ * connected to; for the replay socket NULL when there is none.  Valid until
+ * destroy. */
+const char *kvpi_publisher_endpoint(const kvpi_publisher *pub);
+const char *kvpi_publisher_replay_endpoint(const kvpi_publisher *pub);
+
+/*
+ * Wait up to timeout_ms (0: just look; -1: forever) until a subscriber whose
+ * filter matches the topic has subscribed.  Returns 1 when one has, 0 on
+ * timeout.  Subscriptions seen earlier count.
+ */
+int kvpi_publisher_wait_subscriber(kvpi_publisher *pub, int timeout_ms);
+
+/*
+ * Send one batch of events as one message (topic, sequence number, payload),
+ * keep it for replay, and number it: the first batch is 0, every batch sent
+ * gets the next number, an empty batch (n == 0) is not sent and takes no
+ * number.  timestamp < 0: now.  Returns 0, or -1 (encoding or socket
+ * failure; the number is not used).
+ */
+int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n,
+                        double timestamp);
+
+/*
+ * kvp_events_take on `pool`, then kvpi_publisher_send of the batch.  *dropped
+ * (may be NULL) receives the events the pool lost since its last take (the
+ * pool has already queued an ALL_CLEARED for them).  Returns 0, -1 on a
+ * send failure, or -2 when kvp_events_take fails (events not enabled).
+ */
+int kvpi_publisher_drain(kvpi_publisher *pub, kvp_pool *pool, uint64_t *dropped);
+
+/* Numbers: the next sequence number to be sent (= batches sent), and the
+ * events sent and dropped (as reported by drains) so far. */
+uint64_t kvpi_publisher_next_seq(const kvpi_publisher *pub);
+uint64_t kvpi_publisher_events_sent(const kvpi_publisher *pub);
+uint64_t kvpi_publisher_events_dropped(const kvpi_publisher *pub);
+
+/* ------------------------------------------------------------------------ */
+/* vLLM-compatible block hashes                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * vLLM's `sha256_cbor` block hash: SHA-256 of the canonical CBOR encoding of
+ * the 3-element array
+ *   [parent digest (32-byte byte string), token ids (array of unsigned
+ *    integers, shortest form), extra keys (null, or an array)]
+ * where extra keys (docs/EVENTS.md) are, in vLLM's order: the LoRA name
+ * (text; the lora_id as an unsigned integer when no name is given), then one
+ * [identifier, offset] pair per multimodal input overlapping the block
+ * (identifier: the mm hash as 64 lowercase hex digits; offset: span start
+ * minus block start, may be negative), then the cache salt (as text, first
+ * block only).  A kvp_hash_fn: pass as kvp_config.hash_fn with
+ * KVP_HASH_CUSTOM (hash_user unused).
+ */
+kvp_status kvpi_vllm_hash_fn(void *user, const kvp_hash *parent, const uint32_t *tokens,
+                             size_t n, uint64_t start, const kvp_extra_keys *extra,
+                             kvp_hash *out);
+
+/* vLLM's NONE_HASH for a seed string (its PYTHONHASHSEED): SHA-256 of the
+ * CBOR text string `seed`.  Returns KVP_EINVAL for NULL arguments. */
+kvp_status kvpi_vllm_none_hash(const char *seed, kvp_hash *out);
+
+/* Configure *cfg for vLLM-identical hashes: hash_alg KVP_HASH_CUSTOM,
+ * hash_fn kvpi_vllm_hash_fn, root_seed kvpi_vllm_none_hash(seed),
+ * random_root 0.  Returns KVP_EINVAL for NULL arguments. */
+kvp_status kvpi_vllm_hash_configure(kvp_config *cfg, const char *seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVPOOL_INTEROP_H */

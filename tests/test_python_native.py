@@ -1,0 +1,303 @@
+"""Native kvpool.Pool / kvpool.Sequence: every call, every exception, buffer
+and list inputs, zero-copy block-table validity, threads.  Run by
+scripts/run-tests with PYTHONPATH=build/python (see docs/PYTHON.md)."""
+import array
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.join(os.environ.get(
+    "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import kvpool  # noqa: E402
+
+
+def H(i):
+    return bytes(24) + (i + 1).to_bytes(8, "big")
+
+
+def test_exception_hierarchy_and_messages():
+    names = {1: "InvalidArgumentError", 2: "ExhaustedError", 3: "NotFoundError",
+             4: "NotOwnerError", 5: "DoubleFreeError", 6: "OwnerActiveError", 7: "BusyError",
+             8: "NoMemoryError", 9: "RangeError", 10: "SpaceError", 11: "CorruptError"}
+    for st, name in names.items():
+        cls = getattr(kvpool, name)
+        assert issubclass(cls, kvpool.Error) and cls.status == st
+        assert kvpool.EXCEPTIONS[st] is cls
+        assert kvpool.strerror(st)
+    assert issubclass(kvpool.InvalidArgumentError, ValueError)
+    assert issubclass(kvpool.NoMemoryError, MemoryError)
+
+
+def test_every_exception_raised_and_nothing_changes():
+    p = kvpool.Pool(block_size=4, num_blocks=4, events=True)
+    a = p.alloc(8, owner=1)
+    fp = p.fingerprint()
+    cases = [
+        (kvpool.InvalidArgumentError, lambda: p.alloc(0)),
+        (kvpool.ExhaustedError, lambda: p.alloc(100, owner=2)),
+        (kvpool.NotFoundError, lambda: p.lookup(H(9))),
+        (kvpool.NotOwnerError, lambda: p.free(a, owner=3)),
+        (kvpool.DoubleFreeError, lambda: p.free([3])),
+        (kvpool.OwnerActiveError, lambda: p.owner_register(1)),
+        (kvpool.BusyError, lambda: p.reset_prefix_cache()),
+        (kvpool.RangeError, lambda: p.take_id(99)),
+        (kvpool.SpaceError, lambda: p.alloc(8, owner=2, out=np.empty(1, np.uint32))),
+    ]
+    for exc, fn in cases:
+        with pytest.raises(exc) as ei:
+            fn()
+        assert str(ei.value)
+        assert p.fingerprint() == fp, exc
+    with pytest.raises(kvpool.NoMemoryError):
+        kvpool.Pool(num_blocks=kvpool.MAX_BLOCKS, max_blocks=kvpool.MAX_BLOCKS,
+                    block_bytes=(1 << 40, 0), host_arena=True)
+    p.check()
+
+
+def test_alloc_free_buffers_and_lists():
+    p = kvpool.Pool(block_size=16, num_blocks=64)
+    for ids in (np.arange(0, dtype=np.uint32),):
+        p.free(ids)
+    out = np.zeros(4, dtype=np.uint32)
+    assert p.alloc(64, owner=1, out=out) == 4
+    p.free(out[:2], owner=1)            # numpy slice
+    p.free(array.array("I", out[2:3]), owner=1)  # array
+    p.free(memoryview(out[3:4]), owner=1)       # memoryview
+    ids = p.alloc_blocks(3)             # list path
+    p.free(list(ids))
+    ids = p.alloc_blocks(2)
+    p.free(np.array(ids, dtype=np.int64))        # converted path
+    p.free(p.alloc_blocks(1)[0])        # a single int
+    with pytest.raises(kvpool.InvalidArgumentError):
+        p.free(np.array([-1], dtype=np.int32))
+    with pytest.raises(TypeError):
+        p.free(np.zeros(2, dtype=np.float32))
+    with pytest.raises(TypeError):
+        p.alloc(16, out=np.zeros(2, dtype=np.uint64))
+    assert p.stats()["free"] == 64
+
+
+def test_owner_calls():
+    p = kvpool.Pool(block_size=4, num_blocks=16)
+    p.owner_register(5)
+    with pytest.raises(kvpool.OwnerActiveError):
+        p.owner_register(5)
+    a = p.alloc(10, owner=5, format=kvpool.FMT_INT4)
+    assert p.owner_blocks(5) == a
+    buf = array.array("I", [0] * 8)
+    assert p.owner_blocks(5, out=buf) == 3 and list(buf[:3]) == a
+    assert p.block_info(a[0])["format"] == kvpool.FMT_INT4
+    p.set_fill(a[0], 2)
+    p.set_fill_many(a[1:], [4, 1])
+    assert p.stats()["fragmented"] == 2
+    with pytest.raises(kvpool.InvalidArgumentError):
+        p.set_fill_many(a, [1])
+    with pytest.raises(kvpool.BusyError):
+        p.owner_release(5)
+    assert p.free_owner(5) == 3
+    with pytest.raises(kvpool.NotFoundError):
+        p.free_owner(5)
+    t = p.take(owner=9)
+    p.free(t, owner=9)
+    p.owner_register(11)
+    p.owner_release(11)
+    assert p.free_count() == 16
+
+
+def test_index_calls_and_batches():
+    p = kvpool.Pool(block_size=4, num_blocks=8, reuse="fifo", events=True)
+    ids = p.alloc_blocks(3)
+    p.publish(ids[0], H(0))
+    p.publish_many(ids[1:], H(1) + H(2))
+    assert p.lookup(H(1)) == ids[1]
+    out = np.zeros(4, np.uint32)
+    assert p.lookup_many(H(0) + H(1) + H(7) + H(2), out) == 2
+    assert out[2] == kvpool.NO_BLOCK
+    got, prefix = p.lookup_many(H(0) + H(1))
+    assert got == ids[:2] and prefix == 2
+    with pytest.raises(kvpool.BusyError):     # another hash: refused, nothing changes
+        p.publish_many(ids[:1], H(5))
+    p.claim_many(ids, owner=4)
+    assert p.block_info(ids[0])["ref_count"] == 2
+    p.free(ids, owner=4)
+    p.free(ids)
+    assert p.block_info(ids[0])["state"] == "cached"
+    p.claim(ids[0])
+    p.free(ids[0])
+    with pytest.raises(kvpool.NotFoundError):
+        p.claim_many([ids[0], 7])         # 7 vacant: refused before any claim
+    assert p.block_info(ids[0])["ref_count"] == 0
+    p.unpublish(ids[0])
+    p.unpublish_many(ids[1:2])
+    with pytest.raises(kvpool.NotFoundError):
+        p.unpublish_many([ids[2], ids[2]])
+    assert p.evict(5) == 1
+    p.take_id(ids[2])
+    p.free(ids[2])
+    p.clear_index()
+    p.ensure_free(8)
+    p.reset_prefix_cache()
+    evs, dropped = p.events_take()
+    kinds = [e[0] for e in evs]
+    assert kvpool.EVENT_STORED in kinds and kvpool.EVENT_REMOVED in kinds and dropped == 0
+    assert all(len(e) == 8 for e in evs)
+
+
+def test_resize_and_stats():
+    p = kvpool.Pool(block_size=4, num_blocks=4, max_blocks=8, history_len=4)
+    assert p.extend(10) == 4
+    assert p.shrink(6) == 2
+    a = p.alloc_blocks(2)
+    p.free(a)
+    assert p.retire_top()[1] is None
+    s = p.stats()
+    assert s["retired"] == 3 and s["extended"] == 4 and isinstance(s["usage"], float)
+    p.stats_snapshot()
+    assert len(p.stats_history()) == 1
+    p.stats_reset()
+    assert p.stats()["retired"] == 0
+    assert "kvpool_" in p.prometheus() and "x_" in p.prometheus(prefix="x")
+    assert p.json().startswith("{")
+    with pytest.raises(kvpool.InvalidArgumentError):
+        p.prometheus(prefix="9bad")
+    p.check()
+    p.clear()
+    assert p.stats()["blocks"] == 4
+
+
+def test_hashing_helpers_and_verified():
+    toks = list(range(32))
+    p = kvpool.Pool(block_size=16, num_blocks=8, verify_hits=True)
+    h = p.hash_tokens(toks)
+    assert len(h) == 64
+    assert p.hash_block(toks[:16]) == h[:32]
+    assert p.hash_block(toks[16:], parent=h[:32], start=16) == h[32:]
+    assert kvpool.hash_tokens(toks, 16) == h
+    assert kvpool.hash_block(toks[:16]) == h[:32]
+    assert kvpool.hash_tokens(toks, 16, alg="xxh3")[:16] == bytes(16)
+    assert p.hash_tokens(toks, {"salt": b"t"}) != h
+    assert p.hash_tokens(toks, {"lora_id": 3, "mm": [(H(1), 0, 4)]}) != h
+    out = bytearray(64)
+    assert p.hash_tokens(np.array(toks, np.uint32), out=out) == 2 and bytes(out) == h
+    big = np.arange(20000, dtype=np.uint32)  # releases the GIL
+    assert len(p.hash_tokens(big)) == 32 * (20000 // 16)
+    a = p.alloc_blocks(1)[0]
+    p.publish_verified(a, h[:32], None, toks[:16])
+    assert p.lookup_verified(h[:32], None, toks[:16]) == a
+    with pytest.raises(kvpool.NotFoundError):
+        p.lookup_verified(h[:32], None, toks[1:17])
+    assert kvpool.hash_external(h[:32]) == int.from_bytes(h[24:32], "big") or 1
+    with pytest.raises(kvpool.InvalidArgumentError):
+        p.hash_block(toks[:3])
+
+
+def test_block_ptr():
+    p = kvpool.Pool(block_size=4, num_blocks=4, block_bytes=(256, 0), host_arena=True)
+    assert p.block_ptr(1) - p.block_ptr(0) == 256
+    q = kvpool.Pool(num_blocks=4)
+    with pytest.raises(kvpool.InvalidArgumentError):
+        q.block_ptr(0)
+
+
+def test_on_evict_callback():
+    seen = []
+    p = kvpool.Pool(block_size=4, num_blocks=1, on_evict=lambda h, b: seen.append((h, b)))
+    a = p.take()
+    p.publish(a, H(3))
+    p.free(a)
+    p.take()
+    assert seen == [(H(3), a)]
+
+
+def test_sequence_calls():
+    p = kvpool.Pool(block_size=4, num_blocks=16)
+    s = kvpool.Sequence(p, 1)
+    assert s.admit(np.arange(10, dtype=np.uint32)) == 0
+    assert s.num_tokens == 10 and s.num_blocks == 3
+    s.append(7)
+    s.append([1, 2, 3])
+    assert s.num_tokens == 14
+    t = p.sequence(2)
+    assert t.admit(list(range(10))) == 8            # 2 full blocks cached
+    c = s.fork(3)
+    assert c.blocks() == s.blocks()
+    assert p.find_sequence(3) is c
+    with pytest.raises(kvpool.OwnerActiveError):
+        s.fork(2)
+    with pytest.raises(kvpool.BusyError):
+        s.admit([1])
+    c.destroy()
+    assert not c.alive
+    with pytest.raises(kvpool.InvalidArgumentError):
+        c.append(1)
+    with pytest.raises(kvpool.NotFoundError):
+        p.find_sequence(3)
+    out = np.zeros(8, np.uint32)
+    assert s.blocks(out=out) == 4
+    with s:
+        pass
+    assert not s.alive
+    p.clear()
+    assert not t.alive
+
+
+def test_zero_copy_table_validity():
+    p = kvpool.Pool(block_size=4, num_blocks=32)
+    s = kvpool.Sequence(p, 1)
+    s.admit(list(range(9)))
+    mv = s.block_table
+    assert mv.format == "I" and mv.readonly and list(mv) == s.blocks()
+    arr = np.asarray(s)                      # numpy view, no copy
+    assert arr.dtype == np.uint32 and list(arr) == s.blocks()
+    assert s.exports == 2
+    fp = p.fingerprint()
+    for fn in (lambda: s.append([1]), s.destroy, p.retire_top, p.clear, p.close):
+        with pytest.raises(kvpool.BusyError):
+            fn()
+    assert p.fingerprint() == fp
+    s2 = s.fork(2)                          # does not change s's table: allowed
+    s2.append([5, 6, 7, 8])
+    mv.release()
+    with pytest.raises(kvpool.BusyError):
+        s.append([1])                       # numpy array still alive
+    del arr
+    s.append([1])                           # now allowed
+    with s.block_table as t:
+        assert len(t) == s.num_blocks
+    s.destroy()
+    p.close()
+    assert p.closed
+
+
+def test_threads_on_thread_safe_pool():
+    p = kvpool.Pool(block_size=16, num_blocks=4096, thread_safe=True)
+    errors = []
+
+    def work(base):
+        try:
+            for i in range(200):
+                s = kvpool.Sequence(p, base + i)
+                s.admit(np.arange(5000, dtype=np.uint32))   # GIL released
+                s.destroy()
+                ids = p.alloc_blocks(4, owner=base + i)
+                p.free(ids, owner=base + i)
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k * 1000,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    p.check()
+    assert p.stats()["in_use"] == 0
+
+
+def test_large_pool_creation_releases_gil():
+    p = kvpool.Pool(num_blocks=1 << 20)
+    assert p.free_count() == 1 << 20

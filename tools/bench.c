@@ -1,0 +1,571 @@
+/*
+ * bench.c — `kvpool bench`: the churn and scale workloads of BENCH.md, the
+ * shared harness (generator, repetitions, memory readings, output) and the
+ * command itself.  The prefix workload is in bench_prefix.c.
+ *
+ * churn and scale share one driver: the operation sequence (which live
+ * sequence gets the next block, and whether that block completes it) is
+ * generated up front from splitmix64 seeded with 42, then replayed against
+ * the pool (kvp_take to the sequence's owner, kvp_free_owner when it
+ * completes) and against the floor (a stack of free ids and an id array per
+ * sequence).  Large allocations are forced onto fresh mappings (mallopt) so
+ * that resident-memory growth measures the pool and not reused heap.
+ */
+#define _GNU_SOURCE /* getopt_long, mallopt */
+
+#include "bench.h"
+
+#include "common.h"
+
+#include <getopt.h>
+#include <kvpool.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- generator ---------------------------------------------------------- */
+
+/* splitmix64: add the golden gamma, then mix. */
+uint64_t bench_rng_next(bench_rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* Modulo reduction of a 64-bit draw. */
+uint64_t bench_rng_range(bench_rng *r, uint64_t lo, uint64_t hi)
+{
+    return lo + bench_rng_next(r) % (hi - lo + 1);
+}
+
+/* The top 53 bits as a double in [0, 1). */
+double bench_rng_unit(bench_rng *r)
+{
+    return (double)(bench_rng_next(r) >> 11) * 0x1p-53;
+}
+
+/* ---- harness ------------------------------------------------------------ */
+
+/* Sort ascending and return the middle value (BENCH_REPS is odd). */
+static double median(double *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double tmp = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = tmp;
+        }
+    return v[n / 2];
+}
+
+/* See bench.h.  Repetition 0 is the warm-up and is not kept. */
+int bench_reps(bench_fn lib, bench_fn floor_fn, void *ctx, double *lib_s, double *floor_s)
+{
+    double l[BENCH_REPS], f[BENCH_REPS];
+    for (int rep = -1; rep < BENCH_REPS; rep++) {
+        double a = lib(ctx);
+        double b = a < 0 ? -1 : floor_fn(ctx);
+        if (a < 0 || b < 0)
+            return -1;
+        if (rep >= 0) {
+            l[rep] = a;
+            f[rep] = b;
+        }
+    }
+    *lib_s = median(l, BENCH_REPS);
+    *floor_s = median(f, BENCH_REPS);
+    return 0;
+}
+
+/* Read one "Key:   N kB" line of /proc/self/status. */
+static uint64_t status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    size_t k = strlen(key);
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, k) == 0 && line[k] == ':') {
+            kb = strtoull(line + k + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb;
+}
+
+/* Current resident set. */
+uint64_t bench_rss_kb(void)
+{
+    return status_kb("VmRSS");
+}
+
+/* Peak resident set (high-water mark) of the process so far. */
+uint64_t bench_peak_rss_kb(void)
+{
+    return status_kb("VmHWM");
+}
+
+/* See bench.h. */
+int bench_emit(bench_out *out, json_t *obj, const char *config, const char *details)
+{
+    if (out->json)
+        return kvpt_json_line(obj);
+    double ns = json_real_value(json_object_get(obj, "ns_per_block"));
+    double fl = json_real_value(json_object_get(obj, "floor_ns_per_block"));
+    kvpt_table_cell(out->table, "%s", json_string_value(json_object_get(obj, "workload")));
+    kvpt_table_cell(out->table, "%s", config);
+    kvpt_table_cell(out->table, "%.1f", ns);
+    kvpt_table_cell(out->table, "%.1f", fl);
+    kvpt_table_cell(out->table, "%.2f", fl > 0 ? ns / fl : 0.0);
+    kvpt_table_cell(out->table, "%s", details);
+    json_decref(obj);
+    return 0;
+}
+
+/* ---- churn driver ------------------------------------------------------- */
+
+#define OP_DONE 0x80000000u /* this allocation completes its sequence */
+
+/* One churn configuration (BENCH.md "churn"; "scale" varies it). */
+typedef struct churn_spec {
+    uint32_t blocks;         /* pool size */
+    uint32_t live;           /* live sequences */
+    uint32_t min_tokens, max_tokens; /* target length range */
+    uint64_t allocations;
+} churn_spec;
+
+/* The generated operations and both sides' state. */
+typedef struct churn {
+    churn_spec spec;
+    uint32_t *ops;           /* slot | OP_DONE, one per allocation */
+    uint32_t max_seq;        /* blocks of the longest possible sequence */
+    kvp_pool *pool;
+    kvp_owner *owner;        /* library: owner id of each slot's sequence */
+    uint32_t *stack;         /* floor: free ids */
+    uint32_t *seq;           /* floor: live x max_seq ids */
+    uint32_t *len;           /* floor: ids held per slot */
+} churn;
+
+/* Blocks for a target drawn uniformly from the spec's token range. */
+static uint32_t draw_target(bench_rng *rng, const churn_spec *sp)
+{
+    uint64_t tokens = bench_rng_range(rng, sp->min_tokens, sp->max_tokens);
+    return (uint32_t)((tokens + BENCH_BLOCK_TOKENS - 1) / BENCH_BLOCK_TOKENS);
+}
+
+/* Free the driver's arrays and pool. */
+static void churn_free(churn *c)
+{
+    kvp_pool_destroy(c->pool);
+    free(c->ops);
+    free(c->owner);
+    free(c->stack);
+    free(c->seq);
+    free(c->len);
+    memset(c, 0, sizeof *c);
+}
+
+/* Generate the operation sequence and allocate (and touch) every array the
+ * runs use, so that neither generation nor first-touch faults are timed or
+ * counted as pool memory.  Returns -1 when memory runs out. */
+static int churn_init(churn *c, const churn_spec *sp)
+{
+    memset(c, 0, sizeof *c);
+    c->spec = *sp;
+    c->max_seq = (sp->max_tokens + BENCH_BLOCK_TOKENS - 1) / BENCH_BLOCK_TOKENS;
+    c->ops = malloc(sp->allocations * sizeof *c->ops);
+    c->owner = calloc(sp->live, sizeof *c->owner);
+    c->stack = malloc((size_t)sp->blocks * sizeof *c->stack);
+    c->seq = malloc((size_t)sp->live * c->max_seq * sizeof *c->seq);
+    c->len = calloc(sp->live, sizeof *c->len);
+    uint32_t *need = malloc(sp->live * sizeof *need);
+    if (!c->ops || !c->owner || !c->stack || !c->seq || !c->len || !need) {
+        free(need);
+        churn_free(c);
+        kvpt_error("out of memory");
+        return -1;
+    }
+    memset(c->stack, 0, (size_t)sp->blocks * sizeof *c->stack);
+    memset(c->seq, 0, (size_t)sp->live * c->max_seq * sizeof *c->seq);
+    bench_rng rng = {BENCH_SEED};
+    for (uint32_t s = 0; s < sp->live; s++) {
+        need[s] = draw_target(&rng, sp);
+        c->len[s] = 0;
+    }
+    for (uint64_t i = 0; i < sp->allocations; i++) {
+        uint32_t s = (uint32_t)bench_rng_range(&rng, 0, sp->live - 1);
+        c->ops[i] = s;
+        if (++c->len[s] == need[s]) {
+            c->ops[i] |= OP_DONE;
+            c->len[s] = 0;
+            need[s] = draw_target(&rng, sp);
+        }
+    }
+    free(need);
+    return 0;
+}
+
+/* Create the pool for a spec: one shared stream, no growth; `mem` is the
+ * memory hook (NULL: the library's default). */
+static kvp_status churn_pool_create(const churn_spec *sp, const kvp_allocator *mem,
+                                    kvp_pool **out)
+{
+    kvp_config cfg;
+    kvp_config_default(&cfg);
+    cfg.block_size = BENCH_BLOCK_TOKENS;
+    cfg.num_blocks = sp->blocks;
+    cfg.max_blocks = sp->blocks;
+    cfg.allocator = mem;
+    return kvp_pool_create(&cfg, out);
+}
+
+/* Library side: one kvp_take per allocation to the sequence's owner,
+ * kvp_free_owner when a sequence completes and for every live sequence at
+ * the end (so each allocation is timed with its free). */
+static double churn_lib(void *ctx)
+{
+    churn *c = ctx;
+    kvp_pool *pool = c->pool;
+    kvp_owner *owner = c->owner, next = c->spec.live;
+    for (uint32_t s = 0; s < c->spec.live; s++)
+        owner[s] = s;
+    const uint32_t *ops = c->ops;
+    size_t n = (size_t)c->spec.allocations;
+    kvp_status rc = KVP_OK;
+    double t0 = kvpt_now();
+    for (size_t i = 0; i < n && rc == KVP_OK; i++) {
+        uint32_t s = ops[i] & ~OP_DONE;
+        kvp_block b;
+        rc = kvp_take(pool, KVP_STREAM_SHARED, owner[s], &b);
+        if (rc == KVP_OK && (ops[i] & OP_DONE)) {
+            rc = kvp_free_owner(pool, owner[s], NULL);
+            owner[s] = next++;
+        }
+    }
+    for (uint32_t s = 0; s < c->spec.live && rc == KVP_OK; s++) {
+        rc = kvp_free_owner(pool, owner[s], NULL);
+        if (rc == KVP_ENOTFOUND) /* a sequence that had taken nothing yet */
+            rc = KVP_OK;
+    }
+    double t = kvpt_now() - t0;
+    if (rc != KVP_OK) {
+        return kvpt_lib_error("churn", rc);
+    }
+    return t;
+}
+
+/* Floor side: pop from the free stack into the sequence's array; on
+ * completion push its ids back, newest first. */
+static double churn_floor(void *ctx)
+{
+    churn *c = ctx;
+    uint32_t *stack = c->stack, *len = c->len, max_seq = c->max_seq;
+    uint32_t top = c->spec.blocks;
+    for (uint32_t i = 0; i < top; i++)
+        stack[i] = top - 1 - i;
+    memset(len, 0, c->spec.live * sizeof *len);
+    const uint32_t *ops = c->ops;
+    size_t n = (size_t)c->spec.allocations;
+    double t0 = kvpt_now();
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = ops[i] & ~OP_DONE;
+        uint32_t *ids = c->seq + (size_t)s * max_seq;
+        ids[len[s]++] = stack[--top];
+        if (ops[i] & OP_DONE) {
+            for (uint32_t k = len[s]; k > 0; k--)
+                stack[top++] = ids[k - 1];
+            len[s] = 0;
+        }
+    }
+    for (uint32_t s = 0; s < c->spec.live; s++) {
+        uint32_t *ids = c->seq + (size_t)s * max_seq;
+        for (uint32_t k = len[s]; k > 0; k--)
+            stack[top++] = ids[k - 1];
+        len[s] = 0;
+    }
+    return kvpt_now() - t0;
+}
+
+/* Nanoseconds per allocation of a run of `seconds`. */
+static double per_block_ns(const churn *c, double seconds)
+{
+    return seconds * 1e9 / (double)c->spec.allocations;
+}
+
+/* ---- churn -------------------------------------------------------------- */
+
+/* BENCH.md "churn": 65,536 blocks, 256 sequences of [128, 2048] tokens,
+ * 1,000,000 allocations (divided by `scale`). */
+static int bench_churn(bench_out *out, unsigned scale)
+{
+    churn_spec sp = {65536, 256, 128, 2048, 1000000 / scale};
+    churn c;
+    if (churn_init(&c, &sp))
+        return -1;
+    kvp_status rc = churn_pool_create(&sp, NULL, &c.pool);
+    if (rc != KVP_OK) {
+        churn_free(&c);
+        return kvpt_lib_error("kvp_pool_create", rc);
+    }
+    double lib_s, floor_s;
+    int ret = bench_reps(churn_lib, churn_floor, &c, &lib_s, &floor_s);
+    if (ret == 0) {
+        double ns = per_block_ns(&c, lib_s), fl = per_block_ns(&c, floor_s);
+        uint64_t peak = bench_peak_rss_kb();
+        char config[96], details[96];
+        snprintf(config, sizeof config, "%u blocks, %u seqs", sp.blocks, sp.live);
+        snprintf(details, sizeof details, "peak RSS %llu KiB", (unsigned long long)peak);
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:s, s:i}",
+                              "workload", "churn", "blocks", (json_int_t)sp.blocks,
+                              "live_sequences", (json_int_t)sp.live,
+                              "allocations", (json_int_t)sp.allocations,
+                              "ns_per_block", ns, "floor_ns_per_block", fl,
+                              "ratio_to_floor", ns / fl, "peak_rss_kb", (json_int_t)peak,
+                              "prng", "splitmix64", "reps", BENCH_REPS);
+        ret = bench_emit(out, o, config, details);
+    }
+    churn_free(&c);
+    return ret;
+}
+
+/* ---- scale -------------------------------------------------------------- */
+
+/* Publish every block of the pool under a distinct random hash (a digest's
+ * tail is random) and free them all, so that every per-block structure
+ * (record, digest, index) has been touched; `ids` holds the pool's size. */
+static kvp_status touch_all(kvp_pool *pool, uint32_t blocks, kvp_block *ids)
+{
+    size_t n;
+    kvp_status rc = kvp_alloc(pool, KVP_STREAM_SHARED, (uint64_t)blocks * BENCH_BLOCK_TOKENS,
+                              KVP_ANON, KVP_FMT_FP16, ids, blocks, &n);
+    bench_rng rng = {BENCH_SEED};
+    for (size_t i = 0; i < n && rc == KVP_OK; i++) {
+        kvp_hash h;
+        memset(&h, 0, sizeof h);
+        uint64_t tail = bench_rng_next(&rng);
+        memcpy(h.b + 24, &tail, sizeof tail);
+        rc = kvp_publish(pool, ids[i], &h);
+    }
+    if (rc == KVP_OK)
+        rc = kvp_free(pool, ids, n, KVP_ANON);
+    return rc;
+}
+
+/* A memory hook that counts the bytes the library holds. */
+typedef struct counting {
+    size_t live;
+} counting;
+
+/* malloc, counted. */
+static void *count_alloc(void *user, size_t size)
+{
+    void *m = malloc(size);
+    if (m)
+        ((counting *)user)->live += size;
+    return m;
+}
+
+/* free, counted. */
+static void count_release(void *user, void *ptr, size_t size)
+{
+    ((counting *)user)->live -= size;
+    free(ptr);
+}
+
+/* Bytes the library holds for a pool of the spec's size once every block has
+ * been used and published (touch_all), whatever is resident: a separate pool
+ * through a counting memory hook.  `ids` holds the pool's size. */
+static int allocated_bytes(const churn_spec *sp, kvp_block *ids, size_t *bytes)
+{
+    counting cnt = {0};
+    kvp_allocator mem = {count_alloc, count_release, &cnt};
+    kvp_pool *pool;
+    kvp_status rc = churn_pool_create(sp, &mem, &pool);
+    if (rc == KVP_OK) {
+        rc = touch_all(pool, sp->blocks, ids);
+        *bytes = cnt.live;
+        kvp_pool_destroy(pool);
+    }
+    return rc == KVP_OK ? 0 : kvpt_lib_error("scale, counting allocator", rc);
+}
+
+/* Median of BENCH_REPS create/destroy pairs, in milliseconds. */
+static int time_create(const churn_spec *sp, double *ms)
+{
+    double t[BENCH_REPS];
+    for (int i = 0; i < BENCH_REPS; i++) {
+        kvp_pool *pool;
+        double t0 = kvpt_now();
+        kvp_status rc = churn_pool_create(sp, NULL, &pool);
+        t[i] = (kvpt_now() - t0) * 1e3;
+        if (rc != KVP_OK) {
+            return kvpt_lib_error("kvp_pool_create", rc);
+        }
+        kvp_pool_destroy(pool);
+    }
+    *ms = median(t, BENCH_REPS);
+    return 0;
+}
+
+/* One size of "scale": churn timing, creation time (median of fresh pools),
+ * and memory three ways: resident growth over the pool's life after the
+ * workload (bytes_per_block: blocks never handed out cost nothing, they are
+ * set up on first touch), resident growth once every block has been used and
+ * published (bytes_per_block_all_in), and the bytes the library holds through
+ * its memory hook at that point (bytes_per_block_allocated, exact at every
+ * size, where resident growth of a small pool hides in malloc's heap).
+ * *ns receives ns_per_block. */
+static int scale_one(bench_out *out, const churn_spec *sp, double ns_smallest, double *ns)
+{
+    churn c;
+    if (churn_init(&c, sp))
+        return -1;
+    kvp_block *ids = malloc((size_t)sp->blocks * sizeof *ids);
+    double create_ms = 0;
+    int ret = -1;
+    if (!ids) {
+        kvpt_error("out of memory");
+        goto out;
+    }
+    memset(ids, 0, (size_t)sp->blocks * sizeof *ids);
+    if (time_create(sp, &create_ms))
+        goto out;
+    uint64_t rss0 = bench_rss_kb();
+    kvp_status rc = churn_pool_create(sp, NULL, &c.pool);
+    if (rc != KVP_OK) {
+        kvpt_lib_error("kvp_pool_create", rc);
+        goto out;
+    }
+    double lib_s, floor_s;
+    if (bench_reps(churn_lib, churn_floor, &c, &lib_s, &floor_s))
+        goto out;
+    uint64_t rss1 = bench_rss_kb();
+    if ((rc = touch_all(c.pool, sp->blocks, ids)) != KVP_OK) {
+        kvpt_lib_error("scale", rc);
+        goto out;
+    }
+    uint64_t rss2 = bench_rss_kb();
+    size_t held = 0;
+    if (allocated_bytes(sp, ids, &held))
+        goto out;
+    double bpb = (double)(rss1 > rss0 ? rss1 - rss0 : 0) * 1024.0 / sp->blocks;
+    double bpb_all = (double)(rss2 > rss0 ? rss2 - rss0 : 0) * 1024.0 / sp->blocks;
+    double bpb_alloc = (double)held / sp->blocks;
+    *ns = per_block_ns(&c, lib_s);
+    double fl = per_block_ns(&c, floor_s);
+    double flat = ns_smallest > 0 ? *ns / ns_smallest : 1.0;
+    char config[96], details[160];
+    snprintf(config, sizeof config, "%u blocks, %u seqs", sp->blocks, sp->live);
+    snprintf(details, sizeof details,
+             "%.2fx of smallest; create %.3f ms; RSS %.0f B/block (%.0f all in); "
+             "allocated %.1f B/block",
+             flat, create_ms, bpb, bpb_all, bpb_alloc);
+    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, "
+                          "s:i}",
+                          "workload", "scale", "blocks", (json_int_t)sp->blocks,
+                          "live_sequences", (json_int_t)sp->live,
+                          "allocations", (json_int_t)sp->allocations, "ns_per_block", *ns,
+                          "floor_ns_per_block", fl, "ratio_to_floor", *ns / fl,
+                          "ns_ratio_to_smallest", flat, "create_ms", create_ms,
+                          "bytes_per_block", bpb, "bytes_per_block_all_in", bpb_all,
+                          "bytes_per_block_allocated", bpb_alloc, "prng", "splitmix64", "reps", BENCH_REPS);
+    ret = bench_emit(out, o, config, details);
+out:
+    free(ids);
+    churn_free(&c);
+    return ret;
+}
+
+/* BENCH.md "scale": churn at 1,024, 65,536 and 1,048,576 blocks. */
+static int bench_scale(bench_out *out, unsigned scale)
+{
+    const churn_spec specs[] = {
+        {1024, 8, 16, 256, 1000000 / scale},
+        {65536, 256, 128, 2048, 1000000 / scale},
+        {1048576, 4096, 128, 2048, 1000000 / scale},
+    };
+    double smallest = 0, ns;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        if (scale_one(out, &specs[i], smallest, &ns))
+            return -1;
+        if (i == 0)
+            smallest = ns;
+    }
+    return 0;
+}
+
+/* ---- command ------------------------------------------------------------ */
+
+/* `kvpool bench [--workload churn|prefix|scale|all] [--quick] [--json]`. */
+int kvpt_cmd_bench(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"workload", required_argument, NULL, 'w'},
+        {"quick", no_argument, NULL, 'q'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *workload = "all";
+    unsigned scale = 1;
+    bench_out out = {0, NULL};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'w':
+            workload = optarg;
+            break;
+        case 'q':
+            scale = 50;
+            break;
+        case 'j':
+            out.json = 1;
+            break;
+        case 'h':
+            kvpt_usage(stdout, "bench");
+            return KVPT_EXIT_OK;
+        default:
+            return kvpt_usage_error("bench", "unknown or incomplete option '%s'",
+                                    argv[optind - 1]);
+        }
+    }
+    if (optind != argc)
+        return kvpt_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    int all = strcmp(workload, "all") == 0;
+    int churn_on = all || strcmp(workload, "churn") == 0;
+    int prefix_on = all || strcmp(workload, "prefix") == 0;
+    int scale_on = all || strcmp(workload, "scale") == 0;
+    if (!churn_on && !prefix_on && !scale_on)
+        return kvpt_usage_error("bench", "--workload: expected churn, prefix, scale or all, "
+                                         "got '%s'", workload);
+
+    /* Fixed threshold: every large allocation is its own mapping, returned
+     * on free, so resident growth around a pool is that pool's. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    static const char *const headers[] = {"workload", "configuration", "ns/block",
+                                          "floor ns/block", "ratio", "details"};
+    if (!out.json && !(out.table = kvpt_table_new(6, headers, "llrrrl")))
+        return kvpt_error("out of memory");
+    int rc = 0;
+    if (churn_on)
+        rc = bench_churn(&out, scale);
+    if (rc == 0 && prefix_on)
+        rc = bench_prefix(&out, scale);
+    if (rc == 0 && scale_on)
+        rc = bench_scale(&out, scale);
+    if (out.table) {
+        if (rc == 0) {
+            kvpt_table_print(out.table, stdout);
+            printf("\nmedian of %d repetitions after a warm-up; splitmix64 seeded with %u;%s\n"
+                   "ratio = ns/block over the floor's, measured back to back.\n",
+                   BENCH_REPS, BENCH_SEED, scale > 1 ? " --quick (1/50 of the operations);" : "");
+        }
+        kvpt_table_free(out.table);
+    }
+    return rc ? KVPT_EXIT_ERROR : KVPT_EXIT_OK;
+}

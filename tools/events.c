@@ -1,0 +1,793 @@
+/*
+ * events.c — `kvpool events`, `kvpool events-demo` and the publisher hook
+ * behind `kvpool replay --events` (events.h).
+ *
+ * What it owns: the CLI side of KV-cache events.  Publishing itself is
+ * libkvpool_interop's (interop/); this file only opens a publisher, pumps a
+ * pool's queue into it, and decodes what a subscriber receives.
+ *
+ * Why built this way: the subscriber prints the wire format as it is, by tag,
+ * with no knowledge of kvpool, so it can watch vLLM engines too; JSON is
+ * written by hand because block hashes are unsigned 64-bit integers, which a
+ * signed-integer JSON library would mangle.  The demo takes the events
+ * itself (rather than kvpi_publisher_drain) so that it can print kvpool's
+ * own view of them at the end for tests to compare against what arrived.
+ */
+#define _GNU_SOURCE /* getopt_long, poll */
+
+#include "events.h"
+
+#include "common.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef KVP_HAVE_INTEROP
+
+static int not_built(const char *what)
+{
+    return kvpt_error("%s: this kvpool was built without the interop part (ZeroMQ, msgpack, "
+                      "libcbor); install libzmq3-dev libmsgpack-dev libcbor-dev and rebuild",
+                      what);
+}
+
+int kvpt_cmd_events(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return not_built("events");
+}
+
+int kvpt_cmd_events_demo(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return not_built("events-demo");
+}
+
+int kvpt_events_start(const char *endpoint, const char *topic, double wait_s)
+{
+    (void)endpoint;
+    (void)topic;
+    (void)wait_s;
+    not_built("--events");
+    return -1;
+}
+
+int kvpt_events_on(void)
+{
+    return 0;
+}
+
+int kvpt_events_pump(kvp_pool *pool)
+{
+    (void)pool;
+    return 0;
+}
+
+void kvpt_events_stop(void)
+{
+}
+
+#else /* KVP_HAVE_INTEROP */
+
+#include "kvpool_interop.h"
+
+#include <msgpack.h>
+#include <poll.h>
+#include <unistd.h>
+#include <zmq.h>
+
+/* ------------------------------------------------------------------------ */
+/* JSON output (by hand: unsigned 64-bit integers must survive)              */
+/* ------------------------------------------------------------------------ */
+
+static void json_str(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_cstr(FILE *f, const char *s)
+{
+    if (s)
+        json_str(f, s, strlen(s));
+    else
+        fputs("null", f);
+}
+
+/* Any msgpack object as JSON (binary as a hex string). */
+static void json_obj(FILE *f, const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        fputs("null", f);
+        break;
+    case MSGPACK_OBJECT_BOOLEAN:
+        fputs(o->via.boolean ? "true" : "false", f);
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        fprintf(f, "%" PRIu64, o->via.u64);
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        fprintf(f, "%" PRId64, o->via.i64);
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        fprintf(f, "%.17g", o->via.f64);
+        break;
+    case MSGPACK_OBJECT_STR:
+        json_str(f, o->via.str.ptr, o->via.str.size);
+        break;
+    case MSGPACK_OBJECT_BIN:
+        fputc('"', f);
+        for (uint32_t i = 0; i < o->via.bin.size; i++)
+            fprintf(f, "%02x", (unsigned char)o->via.bin.ptr[i]);
+        fputc('"', f);
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        fputc('[', f);
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            if (i)
+                fputc(',', f);
+            json_obj(f, &o->via.array.ptr[i]);
+        }
+        fputc(']', f);
+        break;
+    case MSGPACK_OBJECT_MAP:
+        fputc('{', f);
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            if (i)
+                fputc(',', f);
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            if (k->type == MSGPACK_OBJECT_STR)
+                json_obj(f, k);
+            else {
+                fputc('"', f);
+                json_obj(f, k); /* good enough for a debugging view */
+                fputc('"', f);
+            }
+            fputc(':', f);
+            json_obj(f, &o->via.map.ptr[i].val);
+        }
+        fputc('}', f);
+        break;
+    default:
+        fputs("null", f);
+    }
+}
+
+/* Field names of each event, after its tag (docs/EVENTS.md). */
+static const char *const stored_fields[] = {
+    "block_hashes", "parent_block_hash", "token_ids",  "block_size",
+    "lora_id",      "medium",            "lora_name",  "extra_keys",
+    "group_idx",    "kv_cache_spec_kind", "kv_cache_spec_sliding_window"};
+static const char *const removed_fields[] = {"block_hashes", "medium", "group_idx"};
+
+static int tag_is(const msgpack_object *o, const char *tag)
+{
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(tag) &&
+           memcmp(o->via.str.ptr, tag, o->via.str.size) == 0;
+}
+
+/* The field names for an event array, or NULL for an unknown tag. */
+static const char *const *fields_of(const msgpack_object *ev, size_t *n)
+{
+    const msgpack_object *tag = &ev->via.array.ptr[0];
+    if (tag_is(tag, "BlockStored")) {
+        *n = sizeof stored_fields / sizeof *stored_fields;
+        return stored_fields;
+    }
+    if (tag_is(tag, "BlockRemoved")) {
+        *n = sizeof removed_fields / sizeof *removed_fields;
+        return removed_fields;
+    }
+    *n = 0;
+    return tag_is(tag, "AllBlocksCleared") ? stored_fields : NULL;
+}
+
+static void json_event(FILE *f, const msgpack_object *ev)
+{
+    if (ev->type != MSGPACK_OBJECT_ARRAY || ev->via.array.size == 0) {
+        fputs("{\"type\":null,\"raw\":", f);
+        json_obj(f, ev);
+        fputc('}', f);
+        return;
+    }
+    size_t nf;
+    const char *const *names = fields_of(ev, &nf);
+    fputs("{\"type\":", f);
+    json_obj(f, &ev->via.array.ptr[0]);
+    if (!names) {
+        fputs(",\"fields\":", f);
+        json_obj(f, ev);
+    }
+    for (uint32_t i = 1; names && i < ev->via.array.size; i++) {
+        if (i - 1 < nf)
+            fprintf(f, ",\"%s\":", names[i - 1]);
+        else
+            fprintf(f, ",\"field%u\":", i);
+        json_obj(f, &ev->via.array.ptr[i]);
+    }
+    fputc('}', f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* kvpool events: the subscriber                                            */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Human form of one event. */
+static void print_event(FILE *f, const msgpack_object *ev)
+{
+    size_t nf;
+    const char *const *names =
+        ev->type == MSGPACK_OBJECT_ARRAY && ev->via.array.size ? fields_of(ev, &nf) : NULL;
+    if (!names) {
+        fputs("  ? ", f);
+        json_obj(f, ev);
+        fputc('\n', f);
+        return;
+    }
+    const msgpack_object *a = ev->via.array.ptr;
+    uint32_t n = ev->via.array.size;
+    fprintf(f, "  %.*s", (int)a[0].via.str.size, a[0].via.str.ptr);
+    for (uint32_t i = 1; i < n && i - 1 < nf; i++) {
+        const msgpack_object *v = &a[i];
+        if (v->type == MSGPACK_OBJECT_NIL)
+            continue;
+        if (strcmp(names[i - 1], "token_ids") == 0 && v->type == MSGPACK_OBJECT_ARRAY) {
+            fprintf(f, " tokens=%u", v->via.array.size);
+            continue;
+        }
+        fprintf(f, " %s=", names[i - 1]);
+        if (v->type == MSGPACK_OBJECT_STR)
+            fprintf(f, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+        else
+            json_obj(f, v);
+    }
+    fputc('\n', f);
+}
+
+/* Print one message; returns 0, or -1 when the payload is not a batch. */
+static int print_batch(FILE *f, int json, const zmq_msg_t *topic, uint64_t seq,
+                       const char *data, size_t len)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int ok = msgpack_unpack_next(&u, data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+             u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size >= 2 &&
+             u.data.via.array.ptr[1].type == MSGPACK_OBJECT_ARRAY;
+    if (!ok) {
+        msgpack_unpacked_destroy(&u);
+        return -1;
+    }
+    const msgpack_object *b = u.data.via.array.ptr;
+    const msgpack_object *evs = &b[1];
+    const msgpack_object *dp = u.data.via.array.size > 2 ? &b[2] : NULL;
+    if (json) {
+        fputs("{\"topic\":", f);
+        json_str(f, zmq_msg_data((zmq_msg_t *)topic), zmq_msg_size((zmq_msg_t *)topic));
+        fprintf(f, ",\"seq\":%" PRIu64 ",\"ts\":", seq);
+        json_obj(f, &b[0]);
+        fputs(",\"dp_rank\":", f);
+        if (dp)
+            json_obj(f, dp);
+        else
+            fputs("null", f);
+        fputs(",\"events\":[", f);
+        for (uint32_t i = 0; i < evs->via.array.size; i++) {
+            if (i)
+                fputc(',', f);
+            json_event(f, &evs->via.array.ptr[i]);
+        }
+        fputs("]}\n", f);
+    } else {
+        fprintf(f, "batch %" PRIu64 " ", seq);
+        json_obj(f, &b[0]);
+        fprintf(f, " (%u events)\n", evs->via.array.size);
+        for (uint32_t i = 0; i < evs->via.array.size; i++)
+            print_event(f, &evs->via.array.ptr[i]);
+    }
+    fflush(f);
+    msgpack_unpacked_destroy(&u);
+    return 0;
+}
+
+int kvpt_cmd_events(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"topic", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},
+        {"count", required_argument, NULL, 'n'},
+        {"timeout", required_argument, NULL, 'w'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *topic = "";
+    int json = 0, c;
+    uint64_t count = 0;
+    double timeout = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            topic = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'n':
+            if (kvpt_parse_u64(optarg, UINT64_MAX, &count))
+                return kvpt_usage_error("events", "--count: not a number: '%s'", optarg);
+            break;
+        case 'w': {
+            char *end;
+            timeout = strtod(optarg, &end);
+            if (*end || timeout < 0)
+                return kvpt_usage_error("events", "--timeout: not seconds: '%s'", optarg);
+            break;
+        }
+        case 'h':
+            kvpt_usage(stdout, "events");
+            return KVPT_EXIT_OK;
+        default:
+            return kvpt_usage_error("events", "unknown or incomplete option '%s'",
+                                    argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1)
+        return kvpt_usage_error("events", "expected exactly one ENDPOINT");
+    const char *ep = argv[optind];
+
+    void *ctx = zmq_ctx_new();
+    void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL;
+    int rc = KVPT_EXIT_ERROR;
+    if (!sub) {
+        kvpt_error("cannot open a SUB socket");
+        goto out;
+    }
+    int bind = strchr(ep, '*') != NULL;
+    if ((bind ? zmq_bind(sub, ep) : zmq_connect(sub, ep)) != 0 ||
+        zmq_setsockopt(sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) != 0) {
+        kvpt_error("%s %s: %s", bind ? "bind" : "connect", ep, zmq_strerror(zmq_errno()));
+        goto out;
+    }
+    if (bind) { /* say where, when the port was chosen by the system */
+        char last[256];
+        size_t len = sizeof last;
+        if (zmq_getsockopt(sub, ZMQ_LAST_ENDPOINT, last, &len) == 0)
+            fprintf(stderr, "kvpool events: listening on %s\n", last);
+    }
+    uint64_t got = 0, expect = 0;
+    int have_prev = 0;
+    rc = KVPT_EXIT_OK;
+    while (!count || got < count) {
+        zmq_pollitem_t it = {sub, 0, ZMQ_POLLIN, 0};
+        int pr = zmq_poll(&it, 1, timeout > 0 ? (long)(timeout * 1000) : -1);
+        if (pr < 0) {
+            rc = kvpt_error("poll: %s", zmq_strerror(zmq_errno()));
+            break;
+        }
+        if (pr == 0)
+            break; /* --timeout without messages */
+        zmq_msg_t f[3];
+        int n = 0, more = 1;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, sub, 0) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (n < 3)
+                f[n] = m;
+            else
+                zmq_msg_close(&m);
+            n++;
+        }
+        if (n != 3 || zmq_msg_size(&f[1]) != 8) {
+            fprintf(stderr, "kvpool events: skipping a message of %d frames\n", n);
+        } else {
+            uint64_t seq = be64(zmq_msg_data(&f[1]));
+            if (have_prev && seq != expect)
+                fprintf(stderr, "kvpool events: gap: expected batch %" PRIu64 ", got %" PRIu64
+                                "\n", expect, seq);
+            have_prev = 1;
+            expect = seq + 1;
+            if (print_batch(stdout, json, &f[0], seq, zmq_msg_data(&f[2]),
+                            zmq_msg_size(&f[2])))
+                fprintf(stderr, "kvpool events: batch %" PRIu64 " is not a msgpack batch\n",
+                        seq);
+            got++;
+        }
+        for (int i = 0; i < n && i < 3; i++)
+            zmq_msg_close(&f[i]);
+    }
+out:
+    if (sub) {
+        int zero = 0;
+        zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_close(sub);
+    }
+    if (ctx)
+        zmq_ctx_term(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The replay hook                                                           */
+/* ------------------------------------------------------------------------ */
+
+static kvpi_publisher *g_pub;
+
+int kvpt_events_start(const char *endpoint, const char *topic, double wait_s)
+{
+    kvpi_publisher_config pc;
+    kvpi_publisher_config_default(&pc);
+    pc.endpoint = endpoint;
+    pc.topic = topic;
+    char err[256] = "";
+    if (kvpi_publisher_create(&pc, &g_pub, err, sizeof err) != 0) {
+        kvpt_error("--events: %s", err);
+        return -1;
+    }
+    if (wait_s > 0 && !kvpi_publisher_wait_subscriber(g_pub, (int)(wait_s * 1000)))
+        fprintf(stderr, "kvpool: no subscriber on %s after %.1f s; publishing anyway\n",
+                kvpi_publisher_endpoint(g_pub), wait_s);
+    return 0;
+}
+
+int kvpt_events_on(void)
+{
+    return g_pub != NULL;
+}
+
+int kvpt_events_pump(kvp_pool *pool)
+{
+    if (!g_pub)
+        return 0;
+    int rc = kvpi_publisher_drain(g_pub, pool, NULL);
+    if (rc)
+        kvpt_error("publishing events failed (%s)",
+                   rc == -2 ? "the pool records no events" : zmq_strerror(zmq_errno()));
+    return rc ? -1 : 0;
+}
+
+void kvpt_events_stop(void)
+{
+    if (!g_pub)
+        return;
+    fprintf(stderr,
+            "kvpool: published %" PRIu64 " events in %" PRIu64 " batches on %s (%" PRIu64
+            " lost to a full queue)\n",
+            kvpi_publisher_events_sent(g_pub), kvpi_publisher_next_seq(g_pub),
+            kvpi_publisher_endpoint(g_pub), kvpi_publisher_events_dropped(g_pub));
+    kvpi_publisher_destroy(g_pub); /* lingers until sent, at most linger_ms */
+    g_pub = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* kvpool events-demo: a scripted scenario                                  */
+/* ------------------------------------------------------------------------ */
+
+#define DEMO_BS 4
+#define DEMO_MAXH 64
+
+typedef struct demo {
+    kvp_pool *pool;
+    kvpi_publisher *pub;
+    uint64_t drain_every, steps;
+    FILE *view;          /* kvpool's own view, written as the batches go */
+    int first_batch;
+    kvp_hash known[DEMO_MAXH]; /* every hash the scenario computed */
+    size_t nknown;
+    uint64_t dropped;
+} demo;
+
+static void json_u64s(FILE *f, const uint64_t *v, size_t n)
+{
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s%" PRIu64, i ? "," : "", v[i]);
+    fputc(']', f);
+}
+
+/* Take the pool's events, note them in the view, publish them. */
+static int demo_flush(demo *d)
+{
+    const kvp_event *ev;
+    size_t n;
+    uint64_t lost = 0;
+    kvp_status st = kvp_events_take(d->pool, &ev, &n, &lost);
+    if (st)
+        return kvpt_error("kvp_events_take: %s", kvp_strerror(st));
+    d->dropped += lost;
+    if (!n)
+        return 0;
+    FILE *f = d->view;
+    fputs(d->first_batch ? "[" : ",[", f);
+    d->first_batch = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kvp_event *e = &ev[i];
+        fputs(i ? ",{" : "{", f);
+        if (e->kind == KVP_EVENT_STORED) {
+            fputs("\"type\":\"BlockStored\",\"block_hashes\":", f);
+            json_u64s(f, e->hashes, e->n_hashes);
+            fputs(",\"parent_block_hash\":", f);
+            if (e->has_parent)
+                fprintf(f, "%" PRIu64, e->parent);
+            else
+                fputs("null", f);
+            fputs(",\"token_ids\":[", f);
+            for (size_t k = 0; k < e->n_tokens; k++)
+                fprintf(f, "%s%" PRIu32, k ? "," : "", e->tokens[k]);
+            fprintf(f, "],\"block_size\":%" PRIu32 ",\"medium\":", e->block_size);
+            json_cstr(f, e->medium);
+            fputs(",\"lora_name\":", f);
+            json_cstr(f, e->lora_name);
+            fprintf(f, ",\"n_mm\":%zu", e->n_mm);
+        } else if (e->kind == KVP_EVENT_REMOVED) {
+            fputs("\"type\":\"BlockRemoved\",\"block_hashes\":", f);
+            json_u64s(f, e->hashes, e->n_hashes);
+            fputs(",\"medium\":", f);
+            json_cstr(f, e->medium);
+        } else {
+            fputs("\"type\":\"AllBlocksCleared\"", f);
+        }
+        fputc('}', f);
+    }
+    fputc(']', f);
+    if (kvpi_publisher_send(d->pub, ev, n, -1.0))
+        return kvpt_error("publishing failed: %s", zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+/* One scenario step done: publish every `drain_every` steps. */
+static int demo_step(demo *d)
+{
+    d->steps++;
+    return d->steps % d->drain_every ? 0 : demo_flush(d);
+}
+
+static void demo_know(demo *d, const uint32_t *t, size_t n, const kvp_extra_keys *x)
+{
+    kvp_hash hs[16];
+    size_t nh = 0;
+    if (kvp_hash_tokens(d->pool, t, n, x, hs, 16, 0, &nh) != KVP_OK)
+        return;
+    for (size_t i = 0; i < nh && d->nknown < DEMO_MAXH; i++)
+        d->known[d->nknown++] = hs[i];
+}
+
+/* Create sequence `id` and admit tokens[0..n). */
+static int demo_admit(demo *d, uint64_t id, const uint32_t *t, size_t n,
+                      const kvp_extra_keys *x, kvp_seq **out)
+{
+    size_t cached;
+    kvp_status st = kvp_seq_create(d->pool, id, x, out);
+    if (!st)
+        st = kvp_seq_admit(*out, t, n, &cached);
+    if (st)
+        return kvpt_error("sequence %" PRIu64 ": %s", id, kvp_strerror(st));
+    demo_know(d, t, n, x);
+    return demo_step(d);
+}
+
+static void fill(uint32_t *t, size_t n, uint32_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = base + (uint32_t)i;
+}
+
+/* The scenario (docs/EVENTS.md): admit, hit, append, evict, reuse, reset,
+ * LoRA + multimodal. */
+static int demo_run(demo *d)
+{
+    uint32_t a[20], b[13], c[32], e[9];
+    fill(a, 20, 1000);             /* prompt A: 17 tokens, then 3 appended */
+    memcpy(b, a, 8 * sizeof *b);   /* prompt B: A's first two blocks + 5 */
+    fill(b + 8, 5, 2000);
+    fill(c, 32, 3000);             /* prompt C: 8 full blocks, forces reuse */
+    fill(e, 9, 4000);              /* prompt E: LoRA and an image */
+    kvp_seq *s1, *s2, *s3, *s4;
+    kvp_status st;
+    if (demo_admit(d, 1, a, 17, NULL, &s1) || demo_admit(d, 2, b, 13, NULL, &s2))
+        return -1;
+    if ((st = kvp_seq_append(s1, a + 17, 3)) != KVP_OK)
+        return kvpt_error("append: %s", kvp_strerror(st));
+    demo_know(d, a, 20, NULL);
+    if (demo_step(d))
+        return -1;
+    kvp_seq_destroy(s2);
+    kvp_seq_destroy(s1);
+    if (demo_step(d))
+        return -1;
+    uint32_t got;
+    if ((st = kvp_evict(d->pool, KVP_STREAM_SHARED, 2, &got)) != KVP_OK)
+        return kvpt_error("evict: %s", kvp_strerror(st));
+    if (demo_step(d) || demo_admit(d, 3, c, 32, NULL, &s3))
+        return -1;
+    kvp_seq_destroy(s3);
+    if (demo_step(d))
+        return -1;
+    if ((st = kvp_reset_prefix_cache(d->pool)) != KVP_OK)
+        return kvpt_error("reset: %s", kvp_strerror(st));
+    if (demo_step(d))
+        return -1;
+    kvp_mm_span img = {{{0}}, 1, 3};
+    for (int i = 0; i < 32; i++)
+        img.hash.b[i] = (uint8_t)(0xa0 + i);
+    kvp_extra_keys x = {1, 1, "demo-lora", &img, 1, NULL, 0};
+    if (demo_admit(d, 4, e, 9, &x, &s4))
+        return -1;
+    kvp_seq_destroy(s4);
+    if (demo_step(d))
+        return -1;
+    return demo_flush(d); /* whatever is left */
+}
+
+/* Wait until stdin closes or `hold` seconds pass (replay keeps answering). */
+static void demo_hold(double hold)
+{
+    double end = kvpt_now() + hold;
+    while (kvpt_now() < end) {
+        struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+        int r = poll(&p, 1, 100);
+        if (r > 0) {
+            char buf[256];
+            if (read(STDIN_FILENO, buf, sizeof buf) <= 0)
+                return; /* EOF: the test is done with us */
+        } else if (r < 0) {
+            return;
+        }
+    }
+}
+
+int kvpt_cmd_events_demo(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"topic", required_argument, NULL, 't'},
+        {"replay", required_argument, NULL, 'r'},
+        {"events-wait", required_argument, NULL, 'w'},
+        {"event-capacity", required_argument, NULL, 'c'},
+        {"drain-every", required_argument, NULL, 'd'},
+        {"hold", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    kvpi_publisher_config pc;
+    kvpi_publisher_config_default(&pc);
+    pc.topic = "kv@127.0.0.1@kvpool-demo";
+    double wait_s = 2, hold = 0;
+    uint64_t capacity = 0, every = 1;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 't':
+            pc.topic = optarg;
+            break;
+        case 'r':
+            pc.replay_endpoint = optarg;
+            break;
+        case 'w':
+        case 'o': {
+            double v = strtod(optarg, &end);
+            if (*end || v < 0)
+                return kvpt_usage_error("events-demo", "not seconds: '%s'", optarg);
+            *(c == 'w' ? &wait_s : &hold) = v;
+            break;
+        }
+        case 'c':
+            if (kvpt_parse_u64(optarg, UINT32_MAX, &capacity) || !capacity)
+                return kvpt_usage_error("events-demo", "--event-capacity: '%s'", optarg);
+            break;
+        case 'd':
+            if (kvpt_parse_u64(optarg, 1000, &every) || !every)
+                return kvpt_usage_error("events-demo", "--drain-every: '%s'", optarg);
+            break;
+        case 'h':
+            kvpt_usage(stdout, "events-demo");
+            return KVPT_EXIT_OK;
+        default:
+            return kvpt_usage_error("events-demo", "unknown or incomplete option '%s'",
+                                    argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1)
+        return kvpt_usage_error("events-demo", "expected exactly one ENDPOINT");
+    pc.endpoint = argv[optind];
+
+    demo d;
+    memset(&d, 0, sizeof d);
+    d.drain_every = every;
+    d.first_batch = 1;
+    char err[256] = "";
+    if (kvpi_publisher_create(&pc, &d.pub, err, sizeof err) != 0)
+        return kvpt_error("events-demo: %s", err);
+    const char *rep = kvpi_publisher_replay_endpoint(d.pub);
+    printf("{\"endpoint\":\"%s\",\"replay_endpoint\":", kvpi_publisher_endpoint(d.pub));
+    json_cstr(stdout, rep);
+    fputs("}\n", stdout);
+    fflush(stdout);
+
+    kvp_config cfg;
+    kvp_config_default(&cfg);
+    cfg.block_size = DEMO_BS;
+    cfg.num_blocks = 10; /* small: prompt C must reuse cached blocks */
+    cfg.events = 1;
+    cfg.event_capacity = (uint32_t)capacity;
+    kvp_status st = kvp_pool_create(&cfg, &d.pool);
+    int rc = KVPT_EXIT_ERROR;
+    char *view = NULL;
+    size_t view_len = 0;
+    d.view = open_memstream(&view, &view_len);
+    if (st || !d.view) {
+        kvpt_error("events-demo: %s", st ? kvp_strerror(st) : "out of memory");
+        goto out;
+    }
+    if (wait_s > 0 && !kvpi_publisher_wait_subscriber(d.pub, (int)(wait_s * 1000)))
+        fprintf(stderr, "kvpool events-demo: no subscriber after %.1f s; publishing anyway\n",
+                wait_s);
+    if (demo_run(&d))
+        goto out;
+    fclose(d.view);
+    d.view = NULL;
+
+    kvp_stats stats;
+    kvp_stats_get(d.pool, &stats);
+    uint64_t indexed[DEMO_MAXH];
+    size_t nidx = 0;
+    for (size_t i = 0; i < d.nknown; i++) {
+        kvp_block blk;
+        if (kvp_lookup(d.pool, KVP_STREAM_SHARED, &d.known[i], &blk) != KVP_OK)
+            continue;
+        uint64_t h = kvp_hash_external(&d.known[i]);
+        size_t k = 0;
+        while (k < nidx && indexed[k] != h)
+            k++;
+        if (k == nidx)
+            indexed[nidx++] = h;
+    }
+    printf("{\"done\":true,\"batches\":%" PRIu64 ",\"events_sent\":%" PRIu64
+           ",\"events_dropped\":%" PRIu64 ",\"stats_events_dropped\":%" PRIu64
+           ",\"block_size\":%d,\"indexed\":",
+           kvpi_publisher_next_seq(d.pub), kvpi_publisher_events_sent(d.pub), d.dropped,
+           stats.events_dropped, DEMO_BS);
+    json_u64s(stdout, indexed, nidx);
+    printf(",\"view\":[%s]}\n", view ? view : "");
+    fflush(stdout);
+    demo_hold(hold);
+    rc = KVPT_EXIT_OK;
+out:
+    if (d.view)
+        fclose(d.view);
+    free(view);
+    kvp_pool_destroy(d.pool);
+    kvpi_publisher_destroy(d.pub);
+    return rc;
+}
+
+#endif /* KVP_HAVE_INTEROP */

@@ -1,0 +1,37 @@
+/*
+ * events.h — KV-cache events in the kvpool CLI: `kvpool events` (a
+ * subscriber that prints what a publisher sends), `kvpool events-demo` (a
+ * scripted scenario published live, for tests and demos), and the hook that
+ * lets `kvpool replay --events ENDPOINT` publish a replay's events.
+ *
+ * Everything here needs libkvpool_interop (ZeroMQ, msgpack); without it
+ * (KVP_HAVE_INTEROP undefined) the commands explain that and fail, and the
+ * hook refuses to start.
+ */
+#ifndef KVPT_EVENTS_H
+#define KVPT_EVENTS_H
+
+#include <kvpool.h>
+
+int kvpt_cmd_events(int argc, char **argv);
+int kvpt_cmd_events_demo(int argc, char **argv);
+
+/* ---- the replay hook ----------------------------------------------------- */
+
+/* Open a publisher on `endpoint` (bound if it contains '*', else connected)
+ * with `topic` (NULL: ""), then wait up to wait_s seconds for a subscriber.
+ * Returns 0, or -1 with the error printed. */
+int kvpt_events_start(const char *endpoint, const char *topic, double wait_s);
+
+/* Is a publisher open (kvpt_events_start succeeded)? */
+int kvpt_events_on(void);
+
+/* Drain `pool`'s event queue and publish the batch.  Returns 0, or -1 with
+ * the error printed.  A no-op when no publisher is open. */
+int kvpt_events_pump(kvp_pool *pool);
+
+/* Let queued messages leave (linger), report on stderr what was sent, and
+ * close the publisher.  A no-op when none is open. */
+void kvpt_events_stop(void);
+
+#endif /* KVPT_EVENTS_H */

@@ -1,0 +1,41 @@
+/*
+ * replay.h — replaying a loaded trace through a kvpool pool with prefix
+ * caching; the one routine behind both `kvpool replay` and `kvpool sweep`.
+ */
+#ifndef KVPT_REPLAY_H
+#define KVPT_REPLAY_H
+
+#include "output.h"
+#include "trace.h"
+
+#include <stdint.h>
+
+/* Tokens per block of the Mooncake traces: one hash id per 512 tokens. */
+#define KVPT_TRACE_BLOCK_TOKENS 512u
+
+typedef struct kvpt_replay_result {
+    uint64_t capacity;          /* blocks in the pool (0 resolved) */
+    uint64_t requests, rejected;
+    uint64_t blocks_requested, blocks_hit;
+    uint64_t tokens_requested;  /* sum of input_length */
+    uint64_t tokens_hit;        /* sum of min(hit blocks x 512, input_length) */
+    uint64_t evictions, peak_in_use;
+    double seconds;             /* the replay loop alone */
+} kvpt_replay_result;
+
+/*
+ * Replay every request of `t` in file order through a fresh pool of
+ * `capacity` blocks (0: one block per hash id in the whole trace, so nothing
+ * is ever evicted) and fill *r.  `progress` (may be NULL) is advanced from
+ * `progress_base` by one per request.  Returns 0, or -1 with the error
+ * printed (the pool cannot be created, or a library call fails).
+ */
+int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
+                uint64_t progress_base, kvpt_replay_result *r);
+
+/* blocks_hit / blocks_requested and tokens_hit / tokens_requested (0 when
+ * nothing was requested). */
+double kvpt_hit_rate(const kvpt_replay_result *r);
+double kvpt_tokens_hit_rate(const kvpt_replay_result *r);
+
+#endif /* KVPT_REPLAY_H */
