@@ -48,6 +48,7 @@
 #define KVP__NONE UINT32_MAX
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
+#define KVP__PREFETCH 8       /* how far ahead batch loops prefetch block records */
 
 /* Block flags. */
 #define KVP__F_EVER 0x01u      /* handed out at least once */

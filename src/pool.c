@@ -842,6 +842,8 @@ kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner ow
     /* Check everything first: ids exist and are in use, then count how often
      * each is named (scratch) against the references the owner holds. */
     for (size_t i = 0; i < n && !rc; i++) {
+        if (i + KVP__PREFETCH < n && ids[i + KVP__PREFETCH] < pool->top)
+            __builtin_prefetch(&pool->blocks[ids[i + KVP__PREFETCH]], 1);
         rc = kvp__check_in_use(pool, ids[i]);
         if (!rc)
             pool->blocks[ids[i]].scratch = 0;

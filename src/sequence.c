@@ -269,6 +269,8 @@ static void release_all(kvp_pool *p, kvp_seq *q)
     uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
     for (size_t i = q->nblocks; i-- > 0;) {
         uint32_t b = q->blocks[i];
+        if (i >= KVP__PREFETCH) /* scattered records: overlap their misses */
+            __builtin_prefetch(&p->blocks[q->blocks[i - KVP__PREFETCH]], 1);
         kvp__ref_drop(p, b, KVP__SEQ);
         if (p->blocks[b].ref == 0)
             kvp__release_block(p, b, cursor);
