@@ -86,6 +86,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(!(k->flags & KVP__F_NULL) || (b == 0 && p->cfg.null_block),
               "block %u: null flag on a non-null block", b);
         CHECK(k->fill <= p->cfg.block_size, "block %u: fill %u above block size", b, k->fill);
+        CHECK(!(k->flags & KVP__F_MARK), "block %u: per-call mark left set", b);
         CHECK(k->ref == 0 || k->state == KVP_BLOCK_IN_USE, "block %u: free with %u refs", b,
               k->ref);
         CHECK(k->state == KVP_BLOCK_IN_USE || (k->anon == 0 && k->sref == 0 && k->owner == KVP__NONE),

@@ -56,6 +56,7 @@
 #define KVP__F_NULL 0x04u      /* the reserved null block */
 #define KVP__F_VERIFIED 0x08u  /* published with tokens and parent recorded */
 #define KVP__F_ANNOUNCED 0x10u /* the indexed copy whose hash events announced */
+#define KVP__F_MARK 0x20u      /* per-call mark (admission), always clear between calls */
 
 /* What a publisher knows about a block being indexed (for events): its
  * parent block (NONE if first or unknown), its tokens (or NULL), the
@@ -76,7 +77,11 @@ typedef struct kvp__block {
                           owner's array */
     };
     uint32_t next;
-    uint32_t lprev, lnext; /* cached: LRU list (head = least recently freed) */
+    union {
+        uint32_t lprev;    /* cached: LRU list (head = least recently freed) */
+        uint32_t count;    /* in use: per-call counter (kvp_free validation) */
+    };
+    uint32_t lnext;
     uint32_t ref;          /* all references */
     uint32_t anon;         /* anonymous references */
     uint32_t sref;         /* references held by sequences (kept apart from
@@ -85,7 +90,6 @@ typedef struct kvp__block {
     uint32_t xhead;        /* first xref (further owners), or NONE */
     uint32_t hnext;        /* next block in the same index bucket, as a link
                               (id + 1; 0 ends the chain: see kvp__chain) */
-    uint32_t scratch;      /* per-call counter (kvp_free validation) */
     uint16_t fill;
     uint8_t format;
     uint8_t stream; /* internal stream index, 0 or 1 */
@@ -93,6 +97,7 @@ typedef struct kvp__block {
     uint8_t flags;  /* KVP__F_* */
     uint16_t pad;
 } kvp__block;
+_Static_assert(sizeof(kvp__block) == 48, "block records stay 48 bytes (memory budget)");
 
 /* A reference held by an owner that is not the block's inline owner. */
 typedef struct kvp__xref {

@@ -401,7 +401,6 @@ void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
     blk->ref = blk->anon = blk->sref = 0;
     blk->owner = blk->xhead = KVP__NONE;
     blk->hnext = 0;
-    blk->scratch = 0;
     blk->fill = 0;
     blk->format = 0;
     blk->stream = (uint8_t)s;
@@ -840,16 +839,17 @@ kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner ow
         return rc;
     uint32_t slot = owner == KVP_ANON ? KVP__NONE : kvp__owner_find(pool, owner);
     /* Check everything first: ids exist and are in use, then count how often
-     * each is named (scratch) against the references the owner holds. */
+     * each is named (count: the LRU link is unused while in use) against
+     * the references the owner holds. */
     for (size_t i = 0; i < n && !rc; i++) {
         if (i + KVP__PREFETCH < n && ids[i + KVP__PREFETCH] < pool->top)
             __builtin_prefetch(&pool->blocks[ids[i + KVP__PREFETCH]], 1);
         rc = kvp__check_in_use(pool, ids[i]);
         if (!rc)
-            pool->blocks[ids[i]].scratch = 0;
+            pool->blocks[ids[i]].count = 0;
     }
     for (size_t i = 0; i < n && !rc; i++)
-        rc = drop_refused(pool, ids[i], ++pool->blocks[ids[i]].scratch, slot, owner);
+        rc = drop_refused(pool, ids[i], ++pool->blocks[ids[i]].count, slot, owner);
     if (!rc && n) {
         uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
         for (size_t i = 0; i < n; i++) {

@@ -371,15 +371,15 @@ kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t 
         seq->blocks[k] = parent = b;
     }
     /* Matched blocks that are cached will leave the free list when claimed:
-     * count each once (scratch marks duplicates) against what is free. */
-    for (size_t i = 0; i < k; i++)
-        p->blocks[seq->blocks[i]].scratch = 0;
+     * count each once (a mark flag catches repeats) against what is free. */
     uint32_t matched_free = 0;
     for (size_t i = 0; i < k; i++) {
         kvp__block *blk = &p->blocks[seq->blocks[i]];
-        matched_free += blk->state == KVP_BLOCK_CACHED && !blk->scratch;
-        blk->scratch = 1;
+        matched_free += blk->state == KVP_BLOCK_CACHED && !(blk->flags & KVP__F_MARK);
+        blk->flags |= KVP__F_MARK;
     }
+    for (size_t i = 0; i < k; i++)
+        p->blocks[seq->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
     uint32_t avail = p->st[0].nvacant + p->st[0].ncached - matched_free;
     rc = kvp__room_for(p, 0, avail, nblocks - k);
     if (!rc) {
