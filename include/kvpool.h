@@ -808,8 +808,10 @@ typedef struct kvp_event {
     uint32_t block_size;
     const char *lora_name;      /* STORED: NULL without LoRA */
     const kvp_hash *mm;         /* STORED: hashes of the multimodal inputs
-                                   overlapping the blocks, in order */
+                                   overlapping the blocks, block by block */
     size_t n_mm;
+    const uint32_t *mm_per_block; /* STORED: n_hashes counts; block i's
+                                   inputs follow block i-1's in mm */
     const char *medium;
 } kvp_event;
 

@@ -92,21 +92,25 @@ static int pack_mm_hex(msgpack_packer *pk, const kvp_hash *h)
 }
 
 /* extra_keys: nil without multimodal inputs; otherwise one entry per block,
- * each the array of the inputs' hex identifiers.  kvp_event lists the inputs
- * overlapping the event's blocks as one flat list, without saying which
- * block each overlaps, so every block's entry carries that whole list (exact
- * for a one-block event).  See docs/EVENTS.md. */
+ * each the array of the hex identifiers of the inputs that block overlaps
+ * (kvp_event.mm lists them block by block, mm_per_block says how many are
+ * each block's).  See docs/EVENTS.md. */
 static int pack_extra_keys(msgpack_packer *pk, const kvp_event *e)
 {
     if (e->n_mm == 0)
         return msgpack_pack_nil(pk);
-    if (!e->mm)
+    if (!e->mm || !e->mm_per_block)
         return -1;
     int rc = msgpack_pack_array(pk, e->n_hashes);
+    size_t at = 0;
     for (size_t b = 0; b < e->n_hashes && !rc; b++) {
-        rc = msgpack_pack_array(pk, e->n_mm);
-        for (size_t i = 0; i < e->n_mm && !rc; i++)
-            rc = pack_mm_hex(pk, &e->mm[i]);
+        uint32_t k = e->mm_per_block[b];
+        if (at + k > e->n_mm)
+            return -1;
+        rc = msgpack_pack_array(pk, k);
+        for (uint32_t i = 0; i < k && !rc; i++)
+            rc = pack_mm_hex(pk, &e->mm[at + i]);
+        at += k;
     }
     return rc;
 }

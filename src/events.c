@@ -33,6 +33,7 @@ typedef struct evbuf {
     size_t ntok;
     kvp_hash *mm;
     uint32_t nmm;
+    uint32_t *mmc; /* per stored block: how many of mm are its own */
 } evbuf;
 
 struct kvp__evq {
@@ -63,6 +64,7 @@ static void buf_free(kvp_pool *p, kvp__evq *q, evbuf *b)
     kvp__release(p, b->h, (size_t)q->cap * sizeof *b->h);
     kvp__release(p, b->tok, tokcap(p, q) * sizeof *b->tok);
     kvp__release(p, b->mm, (size_t)q->cap * sizeof *b->mm);
+    kvp__release(p, b->mmc, (size_t)q->cap * sizeof *b->mmc);
 }
 
 void kvp__events_free(kvp_pool *p)
@@ -99,7 +101,8 @@ kvp_status kvp__events_init(kvp_pool *p)
         b->h = kvp__alloc(p, (size_t)q->cap * sizeof *b->h);
         b->tok = kvp__alloc(p, tokcap(p, q) * sizeof *b->tok);
         b->mm = kvp__alloc(p, (size_t)q->cap * sizeof *b->mm);
-        ok = b->ev && b->h && b->tok && b->mm;
+        b->mmc = kvp__alloc(p, (size_t)q->cap * sizeof *b->mmc);
+        ok = b->ev && b->h && b->tok && b->mm && b->mmc;
     }
     if (!ok) {
         kvp__events_free(p);
@@ -183,6 +186,7 @@ static kvp_event *new_event(kvp__evq *q, evbuf *b, kvp_event_kind kind)
     e->hashes = b->h + b->nh;
     e->tokens = b->tok + b->ntok;
     e->mm = b->mm + b->nmm;
+    e->mm_per_block = b->mmc + b->nh; /* one count per hash of the event */
     q->open = kind != KVP_EVENT_ALL_CLEARED;
     return e;
 }
@@ -247,6 +251,7 @@ void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
             e->parent = kvp_hash_external(&p->hashes[parent]);
         }
     }
+    buf->mmc[buf->nh] = k;
     buf->h[buf->nh++] = kvp_hash_external(&p->hashes[b]);
     e->n_hashes++;
     if (tokens) {

@@ -660,6 +660,9 @@ static void test_seq_lora_and_mm(void **state)
     KVP_ASSERT_EQ(ev[0].n_mm, 2); /* the input, once per block it overlaps */
     assert_memory_equal(ev[0].mm[0].b, span.hash.b, 32);
     assert_memory_equal(ev[0].mm[1].b, span.hash.b, 32);
+    assert_non_null(ev[0].mm_per_block);
+    KVP_ASSERT_EQ(ev[0].mm_per_block[0], 1);
+    KVP_ASSERT_EQ(ev[0].mm_per_block[1], 1);
     kvp_hash hs[2];
     x.lora_name = "adapter-a";
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 8, &x, hs, 2, 0, NULL));

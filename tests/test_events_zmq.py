@@ -238,7 +238,9 @@ def test_scenario_and_replay(ctx):
         lora = st[4]
         assert lora[7] == "demo-lora" and lora[3] == list(range(4000, 4008))
         img = bytes(range(0xa0, 0xc0)).hex()
-        assert lora[8] == [[img], [img]]  # one entry per block (docs/EVENTS.md)
+        # one entry per block, listing the inputs that block overlaps: the
+        # image spans tokens [1, 3), all in the first block (docs/EVENTS.md)
+        assert lora[8] == [[img], []]
         kinds = [ev[0] for _, _, evs in batches for ev in evs]
         assert "BlockRemoved" in kinds and "AllBlocksCleared" in kinds
         # reusing cached blocks for prompt C removes them in the same batch

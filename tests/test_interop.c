@@ -39,7 +39,7 @@ int main(void)
 /* ---- msgpack ----------------------------------------------------------- */
 
 /* Turn a vector's description into kvp_events (pointing into the vector). */
-static size_t to_events(const iv_batch *b, kvp_event *out, kvp_hash mm[][2])
+static size_t to_events(const iv_batch *b, kvp_event *out, kvp_hash mm[][3])
 {
     for (size_t i = 0; i < b->n_events; i++) {
         const iv_event *v = &b->events[i];
@@ -59,6 +59,7 @@ static size_t to_events(const iv_batch *b, kvp_event *out, kvp_hash mm[][2])
             memcpy(mm[i][k].b, v->mm[k], 32);
         e->mm = mm[i];
         e->n_mm = v->n_mm;
+        e->mm_per_block = v->mm_per_block;
     }
     return b->n_events;
 }
@@ -78,7 +79,7 @@ static void test_encode_exact_bytes(void **state)
     for (size_t k = 0; k < sizeof iv_batches / sizeof iv_batches[0]; k++) {
         const iv_batch *b = &iv_batches[k];
         kvp_event ev[IV_MAX_EVENTS];
-        kvp_hash mm[IV_MAX_EVENTS][2];
+        kvp_hash mm[IV_MAX_EVENTS][3];
         size_t n = to_events(b, ev, mm);
         assert_int_equal(kvpi_encode_batch(ev, n, b->ts, b->has_dp ? b->dp : KVPI_NO_DP_RANK,
                                            &buf),

@@ -88,10 +88,12 @@ def c_str(s):
     return "NULL" if s is None else '"%s"' % s
 
 
-def ev_stored(hashes, parent, tokens, bs, medium, lora, mm, n_blocks):
+def ev_stored(hashes, parent, tokens, bs, medium, lora, mm_blocks):
+    # extra_keys: nil without multimodal inputs, else per block the hex ids
+    # of the inputs that block overlaps
     extra = None
-    if mm:
-        extra = [[h.hex() for h in mm] for _ in range(n_blocks)]
+    if any(mm_blocks):
+        extra = [[h.hex() for h in blk] for blk in mm_blocks]
     return ["BlockStored", hashes, parent, tokens, bs, None, medium, lora, extra, 0, None, None]
 
 
@@ -102,16 +104,16 @@ BATCHES = [
     ("all_kinds", 1700000000.25, None, [
         dict(kind="STORED", hashes=[1, 0xFFFFFFFFFFFFFFFF], parent=None,
              tokens=[0, 127, 128, 65535, 65536, 4294967295, 5, 6], bs=4, lora="sql",
-             medium="GPU", mm=[]),
+             medium="GPU", mm=[[], []]),
         dict(kind="STORED", hashes=[300], parent=1 << 40, tokens=[], bs=4, lora=None,
-             medium="GPU", mm=[MM[0]]),
+             medium="GPU", mm=[[MM[0]]]),
         dict(kind="REMOVED", hashes=[1, 1 << 32], medium="CPU"),
         dict(kind="CLEARED"),
     ]),
     ("dp_rank_empty", 0.0, 3, []),
     ("mm_two_blocks", 12.5, 0, [
         dict(kind="STORED", hashes=[5, 6], parent=4, tokens=[1, 2, 3, 4, 5, 6, 7, 8], bs=4,
-             lora=None, medium="GPU", mm=MM),
+             lora=None, medium="GPU", mm=[[MM[0]], MM]),
     ]),
 ]
 
@@ -121,7 +123,7 @@ def batch_obj(ts, dp, events):
     for e in events:
         if e["kind"] == "STORED":
             out.append(ev_stored(e["hashes"], e["parent"], e["tokens"], e["bs"], e["medium"],
-                                 e["lora"], e["mm"], len(e["hashes"])))
+                                 e["lora"], e["mm"]))
         elif e["kind"] == "REMOVED":
             out.append(["BlockRemoved", e["hashes"], e["medium"], 0])
         else:
@@ -191,7 +193,7 @@ def main():
     w("    size_t n_tokens; uint32_t tokens[8];")
     w("    uint32_t block_size;")
     w("    const char *lora_name, *medium;")
-    w("    size_t n_mm; uint8_t mm[2][32];")
+    w("    size_t n_mm; uint8_t mm[3][32]; uint32_t mm_per_block[4];")
     w("} iv_event;")
     w("typedef struct iv_batch {")
     w("    const char *name;")
@@ -212,13 +214,15 @@ def main():
         for e in events:
             hs = e.get("hashes", [])
             tk = e.get("tokens", [])
-            mm = e.get("mm", [])
-            evs.append("{%d, %d, {%s}, %d, %du, %d, {%s}, %d, %s, %s, %d, {%s}}" % (
+            mm_blocks = e.get("mm", [])
+            mm = [h for blk in mm_blocks for h in blk]
+            evs.append("{%d, %d, {%s}, %d, %du, %d, {%s}, %d, %s, %s, %d, {%s}, {%s}}" % (
                 kinds[e["kind"]], len(hs), ", ".join("%du" % h for h in hs) or "0",
                 e.get("parent") is not None, e.get("parent") or 0, len(tk),
                 ", ".join("%du" % t for t in tk) or "0", e.get("bs", 0),
                 c_str(e.get("lora")), c_str(e.get("medium")), len(mm),
-                ", ".join("{%s}" % c_bytes(h) for h in mm) or "{0}"))
+                ", ".join("{%s}" % c_bytes(h) for h in mm) or "{0}",
+                ", ".join("%du" % len(blk) for blk in mm_blocks) or "0"))
         w("    {\"%s\", %r, %d, %d, %d, {%s}, sizeof iv_bytes_%s, iv_bytes_%s},"
           % (name, ts, dp is not None, dp or 0, len(events), ", ".join(evs) or "{0}", name, name))
     w("};")
