@@ -114,7 +114,10 @@ static kvp_status digest(const kvp_config *cfg, const uint8_t *msg, size_t len, 
     return KVP_OK;
 }
 
-static kvp_status extra_valid(const kvp_extra_keys *x)
+/* Extra keys are usable: arrays present where counts say so, spans not
+ * reversed, a salt length that fits the u32 of the layout.  Shared with the
+ * sequences, which copy extra keys and must refuse what hashing would. */
+kvp_status kvp__extra_valid(const kvp_extra_keys *x)
 {
     if (!x)
         return KVP_OK;
@@ -154,7 +157,7 @@ kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent, const ui
     if (!pool || !tokens || !out || n != pool->cfg.block_size || start % n != 0 ||
         (!parent && start != 0))
         return KVP_EINVAL;
-    kvp_status rc = extra_valid(extra);
+    kvp_status rc = kvp__extra_valid(extra);
     return rc ? rc : hash_one(pool, parent, tokens, start, extra, out);
 }
 
@@ -180,7 +183,7 @@ kvp_status kvp_hash_tokens(const kvp_pool *pool, const uint32_t *tokens, size_t 
     size_t nblocks = n_tokens / pool->cfg.block_size;
     if (n_known > nblocks)
         return KVP_EINVAL;
-    kvp_status rc = extra_valid(extra);
+    kvp_status rc = kvp__extra_valid(extra);
     if (rc)
         return rc;
     if (n_out)

@@ -298,6 +298,7 @@ void kvp__forget_all(kvp_pool *p);
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
 
 /* ---- hashing (hashing.c) ---- */
+kvp_status kvp__extra_valid(const kvp_extra_keys *x);
 kvp_status kvp__hash_chain(const kvp_pool *p, const uint32_t *tokens, size_t nblocks,
                            const kvp_extra_keys *x, kvp_hash *hashes, size_t known);
 

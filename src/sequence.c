@@ -149,11 +149,9 @@ static kvp_status copy_extra(kvp_pool *p, kvp_seq *q, const kvp_extra_keys *x)
 {
     if (!x)
         return KVP_OK;
-    if ((x->n_mm && !x->mm) || (x->salt_len && !x->salt))
-        return KVP_EINVAL;
-    for (size_t i = 0; i < x->n_mm; i++)
-        if (x->mm[i].end < x->mm[i].start)
-            return KVP_EINVAL;
+    kvp_status rc = kvp__extra_valid(x);
+    if (rc)
+        return rc;
     size_t name = x->lora_name ? strlen(x->lora_name) + 1 : 0;
     size_t bytes = x->n_mm * sizeof *x->mm + x->salt_len + name;
     uint8_t *m = bytes ? kvp__alloc(p, bytes) : NULL;

@@ -327,6 +327,21 @@ static void test_create_errors(void **state)
     cfg.allocator = &no_release;
     expect_create_fails(&cfg, KVP_EINVAL, __LINE__);
 
+    cfg = kvptest_config(8);
+    cfg.history_len = (1u << 20) + 1;
+    expect_create_fails(&cfg, KVP_EINVAL, __LINE__);
+    cfg = kvptest_config(8);
+    cfg.hash_alg = (kvp_hash_alg)3;
+    expect_create_fails(&cfg, KVP_EINVAL, __LINE__);
+    cfg.hash_alg = KVP_HASH_CUSTOM; /* without hash_fn */
+    expect_create_fails(&cfg, KVP_EINVAL, __LINE__);
+    cfg = kvptest_config(8);
+    cfg.host_arena = 1; /* without block_bytes */
+    expect_create_fails(&cfg, KVP_EINVAL, __LINE__);
+    cfg = kvptest_config(8);
+    cfg.block_bytes[1] = 64; /* a V arena without separate K/V lists */
+    expect_create_fails(&cfg, KVP_EINVAL, __LINE__);
+
     /* Boundary values that are valid. */
     cfg = kvptest_config(8);
     cfg.block_size = 65535;
