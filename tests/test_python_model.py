@@ -17,9 +17,9 @@ import kvpool  # noqa: E402
 
 N = 12
 BS = 2
-# Sequence references are anonymous in the library; the model keeps them apart
-# so that free(..., owner=None) never drops one (see docs/PYTHON.md: doing so
-# corrupts the pool when the sequence is destroyed later — a library issue).
+# Sequence references are their own kind in the library (block "seq_refs"):
+# free(..., owner=None) can drop only anonymous ones.  The model keeps them
+# apart the same way.
 SEQ = "seq"
 
 

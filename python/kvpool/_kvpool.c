@@ -1140,10 +1140,11 @@ static PyObject *Pool_block_info(PoolObject *self, PyObject *const *args, Py_ssi
         Py_DECREF(h);
         return NULL;
     }
-    return Py_BuildValue("{s:s,s:i,s:I,s:I,s:I,s:I,s:O,s:O,s:O,s:N,s:N}", "state",
+    return Py_BuildValue("{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:O,s:N,s:N}", "state",
                          state_name(bi.state), "stream", (int)bi.stream, "format",
                          (unsigned)bi.format, "ref_count", (unsigned)bi.ref_count, "anon_refs",
-                         (unsigned)bi.anon_refs, "fill", (unsigned)bi.fill, "published",
+                         (unsigned)bi.anon_refs, "seq_refs", (unsigned)bi.seq_refs, "fill",
+                         (unsigned)bi.fill, "published",
                          bi.published ? Py_True : Py_False, "ever_allocated",
                          bi.ever_allocated ? Py_True : Py_False, "is_null",
                          bi.is_null ? Py_True : Py_False, "owner", owner, "hash", h);
