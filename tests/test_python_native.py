@@ -245,6 +245,23 @@ def test_sequence_calls():
     assert not t.alive
 
 
+def test_sequence_references_are_not_anonymous():
+    # A sequence's references are its own: free(owner=None) cannot drop them
+    # (once it could, and destroying the sequence then corrupted the pool).
+    p = kvpool.Pool(block_size=2, num_blocks=12)
+    s = kvpool.Sequence(p, 1)
+    s.admit([0])
+    info = p.block_info(0)
+    assert (info["seq_refs"], info["anon_refs"], info["ref_count"]) == (1, 0, 1)
+    fp = p.fingerprint()
+    with pytest.raises(kvpool.NotOwnerError):
+        p.free([0])
+    assert p.fingerprint() == fp
+    s.destroy()
+    p.check()
+    assert p.block_info(0)["state"] == "vacant"
+
+
 def test_zero_copy_table_validity():
     p = kvpool.Pool(block_size=4, num_blocks=32)
     s = kvpool.Sequence(p, 1)
