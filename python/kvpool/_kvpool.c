@@ -885,21 +885,29 @@ static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t n
     return PyLong_FromUnsignedLong(id);
 }
 
-static PyObject *Pool_take_id(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames)
+/* The calls of the form f(pool, id, owner) -> status: take_id, claim. */
+static PyObject *id_owner_call(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames, const char *name,
+                               kvp_status (*fn)(kvp_pool *, kvp_block, kvp_owner))
 {
     static const char *const kw[] = {"id", "owner", NULL};
     PyObject *o[2];
     uint32_t id;
     kvp_owner owner;
     POOL_CHECK(self);
-    if (parse_args("take_id", args, nargs, kwnames, kw, 1, o) || get_u32(o[0], 0, &id, "id") ||
+    if (parse_args(name, args, nargs, kwnames, kw, 1, o) || get_u32(o[0], 0, &id, "id") ||
         get_owner(o[1], &owner))
         return NULL;
-    kvp_status st = kvp_take_id(self->pool, id, owner);
+    kvp_status st = fn(self->pool, id, owner);
     if (st)
         return raise_status(st);
     Py_RETURN_NONE;
+}
+
+static PyObject *Pool_take_id(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    return id_owner_call(self, args, nargs, kwnames, "take_id", kvp_take_id);
 }
 
 static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1153,18 +1161,7 @@ static PyObject *Pool_block_info(PoolObject *self, PyObject *const *args, Py_ssi
 static PyObject *Pool_claim(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
 {
-    static const char *const kw[] = {"id", "owner", NULL};
-    PyObject *o[2];
-    uint32_t id;
-    kvp_owner owner;
-    POOL_CHECK(self);
-    if (parse_args("claim", args, nargs, kwnames, kw, 1, o) || get_u32(o[0], 0, &id, "id") ||
-        get_owner(o[1], &owner))
-        return NULL;
-    kvp_status st = kvp_claim(self->pool, id, owner);
-    if (st)
-        return raise_status(st);
-    Py_RETURN_NONE;
+    return id_owner_call(self, args, nargs, kwnames, "claim", kvp_claim);
 }
 
 static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
