@@ -285,7 +285,10 @@ typedef struct kvp_config {
     int events;                 /* record events (default 0: nothing is
                                    recorded and nothing is paid) */
     uint32_t event_capacity;    /* block hashes the queue holds between two
-                                   kvp_events_take calls (default 4096) */
+                                   kvp_events_take calls (default 4096).
+                                   Reserved at creation for two buffers:
+                                   about 2 x capacity x (4 x block_size + 100)
+                                   bytes, tokens included */
     const char *medium;         /* storage medium named in events (default
                                    "GPU"); copied at creation */
 } kvp_config;
