@@ -287,7 +287,7 @@ typedef struct kvp_config {
     uint32_t event_capacity;    /* block hashes the queue holds between two
                                    kvp_events_take calls (default 4096).
                                    Reserved at creation for two buffers:
-                                   about 2 x capacity x (4 x block_size + 100)
+                                   about 2 x capacity x (4 x block_size + 150)
                                    bytes, tokens included */
     const char *medium;         /* storage medium named in events (default
                                    "GPU"); copied at creation */
