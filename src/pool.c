@@ -838,22 +838,34 @@ kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner ow
     if (rc)
         return rc;
     uint32_t slot = owner == KVP_ANON ? KVP__NONE : kvp__owner_find(pool, owner);
-    /* Check everything first: ids exist and are in use, then count how often
-     * each is named (count: the LRU link is unused while in use) against
-     * the references the owner holds. */
-    for (size_t i = 0; i < n && !rc; i++) {
+    /* Check everything first, in one pass: each id exists and is in use, and
+     * the owner holds as many references on it as it is named so far (a mark
+     * flag says the block's count, in its LRU link, which a block in use does
+     * not need, belongs to this call). */
+    size_t i = 0;
+    for (; i < n; i++) {
         if (i + KVP__PREFETCH < n && ids[i + KVP__PREFETCH] < pool->top)
             __builtin_prefetch(&pool->blocks[ids[i + KVP__PREFETCH]], 1);
-        rc = kvp__check_in_use(pool, ids[i]);
-        if (!rc)
-            pool->blocks[ids[i]].count = 0;
+        if ((rc = kvp__check_in_use(pool, ids[i])))
+            break;
+        kvp__block *blk = &pool->blocks[ids[i]];
+        if (!(blk->flags & KVP__F_MARK)) {
+            blk->flags |= KVP__F_MARK;
+            blk->count = 0;
+        }
+        if ((rc = drop_refused(pool, ids[i], ++blk->count, slot, owner))) {
+            i++; /* this one is marked too */
+            break;
+        }
     }
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = drop_refused(pool, ids[i], ++pool->blocks[ids[i]].count, slot, owner);
-    if (!rc && n) {
+    if (rc) {
+        while (i-- > 0)
+            pool->blocks[ids[i]].flags &= (uint8_t)~KVP__F_MARK;
+    } else if (n) {
         uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
-        for (size_t i = 0; i < n; i++) {
+        for (i = 0; i < n; i++) {
             uint32_t b = ids[i];
+            pool->blocks[b].flags &= (uint8_t)~KVP__F_MARK;
             kvp__ref_drop(pool, b, slot);
             if (pool->blocks[b].ref == 0)
                 kvp__release_block(pool, b, cursor);
