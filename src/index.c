@@ -227,7 +227,7 @@ uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint3
 /* Public calls                                                              */
 /* ------------------------------------------------------------------------ */
 
-kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
+KVP__FLATTEN kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
 {
     if (!pool || !hash || !pool->cfg.prefix_caching)
         return KVP_EINVAL;
@@ -250,7 +250,8 @@ kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
     return rc;
 }
 
-kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash, kvp_block *out)
+KVP__FLATTEN kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash *hash,
+                                   kvp_block *out)
 {
     if (!pool || !hash || !out)
         return KVP_EINVAL;

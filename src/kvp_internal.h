@@ -50,6 +50,16 @@
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
 #define KVP__PREFETCH 8       /* how far ahead batch loops prefetch block records */
 
+/* On the hottest entry points: inline every call the compiler can see (all
+ * of the library, in the unity build).  The per-block work is a dozen small
+ * steps; as calls, their register saves and restores were about a sixth of
+ * the instructions of a take and its free (callgrind). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define KVP__FLATTEN __attribute__((flatten))
+#else
+#define KVP__FLATTEN
+#endif
+
 /* Block flags. */
 #define KVP__F_EVER 0x01u      /* handed out at least once */
 #define KVP__F_PUBLISHED 0x02u /* has a digest and sits in the index */

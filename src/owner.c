@@ -350,7 +350,7 @@ void kvp__owner_relocate(kvp_pool *p, uint32_t from, uint32_t to)
 /* Public owner calls                                                        */
 /* ------------------------------------------------------------------------ */
 
-kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
+KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
 {
     if (!pool || owner == KVP_ANON)
         return KVP_EINVAL;

@@ -726,7 +726,8 @@ static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
     return KVP_OK;
 }
 
-kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens, kvp_owner owner,
+KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
+                                  kvp_owner owner,
                      unsigned format, kvp_block *ids, size_t ids_cap, size_t *n_out)
 {
     if (!pool || !ids || !n_out || tokens == 0 || format > 255)
@@ -751,7 +752,8 @@ kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens, kvp_own
     return rc;
 }
 
-kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner, kvp_block *out)
+KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                                 kvp_block *out)
 {
     if (!pool || !out)
         return KVP_EINVAL;
@@ -791,7 +793,7 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
 /* Claim and free                                                            */
 /* ------------------------------------------------------------------------ */
 
-kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
+KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
     kvp_status rc = kvp__enter(pool);
     if (rc)
@@ -830,7 +832,8 @@ static kvp_status drop_refused(const kvp_pool *p, uint32_t b, uint32_t times, ui
     return times > held ? KVP_ENOTOWNER : KVP_OK;
 }
 
-kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n, kvp_owner owner)
+KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
+                                 kvp_owner owner)
 {
     if (!pool || (!ids && n))
         return KVP_EINVAL;

@@ -320,7 +320,7 @@ kvp_status kvp_seq_find(kvp_pool *pool, uint64_t request_id, kvp_seq **out)
     return rc;
 }
 
-kvp_status kvp_seq_destroy(kvp_seq *seq)
+KVP__FLATTEN kvp_status kvp_seq_destroy(kvp_seq *seq)
 {
     if (!seq)
         return KVP_EINVAL;
@@ -337,7 +337,8 @@ kvp_status kvp_seq_destroy(kvp_seq *seq)
     return KVP_OK;
 }
 
-kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *cached_tokens)
+KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                      size_t *cached_tokens)
 {
     if (!seq || !tokens || n == 0)
         return KVP_EINVAL;
@@ -414,7 +415,7 @@ static const uint32_t *block_tokens(const kvp_seq *q, size_t bs, size_t i, size_
     return tokens + (i - first) * bs - old_fill;
 }
 
-kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
+KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n)
 {
     if (!seq || (!tokens && n))
         return KVP_EINVAL;
