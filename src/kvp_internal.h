@@ -293,7 +293,7 @@ static inline kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot);
 uint32_t kvp__node_block(const kvp_pool *p, uint32_t node);
 uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node);
-void kvp__owner_relocate(kvp_pool *p, uint32_t from, uint32_t to);
+void kvp__owner_relocate(kvp_pool *p, uint32_t to);
 void kvp__owners_reset(kvp_pool *p);
 void kvp__owners_destroy(kvp_pool *p);
 

@@ -334,12 +334,11 @@ uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot)
     return n;
 }
 
-/* Block `to` has just received `from`'s record (relocation): the owner
- * array entry and the xrefs follow the new id. */
-void kvp__owner_relocate(kvp_pool *p, uint32_t from, uint32_t to)
+/* Block `to` has just received another block's record (relocation): the
+ * owner array entry and the xrefs follow the new id. */
+void kvp__owner_relocate(kvp_pool *p, uint32_t to)
 {
     kvp__block *blk = &p->blocks[to];
-    (void)from;
     if (blk->owner != KVP__NONE)
         p->owners[blk->owner].refs[blk->opos] = to;
     for (uint32_t xi = blk->xhead; xi != KVP__NONE; xi = p->xrefs[xi].bnext)

@@ -162,7 +162,7 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
         p->hashes[dst] = p->hashes[src];
         kvp__index_replace(p, src, dst);
     }
-    kvp__owner_relocate(p, src, dst);
+    kvp__owner_relocate(p, dst);
     if (p->seq_relocate)
         p->seq_relocate(p, src, dst);
 }
