@@ -249,6 +249,12 @@ static void cmp_events(void)
                 i, m->ev_hash[i], m->ev_block[i], g_r.lg.hash[i], g_r.lg.block[i]);
 }
 
+static void stat_mismatch(void *user, const char *field, uint64_t exp, uint64_t got)
+{
+    (void)user;
+    cmp_u64(field, exp, got);
+}
+
 static void cmp_stats(void)
 {
     model *m = &g_m;
@@ -256,50 +262,7 @@ static void cmp_stats(void)
     kvp_status s = kvp_stats_get(g_r.p, &g);
     if (s != KVP_OK)
         bad("kvp_stats_get: %s", kvp_strerror(s));
-    kvp_stats e = mdl_gauges(m);
-    if (e.in_use > m->k.peak)
-        m->k.peak = e.in_use;
-    uint64_t tokens = 0;
-    int reborn = 0;
-    for (uint32_t i = 0; i < m->top; i++) {
-        if (m->b[i].state == KVP_BLOCK_IN_USE)
-            tokens += m->b[i].fill;
-        reborn |= m->b[i].reborn;
-    }
-#define CMPS(f, ev) cmp_u64("stats." #f, (uint64_t)(ev), g.f)
-    CMPS(blocks, e.blocks);
-    CMPS(in_use, e.in_use);
-    CMPS(free, e.free);
-    CMPS(vacant, e.vacant);
-    CMPS(cached, e.cached);
-    CMPS(shared, e.shared);
-    CMPS(indexed, e.indexed);
-    CMPS(fragmented, e.fragmented);
-    CMPS(owners, e.owners);
-    CMPS(tokens_in_use, tokens);
-    CMPS(peak_in_use, m->k.peak);
-    CMPS(alloc_calls, m->k.alloc_calls);
-    CMPS(blocks_allocated, m->k.blocks_allocated);
-    CMPS(free_calls, m->k.free_calls);
-    CMPS(blocks_freed, m->k.blocks_freed);
-    CMPS(exhausted, m->k.exhausted);
-    CMPS(grown, m->k.grown);
-    CMPS(extended, m->k.extended);
-    CMPS(retired, m->k.retired);
-    CMPS(relocated, m->k.relocated);
-    CMPS(evictions, m->k.evictions);
-    CMPS(prefix_queries, m->k.prefix_queries);
-    CMPS(prefix_hits, m->k.prefix_hits);
-    CMPS(prefix_tokens_queried, m->k.prefix_queries * m->c.bs);
-    CMPS(prefix_tokens_hit, m->k.prefix_hits * m->c.bs);
-    CMPS(cow_copies, m->k.cow_copies);
-#undef CMPS
-    /* Whether an id added again after retirement "had been handed out" is
-     * open (see test_model.c): skip `reused` then. */
-    if (!reborn)
-        cmp_u64("stats.reused", m->k.reused, g.reused);
-    else
-        m->k.reused = g.reused;
+    mdl_stats_diff(m, &g, stat_mismatch, NULL);
 }
 
 static void cmp_block(kvp_block id)

@@ -11,6 +11,7 @@
  */
 #include "model.h"
 
+#include <stddef.h>
 #include <string.h>
 
 int mdl_mimic;
@@ -408,6 +409,79 @@ kvp_stats mdl_gauges(const model *m)
     for (int i = 0; i < NOWN; i++)
         s.owners += m->o[i].active;
     return s;
+}
+
+/* Every counter kvp_stats_get should report, from the model: the gauges
+ * above plus the rate counters the model keeps (not the two ratios). */
+static kvp_stats mdl_expected(const model *m)
+{
+    kvp_stats e = mdl_gauges(m);
+    for (uint32_t i = 0; i < m->top; i++)
+        if (m->b[i].state == KVP_BLOCK_IN_USE)
+            e.tokens_in_use += m->b[i].fill;
+    e.peak_in_use = m->k.peak;
+    e.alloc_calls = m->k.alloc_calls;
+    e.blocks_allocated = m->k.blocks_allocated;
+    e.free_calls = m->k.free_calls;
+    e.blocks_freed = m->k.blocks_freed;
+    e.exhausted = m->k.exhausted;
+    e.grown = m->k.grown;
+    e.extended = m->k.extended;
+    e.retired = m->k.retired;
+    e.relocated = m->k.relocated;
+    e.evictions = m->k.evictions;
+    e.prefix_queries = m->k.prefix_queries;
+    e.prefix_hits = m->k.prefix_hits;
+    e.prefix_tokens_queried = m->k.prefix_queries * m->c.bs;
+    e.prefix_tokens_hit = m->k.prefix_hits * m->c.bs;
+    e.cow_copies = m->k.cow_copies;
+    e.reused = m->k.reused;
+    return e;
+}
+
+/* Compare `got` with the model's expected counters; `bad` hears of each
+ * field that differs (name, expected, got).  Returns the number of fields
+ * that differ.  One table serves the model test and the fuzzer.  Also moves
+ * the model's peak up to the blocks in use now, and judges `reused` only
+ * while no id was added again after retirement (whether such an id "had
+ * been handed out" is open; the model then takes the library's count). */
+int mdl_stats_diff(model *m, const kvp_stats *got,
+                   void (*bad)(void *user, const char *field, uint64_t exp, uint64_t got),
+                   void *user)
+{
+    kvp_stats in_use = mdl_gauges(m);
+    if (in_use.in_use > m->k.peak)
+        m->k.peak = in_use.in_use;
+    int reborn = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        reborn |= m->b[i].reborn;
+    if (reborn)
+        m->k.reused = got->reused;
+    static const struct {
+        const char *name;
+        size_t off;
+    } fields[] = {
+#define F(f) {"stats." #f, offsetof(kvp_stats, f)}
+        F(blocks), F(in_use), F(free), F(vacant), F(cached), F(shared), F(indexed),
+        F(fragmented), F(owners), F(tokens_in_use), F(peak_in_use), F(alloc_calls),
+        F(blocks_allocated), F(free_calls), F(blocks_freed), F(exhausted), F(grown),
+        F(extended), F(retired), F(relocated), F(evictions), F(prefix_queries),
+        F(prefix_hits), F(prefix_tokens_queried), F(prefix_tokens_hit), F(cow_copies),
+        F(reused),
+#undef F
+    };
+    kvp_stats e = mdl_expected(m);
+    int n = 0;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        uint64_t ev, gv;
+        memcpy(&ev, (const char *)&e + fields[i].off, sizeof ev);
+        memcpy(&gv, (const char *)got + fields[i].off, sizeof gv);
+        if (ev != gv) {
+            bad(user, fields[i].name, ev, gv);
+            n++;
+        }
+    }
+    return n;
 }
 
 /* ---- model operations: return the expected status; change the model only

@@ -137,6 +137,9 @@ uint32_t mdl_n_state(const model *m, int L, int state);
 uint32_t mdl_n_free(const model *m, int L);
 void mdl_init(model *m, const mcfg *c);
 kvp_stats mdl_gauges(const model *m);
+int mdl_stats_diff(model *m, const kvp_stats *got,
+                   void (*bad)(void *user, const char *field, uint64_t exp, uint64_t got),
+                   void *user);
 int mdl_bad_id(const model *m, kvp_block id);
 kvp_status mdl_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt,
                           size_t cap, int take, kvp_block *ids, size_t *n_out);
