@@ -25,8 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
 /* ---- the fixtures ------------------------------------------------------- */
 
 /* Fixture S (shared list, null block, LOWEST, 16 blocks):

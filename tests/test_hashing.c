@@ -19,8 +19,6 @@
 
 #include "vectors/hash_vectors.h"
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
 static void assert_hash_eq_at(const kvp_hash *got, const uint8_t *want, const char *what,
                               size_t i, const char *file, int line)
 {

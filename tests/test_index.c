@@ -21,31 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
-{
-    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
-}
-
-static void publish(kvp_pool *pool, kvp_block b, uint64_t hv)
-{
-    kvp_hash h = kvptest_hash(hv);
-    KVP_ASSERT_OK(kvp_publish(pool, b, &h));
-}
-
 /* Lookup in the shared stream; KVP_NO_BLOCK when not found. */
-static kvp_block lookup_at(kvp_pool *pool, uint64_t hv, const char *file, int line)
-{
-    kvp_hash h = kvptest_hash(hv);
-    kvp_block out = KVP_NO_BLOCK;
-    kvp_status st = kvp_lookup(pool, KVP_STREAM_SHARED, &h, &out);
-    if (st == KVP_ENOTFOUND)
-        return KVP_NO_BLOCK;
-    kvptest_assert_status(st, KVP_OK, "kvp_lookup", file, line);
-    return out;
-}
-#define lookup(pool, hv) lookup_at((pool), (hv), __FILE__, __LINE__)
+#define lookup(pool, hv) kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
 
 /* Expect exactly one new per-block callback since `before`. */
 static void expect_evicted_at(const kvptest_evrec *r, size_t before, uint64_t hv,
@@ -85,7 +62,7 @@ static void test_publish_lookup_unpublish(void **state)
     kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
-    publish(pool, 1, 500);
+    kvptest_publish(pool, 1, 500);
     KVP_ASSERT_EQ(lookup(pool, 500), 1);
     KVP_ASSERT_EQ(lookup(pool, 501), KVP_NO_BLOCK);
     kvp_stats st = kvptest_stats(pool);
@@ -131,7 +108,7 @@ static void test_publish_lookup_unpublish(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 1), KVP_ENOTFOUND);
     /* It may now be published under another hash; freed, it is cached. */
     KVP_ASSERT_OK(kvp_publish(pool, 1, &h600));
-    free1(pool, 1, 1);
+    kvptest_free1(pool, 1, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, 1).state, KVP_BLOCK_CACHED);
     /* Unpublish a cached block: it becomes vacant. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 1));
@@ -142,9 +119,9 @@ static void test_publish_lookup_unpublish(void **state)
     KVP_ASSERT_EQ(st.evictions, 2);
     KVP_ASSERT_EQ(kvptest_info(pool, 1).state, KVP_BLOCK_VACANT);
     /* An unpublished block that is freed is vacant. */
-    publish(pool, 2, 700);
+    kvptest_publish(pool, 2, 700);
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
-    free1(pool, 2, 1);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(rec.n, 3);
     KVP_ASSERT_EQ(rec.n_cleared, 0);
@@ -164,8 +141,8 @@ static void test_lazy_eviction(void **state)
         kvp_pool *pool = rec_pool(&rec, 4, orders[o]);
         kvp_block ids[4];
         kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
-        publish(pool, ids[1], 42);
-        free1(pool, ids[1], 1);
+        kvptest_publish(pool, ids[1], 42);
+        kvptest_free1(pool, ids[1], 1);
         /* Freed, still findable, no callback yet. */
         KVP_ASSERT_EQ(lookup(pool, 42), ids[1]);
         kvp_block_info info = kvptest_info(pool, ids[1]);
@@ -188,7 +165,7 @@ static void test_lazy_eviction(void **state)
         KVP_ASSERT_EQ(info.published, 0);
         KVP_ASSERT_EQ(info.owner, 2);
         /* It fires once only: freeing and retaking does nothing more. */
-        free1(pool, b, 2);
+        kvptest_free1(pool, b, 2);
         KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 2), b);
         KVP_ASSERT_EQ(rec.n, 1);
         kvptest_check(pool);
@@ -201,7 +178,7 @@ static void test_lazy_eviction(void **state)
     kvp_block ids[4];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
     for (int i = 0; i < 4; i++)
-        publish(pool, ids[i], 10 + (uint64_t)i);
+        kvptest_publish(pool, ids[i], 10 + (uint64_t)i);
     kvp_block order[4] = {ids[2], ids[0], ids[3], ids[1]};
     KVP_ASSERT_OK(kvp_free(pool, order, 4, 1));
     kvp_block got[4];
@@ -229,8 +206,8 @@ static void test_claim_cached(void **state)
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4); /* 0..3 */
     KVP_ASSERT_OK(kvp_set_fill(pool, 2, 16));
     KVP_ASSERT_OK(kvp_set_fill(pool, 3, 16));
-    publish(pool, 2, 22);
-    publish(pool, 3, 33);
+    kvptest_publish(pool, 2, 22);
+    kvptest_publish(pool, 3, 33);
     kvp_block f[3] = {2, 3, 0};
     KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
@@ -267,13 +244,13 @@ static void test_claim_cached(void **state)
     /* A claimed-and-freed block goes to the most recent end of the LRU. */
     pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
-    publish(pool, 0, 100);
-    publish(pool, 1, 101);
-    publish(pool, 2, 102);
+    kvptest_publish(pool, 0, 100);
+    kvptest_publish(pool, 1, 101);
+    kvptest_publish(pool, 2, 102);
     kvp_block g[3] = {0, 1, 2};
     KVP_ASSERT_OK(kvp_free(pool, g, 3, 1));  /* LRU: 0 1 2 */
     KVP_ASSERT_OK(kvp_claim(pool, 0, 7));
-    free1(pool, 0, 7);                       /* LRU: 1 2 0 */
+    kvptest_free1(pool, 0, 7);                       /* LRU: 1 2 0 */
     uint32_t ne = 0;
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
     KVP_ASSERT_EQ(ne, 1);
@@ -294,7 +271,7 @@ static void test_claim_used_and_vacant(void **state)
     /* A block in use gets one more reference (published or not). */
     KVP_ASSERT_OK(kvp_claim(pool, x, 2));
     KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 2);
-    publish(pool, x, 9);
+    kvptest_publish(pool, x, 9);
     KVP_ASSERT_OK(kvp_claim(pool, x, KVP_ANON));
     kvp_block_info info = kvptest_info(pool, x);
     KVP_ASSERT_EQ(info.ref_count, 3);
@@ -304,9 +281,9 @@ static void test_claim_used_and_vacant(void **state)
     kvptest_check(pool);
     /* Vacant blocks hold nothing to share. */
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 3, 1), KVP_ENOTFOUND);
-    free1(pool, x, 1);
-    free1(pool, x, 2);
-    free1(pool, x, KVP_ANON);
+    kvptest_free1(pool, x, 1);
+    kvptest_free1(pool, x, 2);
+    kvptest_free1(pool, x, KVP_ANON);
     KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_CACHED);
     KVP_ASSERT_OK(kvp_unpublish(pool, x));
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, x, 1), KVP_ENOTFOUND);
@@ -325,10 +302,10 @@ static void test_duplicates(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8); /* 0..3 */
     /* Published in order 1, 0, 2, 3. */
-    publish(pool, 1, 5);
-    publish(pool, 0, 5);
-    publish(pool, 2, 5);
-    publish(pool, 3, 5);
+    kvptest_publish(pool, 1, 5);
+    kvptest_publish(pool, 0, 5);
+    kvptest_publish(pool, 2, 5);
+    kvptest_publish(pool, 3, 5);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 4);
     KVP_ASSERT_EQ(lookup(pool, 5), 1);
     kvptest_check(pool);
@@ -343,15 +320,15 @@ static void test_duplicates(void **state)
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     kvptest_check(pool);
     /* Cached block 0 reused for other content: 3 stays findable. */
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     KVP_ASSERT_EQ(lookup(pool, 5), 0); /* cached copies are findable */
     KVP_ASSERT_OK(kvp_take_id(pool, 0, 1));
     EXPECT_EVICTED(&rec, 2, 5, 0);
     KVP_ASSERT_EQ(lookup(pool, 5), 3);
     /* Re-publishing 1 makes it the second copy, after 3. */
-    publish(pool, 1, 5);
+    kvptest_publish(pool, 1, 5);
     KVP_ASSERT_EQ(lookup(pool, 5), 3);
-    free1(pool, 3, 1);
+    kvptest_free1(pool, 3, 1);
     uint32_t ne = 0;
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 8, &ne));
     KVP_ASSERT_EQ(ne, 1);
@@ -394,7 +371,7 @@ static void test_duplicates_many(void **state)
     kvp_block ids[64];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * (uint64_t)N, 1, ids, N);
     for (uint32_t i = 0; i < N; i++)
-        publish(pool, ids[i], 1 + i % 4); /* 4 hashes, 16 copies each */
+        kvptest_publish(pool, ids[i], 1 + i % 4); /* 4 hashes, 16 copies each */
     int alive[64];
     for (uint32_t i = 0; i < N; i++)
         alive[i] = 1;
@@ -435,11 +412,11 @@ static void test_evict_lru(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
     for (kvp_block b = 0; b < 8; b++)
-        publish(pool, b, 100 + b);
+        kvptest_publish(pool, b, 100 + b);
     kvp_block f[2] = {5, 2};
     KVP_ASSERT_OK(kvp_free(pool, f, 2, 1));
-    free1(pool, 7, 1);
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 7, 1);
+    kvptest_free1(pool, 0, 1);
     uint32_t ne = 99;
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 0, &ne));
     KVP_ASSERT_EQ(ne, 0);
@@ -486,7 +463,7 @@ static void test_ensure_free(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
     for (kvp_block b = 0; b < 4; b++)
-        publish(pool, b, 200 + b);
+        kvptest_publish(pool, b, 200 + b);
     kvp_block f[6] = {0, 1, 2, 3, 4, 5};
     KVP_ASSERT_OK(kvp_free(pool, f, 6, 1)); /* cached 0 1 2 3, vacant 4 5 */
     KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 0));
@@ -533,8 +510,8 @@ static void test_clear_index(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 96, 1, ids, 8); /* 0..5 */
     for (kvp_block b = 0; b < 5; b++)
-        publish(pool, b, 300 + b);
-    publish(pool, 5, 300); /* a duplicate */
+        kvptest_publish(pool, b, 300 + b);
+    kvptest_publish(pool, 5, 300); /* a duplicate */
     kvp_block f[2] = {0, 1};
     KVP_ASSERT_OK(kvp_free(pool, f, 2, 1));
     KVP_ASSERT_OK(kvp_clear_index(pool));
@@ -559,10 +536,10 @@ static void test_clear_index(void **state)
     kvptest_check(pool);
     /* Blocks in use stay valid and may be published again. */
     KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 3), KVP_ENOTFOUND);
-    publish(pool, 2, 999);
+    kvptest_publish(pool, 2, 999);
     KVP_ASSERT_EQ(lookup(pool, 999), 2);
-    free1(pool, 2, 1);
-    free1(pool, 3, 1);
+    kvptest_free1(pool, 2, 1);
+    kvptest_free1(pool, 3, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_CACHED);
     KVP_ASSERT_EQ(kvptest_info(pool, 3).state, KVP_BLOCK_VACANT);
     /* Allocation after the clear fires no per-block callbacks for the old
@@ -582,17 +559,17 @@ static void test_reset_prefix_cache(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8);
     for (int i = 0; i < 4; i++)
-        publish(pool, ids[i], 400 + (uint64_t)i);
+        kvptest_publish(pool, ids[i], 400 + (uint64_t)i);
     KVP_ASSERT_OK(kvp_free(pool, ids, 3, 1));
     /* One block in use (published): refused, nothing changes. */
     KVP_ASSERT_REFUSED(pool, kvp_reset_prefix_cache(pool), KVP_EBUSY);
     KVP_ASSERT_EQ(rec.n, 0);
     KVP_ASSERT_EQ(lookup(pool, 400), ids[0]);
     /* An anonymous, unpublished block in use also blocks it. */
-    free1(pool, ids[3], 1);
+    kvptest_free1(pool, ids[3], 1);
     kvp_block a = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
     KVP_ASSERT_REFUSED(pool, kvp_reset_prefix_cache(pool), KVP_EBUSY);
-    free1(pool, a, KVP_ANON);
+    kvptest_free1(pool, a, KVP_ANON);
     /* Idle: works. */
     KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
     KVP_ASSERT_EQ(rec.n, 1);
@@ -626,7 +603,7 @@ static void test_prefix_caching_off(void **state)
     kvp_hash h = kvptest_hash(1);
     KVP_ASSERT_REFUSED(pool, kvp_publish(pool, x, &h), KVP_EINVAL);
     KVP_ASSERT_EQ(kvptest_info(pool, x).published, 0);
-    free1(pool, x, 1);
+    kvptest_free1(pool, x, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_VACANT);
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, x, 1), KVP_ENOTFOUND);
     kvp_block out;
@@ -744,13 +721,13 @@ static void run_reentry(int thread_safe)
     kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 8, 1, ids, 8); /* 0..7 */
     KVP_ASSERT_OK(kvp_owner_register(pool, 2));
     for (kvp_block b = 0; b < 8; b++)
-        publish(pool, b, 50 + b);
+        kvptest_publish(pool, b, 50 + b);
     kvp_block f[6] = {2, 3, 4, 5, 6, 7};
     KVP_ASSERT_OK(kvp_free(pool, f, 6, 1)); /* cached 2..7 */
     kvp_block one = 1;
     KVP_ASSERT_OK(kvp_unpublish(pool, one)); /* callback #1 */
     KVP_ASSERT_EQ(r.calls, 1);
-    free1(pool, 1, 1);                       /* vacant */
+    kvptest_free1(pool, 1, 1);                       /* vacant */
     uint64_t fp_before = kvptest_fp(pool);
     (void)fp_before;
 

@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
 static void expect_blocks_at(kvp_pool *pool, kvp_owner owner, const kvp_block *exp,
                              size_t n, const char *file, int line)
 {
@@ -43,11 +41,6 @@ static void expect_blocks_at(kvp_pool *pool, kvp_owner owner, const kvp_block *e
     } while (0)
 #define EXPECT_NO_BLOCKS(pool, owner) \
     expect_blocks_at((pool), (owner), NULL, 0, __FILE__, __LINE__)
-
-static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
-{
-    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
-}
 
 static void test_register_release(void **state)
 {
@@ -287,7 +280,7 @@ static void test_shared_claim(void **state)
     EXPECT_BLOCKS(pool, 3, x);
     kvptest_check(pool);
 
-    free1(pool, x, 1);
+    kvptest_free1(pool, x, 1);
     info = kvptest_info(pool, x);
     KVP_ASSERT_EQ(info.ref_count, 2);
     KVP_ASSERT_EQ(info.owner, 2);
@@ -299,7 +292,7 @@ static void test_shared_claim(void **state)
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.shared, 0);
     KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 1);
-    free1(pool, x, 2);
+    kvptest_free1(pool, x, 2);
     info = kvptest_info(pool, x);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(info.ref_count, 0);
@@ -315,11 +308,11 @@ static void test_shared_claim(void **state)
     KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 100);
     kvptest_check(pool);
     for (kvp_owner o = 1099; o >= 1050; o--)
-        free1(pool, x, o);
+        kvptest_free1(pool, x, o);
     for (kvp_owner o = 1000; o < 1050; o++) {
         kvp_block_info bi = kvptest_info(pool, x);
         KVP_ASSERT_EQ(bi.owner, o);
-        free1(pool, x, o);
+        kvptest_free1(pool, x, o);
     }
     KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
@@ -347,7 +340,7 @@ static void test_anonymous_refs(void **state)
     KVP_ASSERT_EQ(info.anon_refs, 0);
     KVP_ASSERT_EQ(info.ref_count, 1);
     KVP_ASSERT_REFUSED(pool, kvp_free(pool, xx, 1, KVP_ANON), KVP_ENOTOWNER);
-    free1(pool, x, 5);
+    kvptest_free1(pool, x, 5);
     KVP_ASSERT_EQ(kvptest_info(pool, x).state, KVP_BLOCK_VACANT);
 
     /* Anonymous allocation counts no owner. */
@@ -403,7 +396,7 @@ static void test_owner_auto_retire(void **state)
     KVP_ASSERT_OK(kvp_claim(pool, x, 3));
     KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
     EXPECT_BLOCKS(pool, 3, x);
-    free1(pool, x, 3);
+    kvptest_free1(pool, x, 3);
     KVP_ASSERT_EQ(kvptest_stats(pool).owners, 0);
     KVP_ASSERT_REFUSED(pool, kvp_owner_blocks(pool, 3, ids, 8, &cnt), KVP_ENOTFOUND);
     KVP_ASSERT_EQ(kvptest_info(pool, x).ref_count, 1);

@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
 /* Take blocks one by one and compare with the expected ids. */
 static void expect_takes_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
                             const kvp_block *exp, size_t n, const char *file,
@@ -38,11 +36,6 @@ static void expect_takes_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
         expect_takes_at((pool), (s), (owner), exp_, ARRAY_LEN(exp_), __FILE__, \
                         __LINE__);                                             \
     } while (0)
-
-static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
-{
-    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
-}
 
 /* ---- config, strerror -------------------------------------------------- */
 
@@ -613,7 +606,7 @@ static void test_take_basic(void **state)
     size_t n = 0;
     KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_SHARED, 1, 5, KVP_FMT_INT2, &b0, 1, &n));
     KVP_ASSERT_OK(kvp_set_fill(pool, b0, 9));
-    free1(pool, b0, 5);
+    kvptest_free1(pool, b0, 5);
     kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 6);
     KVP_ASSERT_EQ(b, b0);
     kvp_block_info info = kvptest_info(pool, b);
@@ -660,7 +653,7 @@ static void test_take_id(void **state)
     /* A cached block: its content is evicted (callback, counted). */
     kvp_hash h = kvptest_hash(77);
     KVP_ASSERT_OK(kvp_publish(pool, 2, &h));
-    free1(pool, 2, 1);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_CACHED);
     KVP_ASSERT_EQ(rec.n, 0);
     uint64_t ev0 = kvptest_stats(pool).evictions;
@@ -727,8 +720,8 @@ static void test_reuse_lifo(void **state)
     kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LIFO);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
     /* Separate calls: most recently freed first, then never-used by id. */
-    free1(pool, 1, 1);
-    free1(pool, 3, 1);
+    kvptest_free1(pool, 1, 1);
+    kvptest_free1(pool, 3, 1);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 1, 4);
     /* One call: the first given is the first reused. */
     kvp_block two[2] = {0, 2};
@@ -737,7 +730,7 @@ static void test_reuse_lifo(void **state)
     /* Mixed: freed earlier in one call, then a later single free on top. */
     kvp_block three[3] = {6, 4, 1};
     KVP_ASSERT_OK(kvp_free(pool, three, 3, 1));
-    free1(pool, 7, 1);
+    kvptest_free1(pool, 7, 1);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7, 6, 4, 1);
     kvp_block b;
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 1, &b), KVP_EEXHAUSTED);
@@ -747,10 +740,10 @@ static void test_reuse_lifo(void **state)
      * long ago. */
     pool = kvptest_pool(6, KVP_REUSE_LIFO);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1);
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 3);
-    free1(pool, 2, 1);
-    free1(pool, 1, 1);
+    kvptest_free1(pool, 2, 1);
+    kvptest_free1(pool, 1, 1);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 2, 4, 5);
     kvp_pool_destroy(pool);
 }
@@ -769,7 +762,7 @@ static void test_reuse_lowest(void **state)
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 3, 4, 6);
     kvp_block g[2] = {6, 0};
     KVP_ASSERT_OK(kvp_free(pool, g, 2, 1));
-    free1(pool, 2, 1);
+    kvptest_free1(pool, 2, 1);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 6, 7);
     kvp_pool_destroy(pool);
 }
@@ -779,13 +772,13 @@ static void test_reuse_fifo(void **state)
     (void)state;
     kvp_pool *pool = kvptest_pool(6, KVP_REUSE_FIFO);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
-    free1(pool, 1, 1);
+    kvptest_free1(pool, 1, 1);
     /* Never-used blocks first, in id order, then the freed one. */
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 4, 5, 1);
     /* Queue in the order freed; one call: first given first. */
     kvp_block f[2] = {4, 2};
     KVP_ASSERT_OK(kvp_free(pool, f, 2, 1));
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     kvp_block g[2] = {5, 1};
     KVP_ASSERT_OK(kvp_free(pool, g, 2, 1));
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 4, 2, 0, 5, 1);
@@ -800,8 +793,8 @@ static void test_reuse_fifo(void **state)
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
     kvp_hash h = kvptest_hash(100);
     KVP_ASSERT_OK(kvp_publish(pool, 0, &h));
-    free1(pool, 0, 1); /* cached, freed first */
-    free1(pool, 2, 1); /* vacant, freed second */
+    kvptest_free1(pool, 0, 1); /* cached, freed first */
+    kvptest_free1(pool, 2, 1); /* vacant, freed second */
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0);
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.hash[0], 100);
@@ -924,7 +917,7 @@ static void test_grow_on_exhaustion(void **state)
     KVP_ASSERT_EQ(st.grown, 3);
     KVP_ASSERT_EQ(st.exhausted, 2);
     /* With one free block and a need of two, it still would pass the cap. */
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     KVP_ASSERT_REFUSED(pool, kvp_alloc(pool, KVP_STREAM_SHARED, 32, 3, 0, ids, 8, &n),
                        KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 7);
@@ -986,7 +979,7 @@ static void test_reused_counting(void **state)
     kvp_block ids[4];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 4); /* 0, 1 */
     KVP_ASSERT_EQ(kvptest_stats(pool).reused, 0);
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     /* Block 0 (reused) and 2 (new). */
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 4), 2);
     KVP_ASSERT_EQ(ids[0], 0);
@@ -1101,7 +1094,7 @@ static void test_separate_kv(void **state)
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 3);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_K, 1, &b), KVP_EEXHAUSTED);
     EXPECT_TAKES(pool, KVP_STREAM_V, 1, 4, 5);
-    free1(pool, 2, 1);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 1);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 1);
     EXPECT_TAKES(pool, KVP_STREAM_V, 1, 6);
@@ -1209,12 +1202,12 @@ static void test_set_fill_fragmentation(void **state)
     /* Block 3 is fragmented (8/16); freeing it removes it from the count. */
     KVP_ASSERT_OK(kvp_set_fill(pool, 0, 3));
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 2);
-    free1(pool, 3, 1);
+    kvptest_free1(pool, 3, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 1);
     /* A shared block counts once; freeing one reference keeps it. */
     KVP_ASSERT_OK(kvp_claim(pool, 0, 2));
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 1);
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 1);
     KVP_ASSERT_OK(kvp_free_owner(pool, 2, NULL));
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
@@ -1268,7 +1261,7 @@ static void test_block_get(void **state)
     assert_memory_equal(info.hash.b, h.b, 32);
     KVP_ASSERT_EQ(info.fill, 4);
     KVP_ASSERT_EQ(info.owner, 9);
-    free1(pool, b, 9);
+    kvptest_free1(pool, b, 9);
     info = kvptest_info(pool, b);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_CACHED);
     KVP_ASSERT_EQ(info.published, 1);

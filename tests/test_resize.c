@@ -14,31 +14,7 @@
 
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
-{
-    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
-}
-
-static void publish(kvp_pool *pool, kvp_block b, uint64_t hv)
-{
-    kvp_hash h = kvptest_hash(hv);
-    KVP_ASSERT_OK(kvp_publish(pool, b, &h));
-}
-
-static kvp_block lookup_at(kvp_pool *pool, kvp_stream s, uint64_t hv,
-                           const char *file, int line)
-{
-    kvp_hash h = kvptest_hash(hv);
-    kvp_block out = KVP_NO_BLOCK;
-    kvp_status st = kvp_lookup(pool, s, &h, &out);
-    if (st == KVP_ENOTFOUND)
-        return KVP_NO_BLOCK;
-    kvptest_assert_status(st, KVP_OK, "kvp_lookup", file, line);
-    return out;
-}
-#define lookup(pool, hv) lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
+#define lookup(pool, hv) kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
 
 static int state_of(kvp_pool *pool, kvp_block b)
 {
@@ -106,7 +82,7 @@ static void test_extend_reuse_position(void **state)
     kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
     kvp_block ids[4];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
-    free1(pool, 2, 1);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 4);
@@ -117,9 +93,9 @@ static void test_extend_reuse_position(void **state)
     /* FIFO: as if freed now, in id order, so after earlier frees. */
     pool = make(4, KVP_REUSE_FIFO, 0, NULL);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
-    free1(pool, 1, 1);
+    kvptest_free1(pool, 1, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
-    free1(pool, 3, 1);
+    kvptest_free1(pool, 3, 1);
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 1);
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 4);
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 5);
@@ -131,8 +107,8 @@ static void test_extend_reuse_position(void **state)
     kvptest_evrec rec;
     pool = make(2, KVP_REUSE_LIFO, 0, &rec);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 4);
-    publish(pool, 0, 1);
-    publish(pool, 1, 2);
+    kvptest_publish(pool, 0, 1);
+    kvptest_publish(pool, 1, 2);
     KVP_ASSERT_OK(kvp_free(pool, ids, 2, 1));
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, NULL));
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
@@ -204,11 +180,11 @@ static void test_shrink_order(void **state)
     kvp_pool *pool = make(10, KVP_REUSE_LOWEST, 0, &rec);
     kvp_block ids[10];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 160, 1, ids, 10); /* 0..9 */
-    publish(pool, 1, 101);
-    publish(pool, 3, 103);
-    publish(pool, 6, 106);
-    publish(pool, 8, 108);
-    publish(pool, 9, 109);
+    kvptest_publish(pool, 1, 101);
+    kvptest_publish(pool, 3, 103);
+    kvptest_publish(pool, 6, 106);
+    kvptest_publish(pool, 8, 108);
+    kvptest_publish(pool, 9, 109);
     /* LRU of cached: 6 1 8 3.  In use: 4, 9. */
     kvp_block f[8] = {6, 0, 1, 2, 8, 5, 3, 7};
     KVP_ASSERT_OK(kvp_free(pool, f, 8, 1));
@@ -328,8 +304,8 @@ static void test_retire_top_free(void **state)
     /* A cached top: evicted. */
     kvp_block ids[4];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 4); /* 0 1 2 */
-    publish(pool, 2, 22);
-    free1(pool, 2, 1);
+    kvptest_publish(pool, 2, 22);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(r, 2);
     KVP_ASSERT_EQ(m, KVP_NO_BLOCK);
@@ -367,7 +343,7 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_OK(kvp_free(pool, f, 7, KVP_ANON));
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
     KVP_ASSERT_OK(kvp_set_fill(pool, 7, 5));
-    publish(pool, 7, 77);
+    kvptest_publish(pool, 7, 77);
     KVP_ASSERT_OK(kvp_claim(pool, 7, 2));
     KVP_ASSERT_OK(kvp_claim(pool, 7, KVP_ANON));
     KVP_ASSERT_OK(kvp_claim(pool, 1, 2));
@@ -422,8 +398,8 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_free(pool, &seven, 1, 1), KVP_ERANGE);
     KVP_ASSERT_OK(kvp_set_fill(pool, 3, 16));
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
-    free1(pool, 3, 2);
-    free1(pool, 3, KVP_ANON);
+    kvptest_free1(pool, 3, 2);
+    kvptest_free1(pool, 3, KVP_ANON);
     size_t nf = 0;
     KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
     KVP_ASSERT_EQ(nf, 4);
@@ -441,8 +417,8 @@ static void test_retire_top_destination(void **state)
     /* LIFO: most recently freed vacant block. */
     kvp_pool *pool = make(8, KVP_REUSE_LIFO, 0, NULL);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    free1(pool, 2, 1);
-    free1(pool, 4, 1);
+    kvptest_free1(pool, 2, 1);
+    kvptest_free1(pool, 4, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(r, 7);
     KVP_ASSERT_EQ(m, 4);
@@ -452,8 +428,8 @@ static void test_retire_top_destination(void **state)
     /* FIFO: the head of the queue. */
     pool = make(8, KVP_REUSE_FIFO, 0, NULL);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    free1(pool, 4, 1);
-    free1(pool, 2, 1);
+    kvptest_free1(pool, 4, 1);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 4);
     kvptest_check(pool);
@@ -463,15 +439,15 @@ static void test_retire_top_destination(void **state)
     kvptest_evrec rec;
     pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    publish(pool, 1, 11);
-    free1(pool, 1, 1);
-    free1(pool, 5, 1);
+    kvptest_publish(pool, 1, 11);
+    kvptest_free1(pool, 1, 1);
+    kvptest_free1(pool, 5, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 5);
     KVP_ASSERT_EQ(rec.n, 0);
     kvptest_check(pool);
     /* Now only the cached block is free: it is evicted, exactly once. */
-    publish(pool, 6, 66);
+    kvptest_publish(pool, 6, 66);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(r, 6);
     KVP_ASSERT_EQ(m, 1);
@@ -495,15 +471,15 @@ static void test_retire_top_no_free(void **state)
     kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
     kvp_block ids[4], r = 100, m = 100;
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
-    publish(pool, 3, 3);
+    kvptest_publish(pool, 3, 3);
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.retired, 0);
     KVP_ASSERT_EQ(st.relocated, 0);
     KVP_ASSERT_EQ(st.blocks, 4);
     /* After a shrink retired the top ids, the highest managed is the top. */
-    free1(pool, 0, 1);
-    free1(pool, 3, 1);
+    kvptest_free1(pool, 0, 1);
+    kvptest_free1(pool, 3, 1);
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 1, NULL)); /* retires 0 */
     KVP_ASSERT_EQ(state_of(pool, 0), KVP_BLOCK_RETIRED);
     KVP_ASSERT_OK(kvp_take_id(pool, 3, 1));
@@ -519,7 +495,7 @@ static void test_retire_top_no_free(void **state)
     kvptest_alloc(pool, KVP_STREAM_V, 64, 1, ids, 4); /* 4..7 */
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
-    free1(pool, 5, 1);
+    kvptest_free1(pool, 5, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(r, 7);
     KVP_ASSERT_EQ(m, 5);
@@ -540,9 +516,9 @@ static void test_relocation_duplicates(void **state)
     /* (a) the top is the later copy. */
     kvp_pool *pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    publish(pool, 5, 9);
-    publish(pool, 7, 9);
-    free1(pool, 2, 1);
+    kvptest_publish(pool, 5, 9);
+    kvptest_publish(pool, 7, 9);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 2);
     KVP_ASSERT_EQ(rec.n, 0);
@@ -556,9 +532,9 @@ static void test_relocation_duplicates(void **state)
     /* (b) the top is the first copy: the moved entry keeps its place. */
     pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    publish(pool, 7, 9);
-    publish(pool, 5, 9);
-    free1(pool, 2, 1);
+    kvptest_publish(pool, 7, 9);
+    kvptest_publish(pool, 5, 9);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 2);
     KVP_ASSERT_EQ(lookup(pool, 9), 2);
@@ -573,10 +549,10 @@ static void test_relocation_duplicates(void **state)
      * is evicted, the moved one takes its place. */
     pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    publish(pool, 7, 9);
-    publish(pool, 2, 9);
-    publish(pool, 4, 9);
-    free1(pool, 2, 1);
+    kvptest_publish(pool, 7, 9);
+    kvptest_publish(pool, 2, 9);
+    kvptest_publish(pool, 4, 9);
+    kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 2);
     KVP_ASSERT_EQ(rec.n, 1);
@@ -604,10 +580,10 @@ static void test_retire_all(void **state)
     kvp_block ids[16];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16);
     for (kvp_block b = 0; b < 16; b++)
-        publish(pool, b, 1000 + b);
+        kvptest_publish(pool, b, 1000 + b);
     /* Free the even blocks: 8 in use (odd) and 8 free. */
     for (kvp_block b = 0; b < 16; b += 2)
-        free1(pool, b, 1);
+        kvptest_free1(pool, b, 1);
     uint64_t moves = 0;
     for (int i = 0; i < 8; i++) {
         kvp_block r, m;

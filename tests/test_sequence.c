@@ -21,8 +21,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
 /* ---- helpers ------------------------------------------------------------ */
 
 static kvp_config seq_config(uint32_t nblocks, uint32_t bs, kvp_reuse reuse)

@@ -21,8 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
 /* ---- whole-struct comparison ------------------------------------------- */
 
 static double dabs(double x)
@@ -76,11 +74,6 @@ static void expect_pool_stats_at(kvp_pool *pool, const kvp_stats *exp,
 }
 #define EXPECT_STATS(pool, exp, step) \
     expect_pool_stats_at((pool), &(exp), (step), __FILE__, __LINE__)
-
-static void free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
-{
-    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
-}
 
 /* ---- counters ----------------------------------------------------------- */
 
@@ -137,12 +130,12 @@ static void test_counters(void **state)
     e.indexed = 2;
     EXPECT_STATS(pool, e, "publish");
 
-    free1(pool, 1, 1);
+    kvptest_free1(pool, 1, 1);
     e.free_calls = 1; e.blocks_freed = 1; e.in_use = 4; e.free = 4; e.cached = 1;
     e.fragmented = 0; e.tokens_in_use = 0;
     EXPECT_STATS(pool, e, "free cached");
 
-    free1(pool, 0, 1);
+    kvptest_free1(pool, 0, 1);
     e.free_calls = 2; e.blocks_freed = 2; e.shared = 0;
     EXPECT_STATS(pool, e, "free one ref of shared");
 
@@ -390,7 +383,7 @@ static void test_history_every_call(void **state)
     /* Changing calls do, and the snapshot is the state after the call. */
     KVP_ASSERT_OK(kvp_set_fill(pool, b, 3));
     KVP_ASSERT_EQ(history_count(pool), 3);
-    free1(pool, b, 1);
+    kvptest_free1(pool, b, 1);
     KVP_ASSERT_EQ(history_count(pool), 4);
     KVP_ASSERT_OK(kvp_stats_history(pool, hist, 16, &n));
     kvp_stats now = kvptest_stats(pool);
@@ -405,7 +398,7 @@ static void test_history_every_call(void **state)
     /* The ring wraps at history_len. */
     for (int i = 0; i < 40; i++) {
         kvp_block x = kvptest_take(pool, KVP_STREAM_SHARED, 2);
-        free1(pool, x, 2);
+        kvptest_free1(pool, x, 2);
     }
     KVP_ASSERT_EQ(history_count(pool), 16);
     KVP_ASSERT_OK(kvp_stats_history(pool, hist, 16, &n));

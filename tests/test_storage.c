@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define BB 48      /* bytes per block */
 #define MAXSEQ 8
 #define MAXBLK 64

@@ -222,3 +222,26 @@ size_t kvptest_steps(size_t base)
         return 1;
     return (size_t)v;
 }
+
+void kvptest_free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
+{
+    KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));
+}
+
+void kvptest_publish(kvp_pool *pool, kvp_block b, uint64_t hv)
+{
+    kvp_hash h = kvptest_hash(hv);
+    KVP_ASSERT_OK(kvp_publish(pool, b, &h));
+}
+
+kvp_block kvptest_lookup_at(kvp_pool *pool, kvp_stream s, uint64_t hv, const char *file,
+                            int line)
+{
+    kvp_hash h = kvptest_hash(hv);
+    kvp_block out = KVP_NO_BLOCK;
+    kvp_status st = kvp_lookup(pool, s, &h, &out);
+    if (st == KVP_ENOTFOUND)
+        return KVP_NO_BLOCK;
+    kvptest_assert_status(st, KVP_OK, "kvp_lookup", file, line);
+    return out;
+}

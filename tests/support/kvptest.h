@@ -150,4 +150,15 @@ void kvptest_evrec_reset(kvptest_evrec *r);
 double kvptest_scale(void);
 size_t kvptest_steps(size_t base);
 
+/* Small helpers several suites share (defined here once). */
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Drop one reference on b held by owner; the test fails otherwise. */
+void kvptest_free1(kvp_pool *pool, kvp_block b, kvp_owner owner);
+/* Publish b under kvptest_hash(hv); the test fails otherwise. */
+void kvptest_publish(kvp_pool *pool, kvp_block b, uint64_t hv);
+/* The block indexed under kvptest_hash(hv) in stream s, or KVP_NO_BLOCK. */
+kvp_block kvptest_lookup_at(kvp_pool *pool, kvp_stream s, uint64_t hv, const char *file,
+                            int line);
+
 #endif /* KVPTEST_H */
