@@ -322,8 +322,9 @@ KVP_API void kvp_pool_destroy(kvp_pool *pool);
  * number of blocks, all blocks never used, no owners, no sequences, an empty
  * index, zeroed statistics and history.  Fires one "all cleared" eviction
  * callback when the index held anything; with events on, queues an
- * ALL_CLEARED event (after any events not yet taken).  Keeps internal memory.  Errors: KVP_EINVAL (NULL),
- * KVP_EBUSY (from a callback).  O(size of tables / 64 + owners).
+ * ALL_CLEARED event (after any events not yet taken).  Keeps internal memory.
+ * Errors: KVP_EINVAL (NULL), KVP_EBUSY (from a callback).  O(initial blocks +
+ * owners + size of the index): it rewrites the initial blocks' records.
  */
 KVP_API kvp_status kvp_pool_clear(kvp_pool *pool);
 

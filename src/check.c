@@ -73,11 +73,14 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
     CHECK(kvp__managed(p) <= kvp__max_blocks(p), "managed blocks %u above cap", kvp__managed(p));
     for (uint32_t b = 0; b < p->top; b++) {
         int fs = fresh_stream(p, b);
+        const kvp__block *k = &p->blocks[b];
         if (fs >= 0) {
+            static const kvp__block zero;
+            CHECK(memcmp(k, &zero, sizeof zero) == 0, "block %u: fresh but its record is not zero",
+                  b);
             vac[fs]++;
             continue;
         }
-        const kvp__block *k = &p->blocks[b];
         int s = k->stream;
         CHECK(s < p->nstreams, "block %u: stream %d", b, s);
         const kvp__stream *st = &p->st[s];
@@ -190,7 +193,7 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
             CHECK(b < p->top && n++ < p->top, "stream %d: free queue broken at %u", s, b);
             int state = p->blocks[b].state;
             CHECK((state == KVP_BLOCK_VACANT || (fifo && state == KVP_BLOCK_CACHED)) &&
-                      p->blocks[b].stream == s && p->blocks[b].prev == prev,
+                      p->blocks[b].stream == s && (b == st->qhead || p->blocks[b].prev == prev),
                   "stream %d: free queue holds block %u wrongly", s, b);
         }
         bool seen_mark = st->fresh_mark == KVP__NONE;

@@ -16,7 +16,9 @@
  * - Never-used blocks of the initial pool are not initialised at creation: each
  *   stream keeps them as a "fresh" id range [fresh_lo, fresh_hi) whose records
  *   are set up when first touched.  That makes creating a 1M-block pool cost
- *   almost nothing beyond zeroed memory.
+ *   almost nothing beyond zeroed memory.  A fresh block's record stays all
+ *   zero (kvp_pool_clear re-zeroes them), which reads as a vacant block with
+ *   no flags, so state and id checks need not ask whether a block is fresh.
  * - Ordered id sets (idset.c) answer "lowest vacant", "highest vacant",
  *   "highest cached" and "lowest retired" in O(log64 n) for LOWEST reuse,
  *   shrink and growth.
@@ -82,7 +84,8 @@ typedef struct kvp__evq kvp__evq; /* events.c */
 
 typedef struct kvp__block {
     union {
-        uint32_t prev; /* free: vacant stack / free queue links */
+        uint32_t prev; /* free: vacant stack / free queue links (the
+                          head's prev is not kept: see q_unlink) */
         uint32_t opos; /* in use: position of the inline reference in its
                           owner's array */
     };
@@ -266,6 +269,8 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
 kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);
 uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format);
+void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
+                      uint32_t *ids);
 void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot);
 bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk);
 void kvp__account(kvp_pool *p, const kvp__block *blk, int sign);

@@ -340,6 +340,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
         kvp__idset_clear(&pool->st[s].cached);
     }
     kvp__idset_clear(&pool->retired);
+    memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
     memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
     kvp__reset_blocks(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
@@ -367,7 +368,7 @@ bool kvp__is_fresh(const kvp_pool *p, uint32_t b)
 
 int kvp__state(const kvp_pool *p, uint32_t b)
 {
-    return kvp__is_fresh(p, b) ? KVP_BLOCK_VACANT : p->blocks[b].state;
+    return p->blocks[b].state; /* a fresh record is zero: VACANT */
 }
 
 /* The common id check: KVP_ERANGE for ids that do not exist or are retired,
@@ -376,8 +377,6 @@ kvp_status kvp__check_id(const kvp_pool *p, uint32_t b)
 {
     if (b >= p->top)
         return KVP_ERANGE;
-    if (kvp__is_fresh(p, b))
-        return KVP_OK;
     if (p->blocks[b].state == KVP_BLOCK_RETIRED)
         return KVP_ERANGE;
     if (p->blocks[b].flags & KVP__F_NULL)
@@ -422,20 +421,24 @@ void kvp__account(kvp_pool *p, const kvp__block *blk, int sign)
     p->fill_sum += (uint64_t)(int64_t)(sign * (int)blk->fill);
 }
 
-/* q list: vacant stack (LIFO) or free queue (FIFO). */
+/* q list: vacant stack (LIFO) or free queue (FIFO).  The head's prev link is
+ * not kept: taking the head, the common case, then reads only the block
+ * taken and writes nothing in its successor, whose record may be far from
+ * any cache (at 1M blocks that write was a second serial miss per take). */
 static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
+    bool head = b == st->qhead;
     if (st->fresh_mark == b)
         st->fresh_mark = blk->next;
-    if (blk->prev != KVP__NONE)
-        p->blocks[blk->prev].next = blk->next;
-    else
+    if (head)
         st->qhead = blk->next;
-    if (blk->next != KVP__NONE)
-        p->blocks[blk->next].prev = blk->prev;
     else
-        st->qtail = blk->prev;
+        p->blocks[blk->prev].next = blk->next;
+    if (blk->next == KVP__NONE)
+        st->qtail = head ? KVP__NONE : blk->prev;
+    else if (!head)
+        p->blocks[blk->next].prev = blk->prev;
     blk->prev = blk->next = KVP__NONE;
 }
 
@@ -611,8 +614,11 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
     kvp__idset_add(&st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) /* behind freed vacant, ahead of never-used */
-        q_insert_after(p, st, st->fresh_mark == KVP__NONE ? st->qtail
-                                                          : p->blocks[st->fresh_mark].prev, b);
+        q_insert_after(p, st,
+                       st->fresh_mark == KVP__NONE   ? st->qtail
+                       : st->fresh_mark == st->qhead ? KVP__NONE
+                                                     : p->blocks[st->fresh_mark].prev,
+                       b);
 }
 
 /* Hand out block b (already removed from the free structures) for fresh
@@ -691,6 +697,36 @@ uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
     return b;
 }
 
+/* kvp__take_block n times into ids[].  With LIFO order the vacant stack is
+ * popped as one run, and the new top is prefetched: popping a list is a chain
+ * of dependent loads, and the next call's one is the most likely miss. */
+void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
+                      uint32_t *ids)
+{
+    kvp__stream *st = &p->st[s];
+    uint32_t i = 0;
+    if (p->cfg.reuse == KVP_REUSE_LIFO && st->qhead != KVP__NONE) {
+        uint32_t b = st->qhead;
+        for (; i < n && b != KVP__NONE; i++) {
+            uint32_t next = p->blocks[b].next;
+            if (b == st->fresh_mark)
+                st->fresh_mark = next;
+            kvp__idset_del(&st->vacant, b);
+            kvp__hand_out(p, b, oslot, format);
+            ids[i] = b;
+            b = next;
+        }
+        st->qhead = b;
+        if (b != KVP__NONE) /* the next take's block: fetch it while the caller works */
+            __builtin_prefetch(&p->blocks[b], 1);
+        else
+            st->qtail = KVP__NONE;
+        st->nvacant -= i;
+    }
+    for (; i < n; i++)
+        ids[i] = kvp__take_block(p, s, oslot, format);
+}
+
 /* Add a reference for owner slot `oslot` (NONE: anonymous) to block b, which
  * holds content: one more reference if in use; off the free list, content
  * kept, if cached.  A second owner's xref is reserved by the caller. */
@@ -720,8 +756,7 @@ static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
         return rc;
     if (create)
         slot = kvp__owner_add(p, owner);
-    for (uint32_t i = 0; i < nb; i++)
-        ids[i] = kvp__take_block(p, s, slot, format);
+    kvp__take_blocks(p, s, nb, slot, format, ids);
     p->ctr.alloc_calls++;
     return KVP_OK;
 }
