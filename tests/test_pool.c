@@ -748,6 +748,38 @@ static void test_reuse_lifo(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* The head of the LIFO list keeps no back link: unlinking the block right
+ * behind it, the head itself, and a cached block demoted to vacant while the
+ * never-used mark is the head must all keep the list whole and the order. */
+static void test_reuse_lifo_head_links(void **state)
+{
+    (void)state;
+    kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LIFO);
+    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4);
+    kvp_block f[4] = {3, 1, 4, 0};
+    KVP_ASSERT_OK(kvp_free(pool, f, 4, 1)); /* list: 3 1 4 0 */
+    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3);
+    KVP_ASSERT_OK(kvp_take_id(pool, 4, 1)); /* behind the head (1) */
+    kvptest_check(pool);
+    KVP_ASSERT_OK(kvp_take_id(pool, 1, 1)); /* the head */
+    kvptest_check(pool);
+    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 5, 6, 7);
+    kvp_pool_destroy(pool);
+
+    /* Taking a never-used block from the middle gives the rest records, with
+     * the never-used mark at the head; a demoted cached block then goes
+     * ahead of them. */
+    pool = kvptest_pool(6, KVP_REUSE_LIFO);
+    KVP_ASSERT_OK(kvp_take_id(pool, 3, 1));
+    kvp_hash h = kvptest_hash(7);
+    KVP_ASSERT_OK(kvp_publish(pool, 3, &h));
+    kvptest_free1(pool, 3, 1);
+    KVP_ASSERT_OK(kvp_unpublish(pool, 3));
+    kvptest_check(pool);
+    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 0, 1, 2, 4, 5);
+    kvp_pool_destroy(pool);
+}
+
 static void test_reuse_lowest(void **state)
 {
     (void)state;
@@ -1300,6 +1332,7 @@ int main(void)
         cmocka_unit_test(test_take_id),
         cmocka_unit_test(test_free_basic),
         cmocka_unit_test(test_reuse_lifo),
+        cmocka_unit_test(test_reuse_lifo_head_links),
         cmocka_unit_test(test_reuse_lowest),
         cmocka_unit_test(test_reuse_fifo),
         cmocka_unit_test(test_vacant_before_cached),
