@@ -228,8 +228,12 @@ static kvp_status check_index(kvp_pool *p, ctx *c)
 static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
 {
     uint32_t active = 0, refs = 0, mapped = 0;
-    for (uint32_t i = 0; p->omap.e && i <= p->omap.mask; i++)
-        mapped += p->omap.e[i].val != KVP__NONE;
+    for (uint32_t i = 0; p->obuckets && i <= p->obmask; i++)
+        for (uint32_t l = p->obuckets[i]; l; l = p->owners[l - 1].link) {
+            CHECK(l - 1 < p->ocap && mapped++ < p->ocap && p->owners[l - 1].id != KVP_ANON &&
+                      (kvp__id_hash(p->owners[l - 1].id) & p->obmask) == i,
+                  "owner index: bucket %u chains slot %u wrongly", i, l - 1);
+        }
     for (uint32_t slot = 0; slot < p->ocap; slot++) {
         const kvp__owner *o = &p->owners[slot];
         if (o->id == KVP_ANON)

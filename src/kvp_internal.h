@@ -125,11 +125,15 @@ typedef struct kvp__owner {
     kvp_owner id;     /* KVP_ANON while the slot is unused */
     uint32_t *refs;   /* reference nodes, oldest first; NONE = removed */
     uint32_t len;     /* entries used in refs, tombstones included */
-    uint32_t cap;     /* capacity of refs (kept when the slot is reused) */
+    unsigned cap : 31; /* capacity of refs (kept when the slot is reused) */
+    unsigned registered : 1;
     uint32_t nrefs;   /* live entries */
-    uint32_t registered;
-    uint32_t nextfree; /* free-slot list while unused */
+    uint32_t link;    /* in use: next slot in its index bucket, as slot + 1
+                         (0 ends the chain); unused: next free slot */
 } kvp__owner;
+_Static_assert(sizeof(kvp__owner) == 32, "owner records fill half a cache line");
+#define KVP__OWNER_MAX_REFS (1u << 30) /* largest power of two cap can hold */
+#define KVP__LINE 64
 
 /* Map from 64-bit ids to 32-bit values (map.c). */
 typedef struct kvp__map_entry {
@@ -216,9 +220,11 @@ struct kvp_pool {
     size_t arena_bytes[2];
 
     /* owners: slots, an open-addressing map id -> slot, and the xref slab */
-    kvp__owner *owners;
+    kvp__owner *owners; /* ocap slots, line-aligned inside omem */
+    void *omem;
+    uint32_t *obuckets; /* owner index: ocap chain heads (slot + 1; 0 = empty) */
+    uint32_t obmask;
     uint32_t ocap, nowners, ofree;
-    kvp__map omap; /* owner id -> slot */
     kvp__xref *xrefs;
     uint32_t xcap, xfree, nxfree;
 
@@ -233,6 +239,16 @@ struct kvp_pool {
 
 /* Index chains: links hold id + 1, so 0 (zeroed memory) means "none" and
  * decoding is one subtraction (0 - 1 wraps to KVP__NONE). */
+/* Hash of a caller's 64-bit id (owner, request) for a power-of-two table:
+ * the top half folded into the bottom, so sequential ids spread. */
+static inline uint32_t kvp__id_hash(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return (uint32_t)key;
+}
+
 static inline uint32_t kvp__chain_first(const kvp_pool *p, uint32_t bucket)
 {
     return p->buckets[bucket] - 1u;
@@ -279,6 +295,7 @@ void kvp__reset_blocks(kvp_pool *p);
 
 /* ---- owners and references (owner.c) ---- */
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id);
+void kvp__owners_free_table(kvp_pool *p);
 kvp_status kvp__owner_reserve(kvp_pool *p);
 uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id);
 void kvp__owner_remove(kvp_pool *p, uint32_t slot);

@@ -1,7 +1,7 @@
 /*
  * map.c — a small open-addressing map from 64-bit ids to 32-bit values.
  *
- * Used for owner ids -> owner slots and request ids -> sequences.  Linear
+ * Used for request ids -> sequences (owners chain through their slots: owner.c).  Linear
  * probing over a power-of-two table kept at most 3/4 full; deletion shifts
  * the rest of the run back instead of leaving tombstones, so lookups stay
  * short however many ids come and go.  Keys are stored in the entries, so a
@@ -14,10 +14,7 @@
 
 static uint32_t map_home(uint64_t key, uint32_t mask)
 {
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    return (uint32_t)key & mask;
+    return kvp__id_hash(key) & mask;
 }
 
 uint32_t kvp__map_get(const kvp__map *m, uint64_t key)

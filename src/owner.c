@@ -21,8 +21,15 @@
  *   costs an xref.
  * - Every live node sits at the position it records, in its owner's array;
  *   nrefs counts the live entries; refs[len-1] is live when len > 0.
- * - An owner slot is in the map (map.c) iff its id != KVP_ANON; an owner with
- *   nrefs == 0 exists only while registered or inside kvp_free_owner.
+ * - An owner slot is chained in the owner index iff its id != KVP_ANON; an
+ *   owner with nrefs == 0 exists only while registered or inside
+ *   kvp_free_owner.
+ *
+ * The owner index chains through the slots themselves (a bucket array of
+ * slot + 1 links, one bucket per slot), like the block index: a lookup reads
+ * a small bucket array and then the owner record it needs anyway, where an
+ * open-addressing map of (id, slot) pairs was one more dependent cache miss
+ * per call once there are thousands of owners.
  */
 #include "kvp_internal.h"
 
@@ -85,7 +92,7 @@ kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
     uint64_t ncap = o->cap ? o->cap : 8;
     while (ncap < (uint64_t)len + n)
         ncap *= 2;
-    if (ncap > UINT32_MAX)
+    if (ncap > KVP__OWNER_MAX_REFS)
         return KVP_ENOMEM;
     uint32_t *nr = kvp__alloc(p, (size_t)ncap * sizeof *nr);
     if (!nr)
@@ -104,32 +111,66 @@ kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
 
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id)
 {
-    return kvp__map_get(&p->omap, id);
+    if (!p->obuckets)
+        return KVP__NONE;
+    for (uint32_t l = p->obuckets[kvp__id_hash(id) & p->obmask]; l; l = p->owners[l - 1].link)
+        if (p->owners[l - 1].id == id)
+            return l - 1;
+    return KVP__NONE;
 }
 
-/* Make room for one more owner: a free slot, and the map at most 3/4 full.
- * Both double when short, so the cost is amortized O(1); on failure nothing
- * changes.  The slot kvp__owner_add will use is then p->ofree. */
+/* Chain slot into the index (its id set). */
+static void index_link(kvp__owner *owners, uint32_t *buckets, uint32_t mask, uint32_t slot)
+{
+    uint32_t *head = &buckets[kvp__id_hash(owners[slot].id) & mask];
+    owners[slot].link = *head;
+    *head = slot + 1;
+}
+
+/* Make room for one more owner: a free slot.  The slots and the index
+ * buckets (one per slot) double together when short, so the cost is
+ * amortized O(1); on failure nothing changes.  The slot kvp__owner_add will
+ * use is then p->ofree. */
 kvp_status kvp__owner_reserve(kvp_pool *p)
 {
-    if (p->ofree == KVP__NONE) {
-        uint32_t ncap = p->ocap ? p->ocap * 2 : 16;
-        kvp__owner *no = kvp__alloc(p, (size_t)ncap * sizeof *no);
-        if (!no)
-            return KVP_ENOMEM;
-        if (p->ocap)
-            memcpy(no, p->owners, (size_t)p->ocap * sizeof *no);
-        memset(no + p->ocap, 0, (size_t)(ncap - p->ocap) * sizeof *no);
-        for (uint32_t i = p->ocap; i < ncap; i++) {
-            no[i].id = KVP_ANON;
-            no[i].nextfree = i + 1 < ncap ? i + 1 : KVP__NONE;
-        }
-        kvp__release(p, p->owners, (size_t)p->ocap * sizeof *p->owners);
-        p->ofree = p->ocap;
-        p->owners = no;
-        p->ocap = ncap;
+    if (p->ofree != KVP__NONE)
+        return KVP_OK;
+    uint32_t ncap = p->ocap ? p->ocap * 2 : 16;
+    void *mem = kvp__alloc(p, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
+    uint32_t *nb = kvp__zalloc(p, (size_t)ncap * sizeof *nb);
+    if (!mem || !nb) {
+        kvp__release(p, mem, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
+        kvp__release(p, nb, (size_t)ncap * sizeof *nb);
+        return KVP_ENOMEM;
     }
-    return kvp__map_reserve(p, &p->omap, 1);
+    /* Line-aligned: a 32-byte record is then one cache line, not two. */
+    kvp__owner *no = (kvp__owner *)(((uintptr_t)mem + KVP__LINE - 1) & ~(uintptr_t)(KVP__LINE - 1));
+    if (p->ocap)
+        memcpy(no, p->owners, (size_t)p->ocap * sizeof *no);
+    memset(no + p->ocap, 0, (size_t)(ncap - p->ocap) * sizeof *no);
+    for (uint32_t i = 0; i < ncap; i++) {
+        if (i >= p->ocap) {
+            no[i].id = KVP_ANON;
+            no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
+        } else if (no[i].id != KVP_ANON) {
+            index_link(no, nb, ncap - 1, i);
+        }
+    }
+    kvp__owners_free_table(p);
+    p->ofree = p->ocap;
+    p->omem = mem;
+    p->owners = no;
+    p->obuckets = nb;
+    p->obmask = ncap - 1;
+    p->ocap = ncap;
+    return KVP_OK;
+}
+
+/* Release the slot array and the index buckets (not the owners' arrays). */
+void kvp__owners_free_table(kvp_pool *p)
+{
+    kvp__release(p, p->omem, (size_t)p->ocap * sizeof(kvp__owner) + KVP__LINE - 1);
+    kvp__release(p, p->obuckets, (size_t)p->ocap * sizeof *p->obuckets);
 }
 
 /* Add owner `id` (not present; room reserved).  Returns its slot. */
@@ -137,11 +178,11 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
 {
     uint32_t slot = p->ofree;
     kvp__owner *o = &p->owners[slot];
-    p->ofree = o->nextfree;
+    p->ofree = o->link;
     o->id = id;
     o->len = o->nrefs = 0;
     o->registered = 0;
-    kvp__map_put(&p->omap, id, slot);
+    index_link(p->owners, p->obuckets, p->obmask, slot);
     p->nowners++;
     return slot;
 }
@@ -150,10 +191,13 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
 void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 {
     kvp__owner *o = &p->owners[slot];
-    kvp__map_del(&p->omap, o->id);
+    uint32_t *l = &p->obuckets[kvp__id_hash(o->id) & p->obmask];
+    while (*l != slot + 1)
+        l = &p->owners[*l - 1].link;
+    *l = o->link;
     o->id = KVP_ANON;
     o->len = o->nrefs = 0;
-    o->nextfree = p->ofree;
+    o->link = p->ofree;
     p->ofree = slot;
     p->nowners--;
 }
@@ -161,13 +205,14 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 /* Forget every owner and xref, keeping the memory (kvp_pool_clear). */
 void kvp__owners_reset(kvp_pool *p)
 {
-    kvp__map_clear(&p->omap);
+    if (p->obuckets)
+        memset(p->obuckets, 0, (size_t)p->ocap * sizeof *p->obuckets);
     p->ofree = KVP__NONE;
     for (uint32_t i = p->ocap; i-- > 0;) {
         kvp__owner *o = &p->owners[i];
         o->id = KVP_ANON;
         o->len = o->nrefs = 0;
-        o->nextfree = p->ofree;
+        o->link = p->ofree;
         p->ofree = i;
     }
     p->nowners = 0;
@@ -184,8 +229,7 @@ void kvp__owners_destroy(kvp_pool *p)
 {
     for (uint32_t i = 0; i < p->ocap; i++)
         kvp__release(p, p->owners[i].refs, (size_t)p->owners[i].cap * sizeof(uint32_t));
-    kvp__release(p, p->owners, (size_t)p->ocap * sizeof *p->owners);
-    kvp__map_free(p, &p->omap);
+    kvp__owners_free_table(p);
     kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
 }
 

@@ -417,6 +417,8 @@ bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk)
  * that depend on its fill. */
 void kvp__account(kvp_pool *p, const kvp__block *blk, int sign)
 {
+    if (!blk->fill) /* the usual case on alloc and free: no share */
+        return;
     p->fragmented += (uint64_t)(int64_t)(sign * (int)kvp__is_frag(p, blk));
     p->fill_sum += (uint64_t)(int64_t)(sign * (int)blk->fill);
 }
@@ -697,33 +699,43 @@ uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
     return b;
 }
 
-/* kvp__take_block n times into ids[].  With LIFO order the vacant stack is
- * popped as one run, and the new top is prefetched: popping a list is a chain
- * of dependent loads, and the next call's one is the most likely miss. */
-void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
-                      uint32_t *ids)
+/* The common case of kvp__take_block, for up to n blocks at once: while the
+ * next block in reuse order is the head of the q list and vacant (LIFO, or
+ * FIFO once the never-used range is spent), pop it.  Popping a list is a
+ * chain of dependent loads, so the new head is prefetched for the next call.
+ * Returns how many blocks it took. */
+static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t oslot,
+                           unsigned format, uint32_t *ids)
 {
-    kvp__stream *st = &p->st[s];
-    uint32_t i = 0;
-    if (p->cfg.reuse == KVP_REUSE_LIFO && st->qhead != KVP__NONE) {
-        uint32_t b = st->qhead;
-        for (; i < n && b != KVP__NONE; i++) {
-            uint32_t next = p->blocks[b].next;
-            if (b == st->fresh_mark)
-                st->fresh_mark = next;
-            kvp__idset_del(&st->vacant, b);
-            kvp__hand_out(p, b, oslot, format);
-            ids[i] = b;
-            b = next;
-        }
+    if (p->cfg.reuse == KVP_REUSE_LOWEST ||
+        (p->cfg.reuse == KVP_REUSE_FIFO && st->fresh_lo < st->fresh_hi))
+        return 0;
+    uint32_t i = 0, b = st->qhead;
+    for (; i < n && b != KVP__NONE && p->blocks[b].state == KVP_BLOCK_VACANT; i++) {
+        uint32_t next = p->blocks[b].next;
+        if (b == st->fresh_mark)
+            st->fresh_mark = next;
+        kvp__idset_del(&st->vacant, b);
+        kvp__hand_out(p, b, oslot, format);
+        ids[i] = b;
+        b = next;
+    }
+    if (i) {
         st->qhead = b;
-        if (b != KVP__NONE) /* the next take's block: fetch it while the caller works */
+        if (b != KVP__NONE)
             __builtin_prefetch(&p->blocks[b], 1);
         else
             st->qtail = KVP__NONE;
         st->nvacant -= i;
     }
-    for (; i < n; i++)
+    return i;
+}
+
+/* kvp__take_block n times into ids[] (room checked by the caller). */
+void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
+                      uint32_t *ids)
+{
+    for (uint32_t i = pop_vacant(p, &p->st[s], n, oslot, format, ids); i < n; i++)
         ids[i] = kvp__take_block(p, s, oslot, format);
 }
 
