@@ -896,9 +896,19 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
     for (; i < n; i++) {
         if (i + KVP__PREFETCH < n && ids[i + KVP__PREFETCH] < pool->top)
             __builtin_prefetch(&pool->blocks[ids[i + KVP__PREFETCH]], 1);
+        kvp__block *blk = ids[i] < pool->top ? &pool->blocks[ids[i]] : NULL;
+        /* The usual case, decided in one test: first naming of a block in use
+         * (not the null block) on which the caller holds a reference. */
+        if (blk && blk->state == KVP_BLOCK_IN_USE &&
+            !(blk->flags & (KVP__F_MARK | KVP__F_NULL)) &&
+            (slot == KVP__NONE ? owner == KVP_ANON && blk->anon : blk->owner == slot)) {
+            blk->flags |= KVP__F_MARK;
+            blk->count = 1;
+            continue;
+        }
         if ((rc = kvp__check_in_use(pool, ids[i])))
             break;
-        kvp__block *blk = &pool->blocks[ids[i]];
+        blk = &pool->blocks[ids[i]];
         if (!(blk->flags & KVP__F_MARK)) {
             blk->flags |= KVP__F_MARK;
             blk->count = 0;
