@@ -408,13 +408,14 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     kvp__owner *o = &pool->owners[slot];
     uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
     size_t n = o->nrefs;
+    /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses
+     * are most of the cost of a free). */
+    for (uint32_t j = o->len; j-- > 0 && o->len - j <= KVP__PREFETCH;)
+        kvp__prefetch_block(pool, o->refs[j]);
     for (uint32_t i = o->len; i-- > 0;) {
         uint32_t node = o->refs[i];
-        /* The owner's blocks lie anywhere in the pool: ask for the records a
-         * few steps ahead, so their cache misses overlap instead of queueing
-         * (at 1M blocks this is most of the cost of a free). */
-        if (i >= KVP__PREFETCH && !(o->refs[i - KVP__PREFETCH] & KVP__XREF))
-            __builtin_prefetch(&pool->blocks[o->refs[i - KVP__PREFETCH]], 1);
+        if (i >= KVP__PREFETCH)
+            kvp__prefetch_block(pool, o->refs[i - KVP__PREFETCH]);
         if (node == KVP__NONE)
             continue;
         uint32_t b = kvp__node_block(pool, node);

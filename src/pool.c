@@ -892,10 +892,12 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
      * the owner holds as many references on it as it is named so far (a mark
      * flag says the block's count, in its LRU link, which a block in use does
      * not need, belongs to this call). */
+    for (size_t j = 0; j < n && j < KVP__PREFETCH; j++)
+        kvp__prefetch_block(pool, ids[j]);
     size_t i = 0;
     for (; i < n; i++) {
-        if (i + KVP__PREFETCH < n && ids[i + KVP__PREFETCH] < pool->top)
-            __builtin_prefetch(&pool->blocks[ids[i + KVP__PREFETCH]], 1);
+        if (i + KVP__PREFETCH < n)
+            kvp__prefetch_block(pool, ids[i + KVP__PREFETCH]);
         kvp__block *blk = ids[i] < pool->top ? &pool->blocks[ids[i]] : NULL;
         /* The usual case, decided in one test: first naming of a block in use
          * (not the null block) on which the caller holds a reference. */

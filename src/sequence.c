@@ -265,10 +265,12 @@ static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tok
 static void release_all(kvp_pool *p, kvp_seq *q)
 {
     uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
+    for (size_t j = q->nblocks; j-- > 0 && q->nblocks - j <= KVP__PREFETCH;)
+        kvp__prefetch_block(p, q->blocks[j]);
     for (size_t i = q->nblocks; i-- > 0;) {
         uint32_t b = q->blocks[i];
-        if (i >= KVP__PREFETCH) /* scattered records: overlap their misses */
-            __builtin_prefetch(&p->blocks[q->blocks[i - KVP__PREFETCH]], 1);
+        if (i >= KVP__PREFETCH)
+            kvp__prefetch_block(p, q->blocks[i - KVP__PREFETCH]);
         kvp__ref_drop(p, b, KVP__SEQ);
         if (p->blocks[b].ref == 0)
             kvp__release_block(p, b, cursor);
