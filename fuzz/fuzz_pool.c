@@ -781,7 +781,14 @@ static void do_op(rd *r, int op)
             size_t en = 0;
             OPF("take(stream=%d, owner=%" PRIu64 ")", st, oval(oi));
             es = mdl_alloc(m, st, 1, oi, 0, 1, 1, &e, &en);
+            kvp_block nx = KVP_NO_BLOCK;
+            kvp_status ps = kvp_peek_next(p, (kvp_stream)st, &nx);
+            if (fingerprint() != fp)
+                bad("kvp_peek_next changed the pool");
             gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            if (ps != KVP_OK ? gs != ps : gs == KVP_OK && nx != KVP_NO_BLOCK && nx != g)
+                bad("kvp_peek_next: %s, block %" PRIu32 "; the take: %s, block %" PRIu32,
+                    kvp_strerror(ps), nx, kvp_strerror(gs), g);
             cmp_status("kvp_take", gs, es, fp);
             if (es == KVP_OK && e != g)
                 bad("take: expected block %" PRIu32 ", got %" PRIu32, e, g);

@@ -433,6 +433,19 @@ KVP_API kvp_status kvp_owner_blocks(kvp_pool *pool, kvp_owner owner, kvp_block *
 KVP_API kvp_status kvp_free_count(kvp_pool *pool, kvp_stream stream, uint32_t *out);
 
 /*
+ * The block the next allocation from `stream` would take, without taking
+ * it: *next receives its id, or KVP_NO_BLOCK when the stream has no free
+ * block (the allocation would then grow the pool or fail).  For callers that
+ * keep state of their own per block (objects, host buffers) and want it in
+ * cache before they allocate: the Python binding's vLLM drop-in prefetches
+ * the next block's object this way.  Changes nothing; the answer holds until
+ * the next call that changes the pool.  Errors: KVP_EINVAL (NULL argument,
+ * unknown stream or KVP_STREAM_SHARED with separate lists), KVP_EBUSY.  O(1);
+ * O(log64 blocks) with KVP_REUSE_LOWEST.
+ */
+KVP_API kvp_status kvp_peek_next(kvp_pool *pool, kvp_stream stream, kvp_block *next);
+
+/*
  * Set the fill level (tokens used) of a block in use, keeping the
  * fragmentation count exact.  Errors: KVP_EINVAL (NULL pool, the null block,
  * fill > block_size), KVP_ERANGE, KVP_EDOUBLEFREE (the block is free),

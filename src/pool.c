@@ -979,6 +979,20 @@ kvp_status kvp_free_count(kvp_pool *pool, kvp_stream stream, uint32_t *out)
     return KVP_OK;
 }
 
+kvp_status kvp_peek_next(kvp_pool *pool, kvp_stream stream, kvp_block *next)
+{
+    if (!pool || !next)
+        return KVP_EINVAL;
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
+    if (rc)
+        return rc;
+    uint32_t b = kvp__pick(pool, s);
+    *next = b == KVP__NONE ? KVP_NO_BLOCK : b;
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
 static kvp_stream public_stream(const kvp_pool *p, int s)
 {
     return p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);

@@ -302,6 +302,15 @@ ROW(free_count_bad_stream, FX_ANY, KVP_EINVAL,
 ROW(free_count_shared_on_separate, FX_K, KVP_EINVAL,
     return kvp_free_count(p, KVP_STREAM_SHARED, &g_u);)
 
+/* kvp_peek_next */
+static kvp_block g_next;
+ROW(peek_next_null_pool, FX_ANY, KVP_EINVAL, return kvp_peek_next(NULL, KVP_STREAM_K, &g_next);)
+ROW(peek_next_null_out, FX_ANY, KVP_EINVAL, return kvp_peek_next(p, KVP_STREAM_K, NULL);)
+ROW(peek_next_bad_stream, FX_ANY, KVP_EINVAL,
+    return kvp_peek_next(p, (kvp_stream)3, &g_next);)
+ROW(peek_next_shared_on_separate, FX_K, KVP_EINVAL,
+    return kvp_peek_next(p, KVP_STREAM_SHARED, &g_next);)
+
 /* kvp_set_fill */
 ROW(set_fill_null_pool, FX_ANY, KVP_EINVAL, return kvp_set_fill(NULL, 2, 1);)
 ROW(set_fill_null_block, FX_S, KVP_EINVAL, return kvp_set_fill(p, 0, 1);)
@@ -527,6 +536,8 @@ static const row *const rows[] = {
     R(owner_blocks_cap_zero), R(owner_blocks_cap_zero_k),
     R(free_count_null_pool), R(free_count_null_out), R(free_count_bad_stream),
     R(free_count_shared_on_separate),
+    R(peek_next_null_pool), R(peek_next_null_out), R(peek_next_bad_stream),
+    R(peek_next_shared_on_separate),
     R(set_fill_null_pool), R(set_fill_null_block), R(set_fill_over_block_size),
     R(set_fill_uint_max), R(set_fill_beyond), R(set_fill_retired), R(set_fill_vacant),
     R(set_fill_cached),

@@ -671,6 +671,7 @@ static void reentry_cb(void *user, const kvp_hash *hash, kvp_block block)
     note(r, "kvp_owner_release", kvp_owner_release(p, 2));
     note(r, "kvp_owner_blocks", kvp_owner_blocks(p, 1, ids, 16, &n));
     note(r, "kvp_free_count", kvp_free_count(p, KVP_STREAM_SHARED, &u));
+    note(r, "kvp_peek_next", kvp_peek_next(p, KVP_STREAM_SHARED, &b0));
     note(r, "kvp_set_fill", kvp_set_fill(p, 0, 1));
     note(r, "kvp_block_get", kvp_block_get(p, 0, &info));
     note(r, "kvp_claim", kvp_claim(p, 0, 1));

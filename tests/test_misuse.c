@@ -189,6 +189,7 @@ static void test_streams_and_counts(void **state)
         KVP_ASSERT_REFUSED(p, kvp_alloc(p, s, 16, 1, 0, ids, 8, &n), KVP_EINVAL);
         KVP_ASSERT_REFUSED(p, kvp_take(p, s, 1, &b), KVP_EINVAL);
         KVP_ASSERT_REFUSED(p, kvp_free_count(p, s, &u), KVP_EINVAL);
+        KVP_ASSERT_REFUSED(p, kvp_peek_next(p, s, &b), KVP_EINVAL);
         KVP_ASSERT_REFUSED(p, kvp_evict(p, s, 1, &u), KVP_EINVAL);
         KVP_ASSERT_REFUSED(p, kvp_ensure_free(p, s, 1), KVP_EINVAL);
         KVP_ASSERT_REFUSED(p, kvp_extend(p, s, 1, &u), KVP_EINVAL);

@@ -692,7 +692,14 @@ static void do_step(ctx *x, int op)
             kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
             size_t en = 0;
             es = mdl_alloc(m, st, 1, oi, 0, 1, 1, &e, &en);
+            kvp_block nx = KVP_NO_BLOCK;
+            kvp_status ps = kvp_peek_next(p, (kvp_stream)st, &nx);
+            if (fingerprint(x) != fp)
+                bad(x, "kvp_peek_next changed the pool");
             gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            if (ps != KVP_OK ? gs != ps : gs == KVP_OK && nx != KVP_NO_BLOCK && nx != g)
+                bad(x, "kvp_peek_next: %s, block %" PRIu32 "; the take: %s, block %" PRIu32,
+                    kvp_strerror(ps), nx, kvp_strerror(gs), g);
             cmp_status(x, "kvp_take", gs, es, fp);
             if (es == KVP_OK && e != g)
                 bad(x, "take: expected block %" PRIu32 ", got %" PRIu32, e, g);

@@ -15,12 +15,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Take blocks one by one and compare with the expected ids. */
+/* Take blocks one by one and compare with the expected ids; before each,
+ * kvp_peek_next must name the same block and change nothing. */
 static void expect_takes_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
                             const kvp_block *exp, size_t n, const char *file,
                             int line)
 {
     for (size_t i = 0; i < n; i++) {
+        kvp_block next = KVP_NO_BLOCK;
+        uint64_t fp = kvptest_fp(pool);
+        kvp_status st = kvp_peek_next(pool, s, &next);
+        if (st != KVP_OK || next != exp[i] || kvptest_fp(pool) != fp) {
+            print_error("%s:%d: before take #%zu kvp_peek_next gave %s, block %u (expected %u)"
+                        "%s\n", file, line, i, kvp_strerror(st), (unsigned)next,
+                        (unsigned)exp[i], kvptest_fp(pool) != fp ? ", and changed the pool" : "");
+            _fail(file, line);
+        }
         kvp_block b = kvptest_take_at(pool, s, owner, file, line);
         if (b != exp[i]) {
             print_error("%s:%d: take #%zu returned block %u, expected %u\n", file,
@@ -732,7 +742,9 @@ static void test_reuse_lifo(void **state)
     KVP_ASSERT_OK(kvp_free(pool, three, 3, 1));
     kvptest_free1(pool, 7, 1);
     EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7, 6, 4, 1);
-    kvp_block b;
+    kvp_block b = 0;
+    KVP_ASSERT_OK(kvp_peek_next(pool, KVP_STREAM_SHARED, &b));
+    KVP_ASSERT_EQ(b, KVP_NO_BLOCK);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 1, &b), KVP_EEXHAUSTED);
     kvp_pool_destroy(pool);
 
