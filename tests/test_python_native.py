@@ -108,6 +108,30 @@ def test_owner_calls():
     assert p.free_count() == 16
 
 
+@pytest.mark.parametrize("reuse", ["lifo", "lowest", "fifo"])
+def test_peek_next_names_the_next_take(reuse):
+    p = kvpool.Pool(block_size=4, num_blocks=6, reuse=reuse)
+    taken = [p.take(owner=1) for _ in range(4)]
+    p.publish(taken[0], H(3))
+    p.free([taken[2], taken[0]], owner=1)        # one vacant, one cached
+    p.free(taken[3], owner=1)
+    while True:
+        before = p.fingerprint()
+        nxt = p.peek_next()
+        assert p.fingerprint() == before
+        if nxt is None:
+            with pytest.raises(kvpool.ExhaustedError):
+                p.take(owner=2)
+            break
+        assert p.take(owner=2) == nxt
+    with pytest.raises(kvpool.InvalidArgumentError):
+        p.peek_next(stream=3)
+    q = kvpool.Pool(block_size=4, num_blocks=4, separate_kv=True)
+    assert q.peek_next(stream=kvpool.STREAM_V) == q.take(stream=kvpool.STREAM_V)
+    with pytest.raises(kvpool.InvalidArgumentError):
+        q.peek_next(stream=0)
+
+
 def test_index_calls_and_batches():
     p = kvpool.Pool(block_size=4, num_blocks=8, reuse="fifo", events=True)
     ids = p.alloc_blocks(3)

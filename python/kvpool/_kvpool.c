@@ -1038,6 +1038,25 @@ static PyObject *Pool_free_count(PoolObject *self, PyObject *const *args, Py_ssi
     return PyLong_FromUnsignedLong(n);
 }
 
+static PyObject *Pool_peek_next(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const kw[] = {"stream", NULL};
+    PyObject *o[1];
+    uint32_t stream;
+    kvp_block next;
+    POOL_CHECK(self);
+    if (parse_args("peek_next", args, nargs, kwnames, kw, 0, o) ||
+        get_u32(o[0], self->separate_kv ? KVP_STREAM_K : 0, &stream, "stream"))
+        return NULL;
+    kvp_status st = kvp_peek_next(self->pool, (kvp_stream)stream, &next);
+    if (st)
+        return raise_status(st);
+    if (next == KVP_NO_BLOCK)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(next);
+}
+
 static PyObject *Pool_set_fill(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     uint32_t id, fill;
@@ -2429,6 +2448,8 @@ static PyMethodDef Pool_methods[] = {
     {"owner_release", FC(Pool_owner_release), METH_FASTCALL, "owner_release(owner)"},
     {"owner_blocks", FC(Pool_owner_blocks), FCK, "owner_blocks(owner, out=None)"},
     {"free_count", FC(Pool_free_count), FCK, "free_count(stream=0) -> int"},
+    {"peek_next", FC(Pool_peek_next), FCK,
+     "peek_next(stream=0) -> int | None: the block the next allocation would take, not taken."},
     {"set_fill", FC(Pool_set_fill), METH_FASTCALL, "set_fill(id, fill)"},
     {"set_fill_many", FC(Pool_set_fill_many), METH_FASTCALL, "set_fill_many(ids, fills)"},
     {"block_info", FC(Pool_block_info), METH_FASTCALL, "block_info(id) -> dict"},
@@ -2786,6 +2807,12 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
     }
     if (st)
         return raise_status(st);
+    /* FIFO reuse hands out the block freed longest ago, whose object is the
+     * coldest: ask for the next one's now, while the caller's loop runs
+     * (about a third of a one-block call's time here when it missed). */
+    kvp_block next;
+    if (kvp_peek_next(self->pool->pool, KVP_STREAM_SHARED, &next) == KVP_OK && next < self->n)
+        __builtin_prefetch(self->arr[next], 1);
     PyObject *l = PyList_New((Py_ssize_t)n);
     if (!l) {
         kvp_free(self->pool->pool, self->scratch, n, KVP_ANON);
