@@ -219,7 +219,7 @@ struct kvp_pool {
     uint8_t *arena[2];
     size_t arena_bytes[2];
 
-    /* owners: slots, an open-addressing map id -> slot, and the xref slab */
+    /* owners: slots, the owner index chained through them, and the xref slab */
     kvp__owner *owners; /* ocap slots, line-aligned inside omem */
     void *omem;
     uint32_t *obuckets; /* owner index: ocap chain heads (slot + 1; 0 = empty) */

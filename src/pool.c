@@ -13,10 +13,13 @@
  *   free structure.  A retired block is in the retired idset.
  * - ref == anon + sref + references held by owners.
  * - nvacant + ncached + in-use blocks of a stream == its nblocks.
+ * - A fresh block's record is all zero (reads as vacant, no flags).
+ * - q lists are doubly linked except for the head's prev, which is not kept.
  *
  * Why this shape: allocation and free are the hottest calls of an engine's
  * scheduler, so each is a handful of array accesses.  Reuse orders differ
- * only in kvp__pick and kvp__free_insert; everything else is shared.
+ * only in kvp__pick, kvp__free_insert and pop_vacant (the common case of a
+ * pick, popped without the general path); everything else is shared.
  */
 #include "kvp_internal.h"
 
