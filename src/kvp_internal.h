@@ -306,7 +306,6 @@ void kvp__reset_blocks(kvp_pool *p);
 
 /* ---- owners and references (owner.c) ---- */
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id);
-void kvp__owners_free_table(kvp_pool *p);
 kvp_status kvp__owner_reserve(kvp_pool *p);
 uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id);
 void kvp__owner_remove(kvp_pool *p, uint32_t slot);
@@ -379,7 +378,6 @@ uint32_t kvp__map_get(const kvp__map *m, uint64_t key);
 kvp_status kvp__map_reserve(kvp_pool *p, kvp__map *m, uint32_t extra);
 void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val);
 void kvp__map_del(kvp__map *m, uint64_t key);
-void kvp__map_clear(kvp__map *m);
 void kvp__map_free(kvp_pool *p, kvp__map *m);
 
 /* ---- ordered id sets (idset.c) ---- */

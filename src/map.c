@@ -85,13 +85,6 @@ void kvp__map_del(kvp__map *m, uint64_t key)
     m->count--;
 }
 
-void kvp__map_clear(kvp__map *m)
-{
-    for (uint32_t i = 0; m->e && i <= m->mask; i++)
-        m->e[i].val = KVP__NONE;
-    m->count = 0;
-}
-
 void kvp__map_free(kvp_pool *p, kvp__map *m)
 {
     kvp__release(p, m->e, m->e ? ((size_t)m->mask + 1) * sizeof *m->e : 0);

@@ -127,6 +127,13 @@ static void index_link(kvp__owner *owners, uint32_t *buckets, uint32_t mask, uin
     *head = slot + 1;
 }
 
+/* Release the slot array and the index buckets (not the owners' arrays). */
+static void free_table(kvp_pool *p)
+{
+    kvp__release(p, p->omem, (size_t)p->ocap * sizeof(kvp__owner) + KVP__LINE - 1);
+    kvp__release(p, p->obuckets, (size_t)p->ocap * sizeof *p->obuckets);
+}
+
 /* Make room for one more owner: a free slot.  The slots and the index
  * buckets (one per slot) double together when short, so the cost is
  * amortized O(1); on failure nothing changes.  The slot kvp__owner_add will
@@ -156,7 +163,7 @@ kvp_status kvp__owner_reserve(kvp_pool *p)
             index_link(no, nb, ncap - 1, i);
         }
     }
-    kvp__owners_free_table(p);
+    free_table(p);
     p->ofree = p->ocap;
     p->omem = mem;
     p->owners = no;
@@ -164,13 +171,6 @@ kvp_status kvp__owner_reserve(kvp_pool *p)
     p->obmask = ncap - 1;
     p->ocap = ncap;
     return KVP_OK;
-}
-
-/* Release the slot array and the index buckets (not the owners' arrays). */
-void kvp__owners_free_table(kvp_pool *p)
-{
-    kvp__release(p, p->omem, (size_t)p->ocap * sizeof(kvp__owner) + KVP__LINE - 1);
-    kvp__release(p, p->obuckets, (size_t)p->ocap * sizeof *p->obuckets);
 }
 
 /* Add owner `id` (not present; room reserved).  Returns its slot. */
@@ -229,7 +229,7 @@ void kvp__owners_destroy(kvp_pool *p)
 {
     for (uint32_t i = 0; i < p->ocap; i++)
         kvp__release(p, p->owners[i].refs, (size_t)p->owners[i].cap * sizeof(uint32_t));
-    kvp__owners_free_table(p);
+    free_table(p);
     kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
 }
 
