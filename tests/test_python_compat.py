@@ -105,6 +105,21 @@ def test_vllm_failed_allocation_changes_nothing():
     with pytest.raises(kvpool.DoubleFreeError):
         bp.free_blocks([bp.blocks[4], bp.blocks[4]])
     assert bp.pool.fingerprint() == fp
+    last = bp.get_new_blocks(1)           # the one-block path (kvp_take)
+    fp = bp.pool.fingerprint()
+    with pytest.raises(ValueError):
+        bp.get_new_blocks(1)
+    assert bp.pool.fingerprint() == fp and last[0].ref_cnt == 1
+
+
+def test_vllm_one_block_calls_follow_the_free_queue():
+    one, many = vllm.BlockPool(9, False, BS), vllm.BlockPool(9, False, BS)
+    for bp in (one, many):
+        got = bp.get_new_blocks(6)
+        bp.free_blocks([got[3], got[0], got[5]])
+    ids_one = [one.get_new_blocks(1)[0].block_id for _ in range(5)]
+    ids_many = [b.block_id for b in many.get_new_blocks(5)]
+    assert ids_one == ids_many == [7, 8, 4, 1, 6]
 
 
 def test_vllm_reset_refused_while_in_use_then_events():

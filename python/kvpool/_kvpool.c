@@ -2797,10 +2797,14 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
         return PyList_New(0);
     size_t n = 0;
     kvp_status st = KVP_EEXHAUSTED;
-    if ((uint64_t)want <= self->n)
+    if (want == 1) { /* the decode-step case: kvp_take skips the token arithmetic */
+        st = kvp_take(self->pool->pool, KVP_STREAM_SHARED, KVP_ANON, self->scratch);
+        n = 1;
+    } else if ((uint64_t)want <= self->n) {
         st = kvp_alloc(self->pool->pool, KVP_STREAM_SHARED,
                        (uint64_t)want * self->hash_block_size, KVP_ANON, 0, self->scratch,
                        self->n, &n);
+    }
     if (st == KVP_EEXHAUSTED) {
         PyErr_Format(PyExc_ValueError, "Cannot get %zd free blocks from the pool", want);
         return NULL;
