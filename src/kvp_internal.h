@@ -237,13 +237,10 @@ struct kvp_pool {
     uint32_t hist_head, hist_count;
 };
 
-/* Index chains: links hold id + 1, so 0 (zeroed memory) means "none" and
- * decoding is one subtraction (0 - 1 wraps to KVP__NONE). */
 /* Ask for block b's record ahead of use.  Batch loops over scattered blocks
  * run this KVP__PREFETCH entries ahead, and over their first entries before
- * they start, so that the misses overlap instead of queueing.  Both ends: a
- * 48-byte record spans two cache lines half of the time.  Anything that is
- * not a block id (xref nodes, tombstones, bad input) is skipped. */
+ * they start, so that the misses overlap instead of queueing.  Anything that
+ * is not a block id (xref nodes, tombstones, bad input) is skipped. */
 static inline void kvp__prefetch_block(const kvp_pool *p, uint32_t b)
 {
     if (b < p->top)
@@ -260,6 +257,8 @@ static inline uint32_t kvp__id_hash(uint64_t key)
     return (uint32_t)key;
 }
 
+/* Index chains: links hold id + 1, so 0 (zeroed memory) means "none" and
+ * decoding is one subtraction (0 - 1 wraps to KVP__NONE). */
 static inline uint32_t kvp__chain_first(const kvp_pool *p, uint32_t bucket)
 {
     return p->buckets[bucket] - 1u;

@@ -726,7 +726,7 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
     if (i) {
         st->qhead = b;
         if (b != KVP__NONE)
-            __builtin_prefetch(&p->blocks[b], 1);
+            kvp__prefetch_block(p, b);
         else
             st->qtail = KVP__NONE;
         st->nvacant -= i;
