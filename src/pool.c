@@ -626,13 +626,11 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
                        b);
 }
 
-/* Hand out block b (already removed from the free structures) for fresh
- * content: its old content is evicted, and one reference goes to `oslot`. */
-void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
+/* Hand out block b, which holds no content (vacant, already removed from the
+ * free structures): one reference goes to `oslot`. */
+static void hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 {
     kvp__block *blk = &p->blocks[b];
-    if (blk->flags & KVP__F_PUBLISHED)
-        kvp__unindex(p, b);
     if (blk->flags & KVP__F_EVER)
         p->ctr.reused++;
     p->ctr.blocks_allocated++;
@@ -644,6 +642,15 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
     kvp__ref_add(p, b, oslot);
     if (++p->in_use > p->peak)
         p->peak = p->in_use;
+}
+
+/* Hand out block b (already removed from the free structures) for fresh
+ * content: its old content is evicted, and one reference goes to `oslot`. */
+void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
+{
+    if (p->blocks[b].flags & KVP__F_PUBLISHED)
+        kvp__unindex(p, b);
+    hand_out_vacant(p, b, oslot, format);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -719,7 +726,7 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
         if (b == st->fresh_mark)
             st->fresh_mark = next;
         kvp__idset_del(&st->vacant, b);
-        kvp__hand_out(p, b, oslot, format);
+        hand_out_vacant(p, b, oslot, format);
         ids[i] = b;
         b = next;
     }
