@@ -62,6 +62,15 @@
 #define KVP__FLATTEN
 #endif
 
+/* On the rare steps a flattened entry point can reach (growing a table, the
+ * pool, an owner's array): kept out of line, so that their register needs
+ * do not spill into the common path. */
+#if defined(__GNUC__)
+#define KVP__COLD __attribute__((noinline, cold))
+#else
+#define KVP__COLD
+#endif
+
 /* Block flags. */
 #define KVP__F_EVER 0x01u      /* handed out at least once */
 #define KVP__F_PUBLISHED 0x02u /* has a digest and sits in the index */

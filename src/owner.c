@@ -85,7 +85,7 @@ static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
 /* Room for n more entries in the array of owner slot `oslot` (an existing
  * owner, or the free slot kvp__owner_add will use next), doubling: the slow
  * half of kvp__refs_reserve.  A failure changes nothing visible. */
-kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
+KVP__COLD kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
 {
     kvp__owner *o = &p->owners[oslot];
     uint32_t len = o->id == KVP_ANON ? 0 : o->len;
@@ -134,14 +134,10 @@ static void free_table(kvp_pool *p)
     kvp__release(p, p->obuckets, (size_t)p->ocap * sizeof *p->obuckets);
 }
 
-/* Make room for one more owner: a free slot.  The slots and the index
- * buckets (one per slot) double together when short, so the cost is
- * amortized O(1); on failure nothing changes.  The slot kvp__owner_add will
- * use is then p->ofree. */
-kvp_status kvp__owner_reserve(kvp_pool *p)
+/* Double the slots and the index buckets (one per slot) together; on
+ * failure nothing changes. */
+KVP__COLD static kvp_status grow_table(kvp_pool *p)
 {
-    if (p->ofree != KVP__NONE)
-        return KVP_OK;
     uint32_t ncap = p->ocap ? p->ocap * 2 : 16;
     void *mem = kvp__alloc(p, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
     uint32_t *nb = kvp__zalloc(p, (size_t)ncap * sizeof *nb);
@@ -171,6 +167,14 @@ kvp_status kvp__owner_reserve(kvp_pool *p)
     p->obmask = ncap - 1;
     p->ocap = ncap;
     return KVP_OK;
+}
+
+/* Make room for one more owner: a free slot, the table doubling when short
+ * (amortized O(1)); on failure nothing changes.  The slot kvp__owner_add will
+ * use is then p->ofree. */
+kvp_status kvp__owner_reserve(kvp_pool *p)
+{
+    return p->ofree != KVP__NONE ? KVP_OK : grow_table(p);
 }
 
 /* Add owner `id` (not present; room reserved).  Returns its slot. */

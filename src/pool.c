@@ -494,7 +494,7 @@ static void lru_append(kvp_pool *p, kvp__stream *st, uint32_t b)
  * (FIFO), or in the id set alone (LOWEST).  Needed only when a fresh block
  * in the middle of the range is taken by id; each block is materialised at
  * most once per pool life, so the cost is amortized O(1). */
-static void materialize_fresh(kvp_pool *p, int s)
+KVP__COLD static void materialize_fresh(kvp_pool *p, int s)
 {
     kvp__stream *st = &p->st[s];
     uint32_t lo = st->fresh_lo, hi = st->fresh_hi;

@@ -83,7 +83,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
 
 /* Add n vacant blocks to stream s (the caller checked the cap).  They join
  * the free blocks as if freed now, lowest id first. */
-kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
+KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
 {
     uint32_t from_retired = n < p->nretired ? n : p->nretired;
     kvp_status rc = reserve(p, p->top + (n - from_retired));
