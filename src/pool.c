@@ -876,11 +876,24 @@ KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
     return rc;
 }
 
-/* Why a reference on b cannot be dropped the `times`-th time in one call. */
-static kvp_status drop_refused(const kvp_pool *p, uint32_t b, uint32_t times, uint32_t oslot,
-                               kvp_owner owner)
+/* kvp_free's check of one id outside the usual case: it exists, is in use,
+ * and the owner holds as many references on it as it is named so far in this
+ * call.  Marks the block (its count lives in the LRU link, which a block in
+ * use does not need) unless the id itself is refused; *marked says which. */
+KVP__COLD static kvp_status check_named(kvp_pool *p, uint32_t b, uint32_t oslot, kvp_owner owner,
+                                        bool *marked)
 {
-    const kvp__block *blk = &p->blocks[b];
+    *marked = false;
+    kvp_status rc = kvp__check_in_use(p, b);
+    if (rc)
+        return rc;
+    kvp__block *blk = &p->blocks[b];
+    if (!(blk->flags & KVP__F_MARK)) {
+        blk->flags |= KVP__F_MARK;
+        blk->count = 0;
+    }
+    *marked = true;
+    uint32_t times = ++blk->count;
     if (times > blk->ref)
         return KVP_EDOUBLEFREE;
     uint32_t held = owner == KVP_ANON ? blk->anon
@@ -898,10 +911,8 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
     if (rc)
         return rc;
     uint32_t slot = owner == KVP_ANON ? KVP__NONE : kvp__owner_find(pool, owner);
-    /* Check everything first, in one pass: each id exists and is in use, and
-     * the owner holds as many references on it as it is named so far (a mark
-     * flag says the block's count, in its LRU link, which a block in use does
-     * not need, belongs to this call). */
+    /* Check everything first, in one pass, marking each block named (see
+     * check_named); then drop the references, unmarking. */
     for (size_t j = 0; j < n && j < KVP__PREFETCH; j++)
         kvp__prefetch_block(pool, ids[j]);
     size_t i = 0;
@@ -918,15 +929,9 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
             blk->count = 1;
             continue;
         }
-        if ((rc = kvp__check_in_use(pool, ids[i])))
-            break;
-        blk = &pool->blocks[ids[i]];
-        if (!(blk->flags & KVP__F_MARK)) {
-            blk->flags |= KVP__F_MARK;
-            blk->count = 0;
-        }
-        if ((rc = drop_refused(pool, ids[i], ++blk->count, slot, owner))) {
-            i++; /* this one is marked too */
+        bool marked;
+        if ((rc = check_named(pool, ids[i], slot, owner, &marked))) {
+            i += marked; /* a marked one is unmarked below with the rest */
             break;
         }
     }
