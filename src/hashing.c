@@ -32,26 +32,26 @@
 #define KVP__HOST_LE 0
 #endif
 
-static uint8_t *put_u32(uint8_t *w, uint32_t v)
+/* The low `n` bytes of v, little-endian. */
+static uint8_t *put_le(uint8_t *w, uint64_t v, size_t n)
 {
     if (KVP__HOST_LE) {
-        memcpy(w, &v, sizeof v);
-        return w + sizeof v;
+        memcpy(w, &v, n); /* on a little-endian host the low bytes come first */
+        return w + n;
     }
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < n; i++)
         *w++ = (uint8_t)(v >> (8 * i));
     return w;
 }
 
+static uint8_t *put_u32(uint8_t *w, uint32_t v)
+{
+    return put_le(w, v, 4);
+}
+
 static uint8_t *put_u64(uint8_t *w, uint64_t v)
 {
-    if (KVP__HOST_LE) {
-        memcpy(w, &v, sizeof v);
-        return w + sizeof v;
-    }
-    for (int i = 0; i < 8; i++)
-        *w++ = (uint8_t)(v >> (8 * i));
-    return w;
+    return put_le(w, v, 8);
 }
 
 static uint8_t *put_u32s(uint8_t *w, const uint32_t *v, size_t n)

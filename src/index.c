@@ -279,8 +279,8 @@ kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *ha
         return rc;
     rc = kvp__check_in_use(pool, id);
     if (!rc && parent != KVP_NO_BLOCK &&
-        (parent >= pool->top || kvp__is_fresh(pool, parent) ||
-         !(pool->blocks[parent].flags & KVP__F_PUBLISHED) || parent == id))
+        (parent >= pool->top || !(pool->blocks[parent].flags & KVP__F_PUBLISHED) ||
+         parent == id))
         rc = KVP_EINVAL;
     if (!rc && (pool->blocks[id].flags & KVP__F_PUBLISHED))
         rc = KVP_EBUSY;
@@ -319,7 +319,7 @@ kvp_status kvp_unpublish(kvp_pool *pool, kvp_block id)
     if (rc)
         return rc;
     rc = kvp__check_id(pool, id);
-    if (!rc && (kvp__is_fresh(pool, id) || !(pool->blocks[id].flags & KVP__F_PUBLISHED)))
+    if (!rc && !(pool->blocks[id].flags & KVP__F_PUBLISHED))
         rc = KVP_ENOTFOUND;
     if (!rc) {
         kvp__unindex(pool, id);

@@ -292,6 +292,7 @@ int kvp__stream_index(const kvp_pool *p, int stream);
 
 /* ---- block states and free structures (pool.c) ---- */
 bool kvp__is_fresh(const kvp_pool *p, uint32_t b);
+int kvp__stream_of(const kvp_pool *p, uint32_t b);
 int kvp__state(const kvp_pool *p, uint32_t b);
 kvp_status kvp__check_id(const kvp_pool *p, uint32_t b);
 kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b);

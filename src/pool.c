@@ -369,6 +369,15 @@ bool kvp__is_fresh(const kvp_pool *p, uint32_t b)
     return false;
 }
 
+/* The internal stream of block b: a fresh block's (zero) record does not
+ * say it, its place in the fresh ranges does. */
+int kvp__stream_of(const kvp_pool *p, uint32_t b)
+{
+    if (kvp__is_fresh(p, b))
+        return b < p->st[0].fresh_hi ? 0 : 1;
+    return p->blocks[b].stream;
+}
+
 int kvp__state(const kvp_pool *p, uint32_t b)
 {
     return p->blocks[b].state; /* a fresh record is zero: VACANT */
@@ -1031,7 +1040,7 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
         out->stream = public_stream(pool, pool->blocks[id].stream);
     } else if (kvp__is_fresh(pool, id)) {
         out->state = KVP_BLOCK_VACANT;
-        out->stream = public_stream(pool, id < pool->st[0].fresh_hi ? 0 : 1);
+        out->stream = public_stream(pool, kvp__stream_of(pool, id));
     } else {
         const kvp__block *blk = &pool->blocks[id];
         out->state = blk->state;

@@ -111,8 +111,7 @@ KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
 /* Drop retired ids off the top, so the highest id is always managed. */
 static void trim_top(kvp_pool *p)
 {
-    while (p->top > 0 && !kvp__is_fresh(p, p->top - 1) &&
-           p->blocks[p->top - 1].state == KVP_BLOCK_RETIRED) {
+    while (p->top > 0 && p->blocks[p->top - 1].state == KVP_BLOCK_RETIRED) {
         kvp__idset_del(&p->retired, p->top - 1);
         p->nretired--;
         p->top--;
@@ -133,7 +132,7 @@ static void retire(kvp_pool *p, uint32_t b, int s)
 /* Retire free block b; cached content is evicted. */
 static void retire_free(kvp_pool *p, uint32_t b)
 {
-    int s = kvp__is_fresh(p, b) ? (b < p->st[0].fresh_hi ? 0 : 1) : p->blocks[b].stream;
+    int s = kvp__stream_of(p, b);
     if (kvp__state(p, b) == KVP_BLOCK_CACHED)
         kvp__unindex(p, b);
     kvp__free_remove(p, b);

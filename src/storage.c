@@ -112,11 +112,7 @@ kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out)
     if (rc)
         return rc;
     rc = id < pool->top && kvp__state(pool, id) != KVP_BLOCK_RETIRED ? KVP_OK : KVP_ERANGE;
-    int s = 0;
-    if (!rc && !kvp__is_fresh(pool, id))
-        s = pool->blocks[id].stream;
-    else if (!rc)
-        s = id < pool->st[0].fresh_hi ? 0 : 1;
+    int s = rc ? 0 : kvp__stream_of(pool, id);
     if (!rc && !pool->arena[s])
         rc = KVP_EINVAL;
     if (!rc)

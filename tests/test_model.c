@@ -46,6 +46,7 @@
 
 #include "kvpool.h"
 #include "model.h"
+#include "kvptest.h"
 
 #define NHASH 8         /* hash alphabet: small, so duplicates are common */
 #define WHOLE_EVERY 64  /* steps between whole-state comparisons */
@@ -1026,15 +1027,6 @@ static int pick_op(ctx *x)
     return 0;
 }
 
-static double test_scale(void)
-{
-    const char *s = getenv("KVP_TEST_SCALE");
-    if (!s || !*s)
-        return 1.0;
-    double v = strtod(s, NULL);
-    return v > 0 ? v : 1.0;
-}
-
 static size_t g_total_steps;
 
 static void run_config(const mcfg *c)
@@ -1119,7 +1111,7 @@ static void run_index(size_t i, size_t weight)
     const char *seed_env = getenv("KVP_MODEL_SEED");
     if (seed_env && *seed_env)
         c.seed = strtoull(seed_env, NULL, 0);
-    double steps = (double)BASE_STEPS * (double)weight * test_scale();
+    double steps = (double)BASE_STEPS * (double)weight * kvptest_scale();
     c.steps = steps < 50 ? 50 : (size_t)steps;
     run_config(&c);
 }

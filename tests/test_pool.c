@@ -12,45 +12,8 @@
  */
 #include "kvptest.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Take blocks one by one and compare with the expected ids; before each,
- * kvp_peek_next must name the same block (or none, when the stream has no
- * free block and the take grows the pool) and change nothing. */
-static void expect_takes_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
-                            const kvp_block *exp, size_t n, const char *file,
-                            int line)
-{
-    for (size_t i = 0; i < n; i++) {
-        kvp_block next = KVP_NO_BLOCK;
-        uint32_t nfree = 1;
-        uint64_t fp = kvptest_fp(pool);
-        kvp_status st = kvp_peek_next(pool, s, &next);
-        bool grows = st == KVP_OK && next == KVP_NO_BLOCK &&
-                     kvp_free_count(pool, s, &nfree) == KVP_OK && nfree == 0;
-        if (st != KVP_OK || (next != exp[i] && !grows) || kvptest_fp(pool) != fp) {
-            print_error("%s:%d: before take #%zu kvp_peek_next gave %s, block %u (expected %u)"
-                        "%s\n", file, line, i, kvp_strerror(st), (unsigned)next,
-                        (unsigned)exp[i], kvptest_fp(pool) != fp ? ", and changed the pool" : "");
-            _fail(file, line);
-        }
-        kvp_block b = kvptest_take_at(pool, s, owner, file, line);
-        if (b != exp[i]) {
-            print_error("%s:%d: take #%zu returned block %u, expected %u\n", file,
-                        line, i, (unsigned)b, (unsigned)exp[i]);
-            _fail(file, line);
-        }
-    }
-    kvptest_check_at(pool, file, line);
-}
-#define EXPECT_TAKES(pool, s, owner, ...)                                      \
-    do {                                                                       \
-        const kvp_block exp_[] = {__VA_ARGS__};                                \
-        expect_takes_at((pool), (s), (owner), exp_, ARRAY_LEN(exp_), __FILE__, \
-                        __LINE__);                                             \
-    } while (0)
 
 /* ---- config, strerror -------------------------------------------------- */
 
@@ -402,7 +365,7 @@ static void test_zero_blocks(void **state)
     /* Zero blocks with growth: each take adds exactly one block. */
     cfg.grow_on_exhaustion = 1;
     pool = kvptest_create(&cfg);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.blocks, 3);
     KVP_ASSERT_EQ(st.grown, 3);
@@ -484,7 +447,7 @@ static void test_pool_clear(void **state)
 
     /* Every block is never-used again: LIFO hands out 0,1,2... and none of
      * it counts as reuse. */
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 3, 0, 1, 2, 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 3, 0, 1, 2, 3);
     KVP_ASSERT_EQ(kvptest_stats(pool).reused, 0);
     KVP_ASSERT_EQ(kvptest_info(pool, 4).ever_allocated, 0);
 
@@ -663,7 +626,7 @@ static void test_take_id(void **state)
     /* In use now. */
     KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 5, 2), KVP_EBUSY);
     /* The reuse order skips it. */
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4, 6);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4, 6);
 
     /* A cached block: its content is evicted (callback, counted). */
     kvp_hash h = kvptest_hash(77);
@@ -686,7 +649,7 @@ static void test_take_id(void **state)
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.alloc_calls, 1 + 6 + 1);
     /* Only block 7 is left. */
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7);
     KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 8, 1), KVP_ERANGE);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
@@ -733,20 +696,20 @@ static void test_reuse_lifo(void **state)
 {
     (void)state;
     kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LIFO);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
     /* Separate calls: most recently freed first, then never-used by id. */
     kvptest_free1(pool, 1, 1);
     kvptest_free1(pool, 3, 1);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 1, 4);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 1, 4);
     /* One call: the first given is the first reused. */
     kvp_block two[2] = {0, 2};
     KVP_ASSERT_OK(kvp_free(pool, two, 2, 1));
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 5, 6, 7);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 5, 6, 7);
     /* Mixed: freed earlier in one call, then a later single free on top. */
     kvp_block three[3] = {6, 4, 1};
     KVP_ASSERT_OK(kvp_free(pool, three, 3, 1));
     kvptest_free1(pool, 7, 1);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7, 6, 4, 1);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7, 6, 4, 1);
     kvp_block b = 0;
     KVP_ASSERT_OK(kvp_peek_next(pool, KVP_STREAM_SHARED, &b));
     KVP_ASSERT_EQ(b, KVP_NO_BLOCK);
@@ -756,12 +719,12 @@ static void test_reuse_lifo(void **state)
     /* Never-used blocks come after every freed vacant block, even ones freed
      * long ago. */
     pool = kvptest_pool(6, KVP_REUSE_LIFO);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1);
     kvptest_free1(pool, 0, 1);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 3);
     kvptest_free1(pool, 2, 1);
     kvptest_free1(pool, 1, 1);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 2, 4, 5);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 2, 4, 5);
     kvp_pool_destroy(pool);
 }
 
@@ -772,15 +735,15 @@ static void test_reuse_lifo_head_links(void **state)
 {
     (void)state;
     kvp_pool *pool = kvptest_pool(8, KVP_REUSE_LIFO);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4);
     kvp_block f[4] = {3, 1, 4, 0};
     KVP_ASSERT_OK(kvp_free(pool, f, 4, 1)); /* list: 3 1 4 0 */
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3);
     KVP_ASSERT_OK(kvp_take_id(pool, 4, 1)); /* behind the head (1) */
     kvptest_check(pool);
     KVP_ASSERT_OK(kvp_take_id(pool, 1, 1)); /* the head */
     kvptest_check(pool);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 5, 6, 7);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 5, 6, 7);
     kvp_pool_destroy(pool);
 
     /* Taking a never-used block from the middle gives the rest records, with
@@ -793,7 +756,7 @@ static void test_reuse_lifo_head_links(void **state)
     kvptest_free1(pool, 3, 1);
     KVP_ASSERT_OK(kvp_unpublish(pool, 3));
     kvptest_check(pool);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 0, 1, 2, 4, 5);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 0, 1, 2, 4, 5);
     kvp_pool_destroy(pool);
 }
 
@@ -808,11 +771,11 @@ static void test_reuse_lowest(void **state)
         KVP_ASSERT_EQ(ids[i], i);
     kvp_block f[3] = {4, 1, 3};
     KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 3, 4, 6);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 3, 4, 6);
     kvp_block g[2] = {6, 0};
     KVP_ASSERT_OK(kvp_free(pool, g, 2, 1));
     kvptest_free1(pool, 2, 1);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 6, 7);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 2, 6, 7);
     kvp_pool_destroy(pool);
 }
 
@@ -820,17 +783,17 @@ static void test_reuse_fifo(void **state)
 {
     (void)state;
     kvp_pool *pool = kvptest_pool(6, KVP_REUSE_FIFO);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
     kvptest_free1(pool, 1, 1);
     /* Never-used blocks first, in id order, then the freed one. */
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 4, 5, 1);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 3, 4, 5, 1);
     /* Queue in the order freed; one call: first given first. */
     kvp_block f[2] = {4, 2};
     KVP_ASSERT_OK(kvp_free(pool, f, 2, 1));
     kvptest_free1(pool, 0, 1);
     kvp_block g[2] = {5, 1};
     KVP_ASSERT_OK(kvp_free(pool, g, 2, 1));
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 4, 2, 0, 5, 1);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 4, 2, 0, 5, 1);
     kvp_pool_destroy(pool);
 
     /* One queue for vacant and cached blocks alike. */
@@ -839,16 +802,16 @@ static void test_reuse_fifo(void **state)
     cfg.reuse = KVP_REUSE_FIFO;
     kvptest_evrec_attach(&rec, &cfg);
     pool = kvptest_create(&cfg);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
     kvp_hash h = kvptest_hash(100);
     KVP_ASSERT_OK(kvp_publish(pool, 0, &h));
     kvptest_free1(pool, 0, 1); /* cached, freed first */
     kvptest_free1(pool, 2, 1); /* vacant, freed second */
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0);
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.hash[0], 100);
     KVP_ASSERT_EQ(rec.block[0], 0);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2);
     KVP_ASSERT_EQ(rec.n, 1);
     kvp_pool_destroy(pool);
 }
@@ -864,7 +827,7 @@ static void test_vacant_before_cached(void **state)
         cfg.reuse = orders[o];
         kvptest_evrec_attach(&rec, &cfg);
         kvp_pool *pool = kvptest_create(&cfg);
-        EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
+        KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
         kvp_hash h10 = kvptest_hash(10), h11 = kvptest_hash(11);
         KVP_ASSERT_OK(kvp_publish(pool, 0, &h10));
         KVP_ASSERT_OK(kvp_publish(pool, 1, &h11));
@@ -874,16 +837,16 @@ static void test_vacant_before_cached(void **state)
         KVP_ASSERT_EQ(st.cached, 2);
         KVP_ASSERT_EQ(st.vacant, 2);
         if (orders[o] == KVP_REUSE_LIFO)
-            EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 3, 2);
+            KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 3, 2);
         else
-            EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 2, 3);
+            KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 2, 3);
         KVP_ASSERT_EQ(rec.n, 0);
         /* Then cached, least recently freed first: 1 was given first. */
-        EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 1);
+        KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 1);
         KVP_ASSERT_EQ(rec.n, 1);
         KVP_ASSERT_EQ(rec.hash[0], 11);
         KVP_ASSERT_EQ(rec.block[0], 1);
-        EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 0);
+        KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 0);
         KVP_ASSERT_EQ(rec.n, 2);
         KVP_ASSERT_EQ(rec.hash[1], 10);
         KVP_ASSERT_EQ(rec.block[1], 0);
@@ -899,7 +862,7 @@ static void test_all_or_nothing(void **state)
 {
     (void)state;
     kvp_pool *pool = kvptest_pool(4, KVP_REUSE_LIFO);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
     kvp_block ids[4];
     size_t n = 0;
     KVP_ASSERT_REFUSED(pool, kvp_alloc(pool, KVP_STREAM_SHARED, 17, 2, 0, ids, 4, &n),
@@ -977,7 +940,7 @@ static void test_grow_on_exhaustion(void **state)
     cfg = kvptest_config(2);
     cfg.max_blocks = 100;
     pool = kvptest_create(&cfg);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 1, &b), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 2);
     kvp_pool_destroy(pool);
@@ -986,7 +949,7 @@ static void test_grow_on_exhaustion(void **state)
     cfg = kvptest_config(2);
     cfg.grow_on_exhaustion = 1;
     pool = kvptest_create(&cfg);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 3);
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 5, 1, ids, 8), 5);
     st = kvptest_stats(pool);
@@ -1005,7 +968,7 @@ static void test_grow_refills_retired(void **state)
     cfg.reuse = KVP_REUSE_LOWEST;
     cfg.grow_on_exhaustion = 1;
     kvp_pool *pool = kvptest_create(&cfg);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4, 5);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3, 4, 5);
     kvp_block f[3] = {1, 4, 3};
     KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
     uint32_t nret = 0;
@@ -1013,7 +976,7 @@ static void test_grow_refills_retired(void **state)
     KVP_ASSERT_EQ(nret, 3);
     KVP_ASSERT_EQ(kvptest_info(pool, 3).state, KVP_BLOCK_RETIRED);
     kvptest_check(pool);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 3, 4, 6);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 3, 4, 6);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.grown, 4);
     KVP_ASSERT_EQ(st.blocks, 7);
@@ -1036,7 +999,7 @@ static void test_reused_counting(void **state)
     KVP_ASSERT_EQ(kvptest_stats(pool).reused, 1);
     kvp_block all[3] = {0, 1, 2};
     KVP_ASSERT_OK(kvp_free(pool, all, 3, 1));
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.reused, 4);
     KVP_ASSERT_EQ(st.blocks_allocated, 8);
@@ -1142,13 +1105,13 @@ static void test_separate_kv(void **state)
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 0);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 3);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_K, 1, &b), KVP_EEXHAUSTED);
-    EXPECT_TAKES(pool, KVP_STREAM_V, 1, 4, 5);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_V, 1, 4, 5);
     kvptest_free1(pool, 2, 1);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 1);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 1);
-    EXPECT_TAKES(pool, KVP_STREAM_V, 1, 6);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_V, 1, 6);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_V, 1, &b), KVP_EEXHAUSTED);
-    EXPECT_TAKES(pool, KVP_STREAM_K, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_K, 1, 2);
 
     /* Each stream has its own index. */
     kvp_hash h = kvptest_hash(42);
@@ -1182,7 +1145,7 @@ static void test_separate_kv(void **state)
     cfg.grow_on_exhaustion = 1;
     cfg.reuse = KVP_REUSE_LOWEST;
     pool = kvptest_create(&cfg);
-    EXPECT_TAKES(pool, KVP_STREAM_V, 1, 2, 3, 4);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_V, 1, 2, 3, 4);
     KVP_ASSERT_EQ(kvptest_info(pool, 4).stream, KVP_STREAM_V);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 2);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 0);
@@ -1196,9 +1159,9 @@ static void test_shared_stream_aliases(void **state)
 {
     (void)state;
     kvp_pool *pool = kvptest_pool(6, KVP_REUSE_LOWEST);
-    EXPECT_TAKES(pool, KVP_STREAM_K, 1, 0);
-    EXPECT_TAKES(pool, KVP_STREAM_V, 1, 1);
-    EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_K, 1, 0);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_V, 1, 1);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 3);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 3);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);

@@ -84,9 +84,7 @@ static void test_extend_reuse_position(void **state)
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
     kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 4);
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 5);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2, 4, 5);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 
@@ -96,10 +94,7 @@ static void test_extend_reuse_position(void **state)
     kvptest_free1(pool, 1, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
     kvptest_free1(pool, 3, 1);
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 1);
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 4);
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 5);
-    KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 3);
+    KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 4, 5, 3);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 

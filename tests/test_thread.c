@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "kvpool.h"
+#include "kvptest.h"
 
 #define MAXT 8
 #define OWNERS_PER_THREAD 4
@@ -53,15 +54,6 @@ static uint64_t splitmix64(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static double test_scale(void)
-{
-    const char *s = getenv("KVP_TEST_SCALE");
-    if (!s || !*s)
-        return 1.0;
-    double v = strtod(s, NULL);
-    return v > 0 ? v : 1.0;
 }
 
 static void init_hashes(void)
@@ -303,7 +295,7 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
 
     worker *w = calloc((size_t)nthreads, sizeof *w);
     assert_non_null(w);
-    size_t ops = (size_t)((double)BASE_OPS * test_scale());
+    size_t ops = (size_t)((double)BASE_OPS * kvptest_scale());
     if (ops < 100)
         ops = 100;
     pthread_t th[MAXT];

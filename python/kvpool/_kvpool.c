@@ -910,24 +910,35 @@ static PyObject *Pool_take_id(PoolObject *self, PyObject *const *args, Py_ssize_
     return id_owner_call(self, args, nargs, kwnames, "take_id", kvp_take_id);
 }
 
-static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                           PyObject *kwnames)
+/* The arguments (ids, owner=None) of the calls that name blocks for an owner. */
+static int ids_owner_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, PyObject **ids, kvp_owner *owner)
 {
     static const char *const kw[] = {"ids", "owner", NULL};
     PyObject *o[2];
+    if (parse_args(name, args, nargs, kwnames, kw, 1, o) || get_owner(o[1], owner))
+        return -1;
+    *ids = o[0];
+    return 0;
+}
+
+static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    PyObject *ids;
     kvp_owner owner;
     POOL_CHECK(self);
-    if (parse_args("free", args, nargs, kwnames, kw, 1, o) || get_owner(o[1], &owner))
+    if (ids_owner_args("free", args, nargs, kwnames, &ids, &owner))
         return NULL;
     kvp_status st;
-    if (PyLong_Check(o[0])) {
+    if (PyLong_Check(ids)) {
         uint32_t id;
-        if (get_u32(o[0], 0, &id, "id"))
+        if (get_u32(ids, 0, &id, "id"))
             return NULL;
         st = kvp_free(self->pool, &id, 1, owner);
     } else {
         u32in in;
-        if (u32in_get(o[0], &in, "ids"))
+        if (u32in_get(ids, &in, "ids"))
             return NULL;
         st = kvp_free(self->pool, in.p, (size_t)in.n, owner);
         u32in_release(&in);
@@ -1186,14 +1197,13 @@ static PyObject *Pool_claim(PoolObject *self, PyObject *const *args, Py_ssize_t 
 static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    static const char *const kw[] = {"ids", "owner", NULL};
-    PyObject *o[2];
+    PyObject *ids;
     kvp_owner owner;
     POOL_CHECK(self);
-    if (parse_args("claim_many", args, nargs, kwnames, kw, 1, o) || get_owner(o[1], &owner))
+    if (ids_owner_args("claim_many", args, nargs, kwnames, &ids, &owner))
         return NULL;
     u32in in;
-    if (u32in_get(o[0], &in, "ids"))
+    if (u32in_get(ids, &in, "ids"))
         return NULL;
     kvp_status st = check_blocks(self, in.p, in.n, 0, 1);
     for (Py_ssize_t i = 0; !st && i < in.n; i++)

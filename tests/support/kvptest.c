@@ -3,6 +3,8 @@
  */
 #include "kvptest.h"
 
+#include <stdbool.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,35 @@ kvp_block kvptest_take_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
     kvptest_assert_status(kvp_take(pool, s, owner, &b), KVP_OK, "kvp_take", file,
                           line);
     return b;
+}
+
+/* Take blocks one by one and compare with the expected ids; before each,
+ * kvp_peek_next must name the same block (or none, when the stream has no
+ * free block and the take grows the pool) and change nothing. */
+void kvptest_expect_takes_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
+                             const kvp_block *exp, size_t n, const char *file, int line)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvp_block next = KVP_NO_BLOCK;
+        uint32_t nfree = 1;
+        uint64_t fp = kvptest_fp(pool);
+        kvp_status st = kvp_peek_next(pool, s, &next);
+        bool grows = st == KVP_OK && next == KVP_NO_BLOCK &&
+                     kvp_free_count(pool, s, &nfree) == KVP_OK && nfree == 0;
+        if (st != KVP_OK || (next != exp[i] && !grows) || kvptest_fp(pool) != fp) {
+            print_error("%s:%d: before take #%zu kvp_peek_next gave %s, block %u (expected %u)"
+                        "%s\n", file, line, i, kvp_strerror(st), (unsigned)next,
+                        (unsigned)exp[i], kvptest_fp(pool) != fp ? ", and changed the pool" : "");
+            _fail(file, line);
+        }
+        kvp_block b = kvptest_take_at(pool, s, owner, file, line);
+        if (b != exp[i]) {
+            print_error("%s:%d: take #%zu returned block %u, expected %u\n", file,
+                        line, i, (unsigned)b, (unsigned)exp[i]);
+            _fail(file, line);
+        }
+    }
+    kvptest_check_at(pool, file, line);
 }
 
 size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,

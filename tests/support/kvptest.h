@@ -28,6 +28,13 @@
  *   kvptest_info(pool, id)    kvp_block_get() by value.
  *   kvptest_free_count(pool, stream)
  *   kvptest_take(pool, stream, owner)         kvp_take(), returns the id.
+ *   KVPTEST_EXPECT_TAKES(pool, stream, owner, ids...)
+ *                                             takes one by one: each must be
+ *                                             the next id given, and
+ *                                             kvp_peek_next must name it first
+ *                                             (or none, when the take grows the
+ *                                             pool) and change nothing; then
+ *                                             checks the pool.
  *   kvptest_alloc(pool, stream, tokens, owner, ids, cap)  kvp_alloc() with
  *                             format FP16, returns the count.
  *   kvptest_owner_blocks(pool, owner, ids, cap)  returns the count.
@@ -113,6 +120,14 @@ kvp_block kvptest_take_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
                           const char *file, int line);
 #define kvptest_take(pool, s, owner) \
     kvptest_take_at((pool), (s), (owner), __FILE__, __LINE__)
+void kvptest_expect_takes_at(kvp_pool *pool, kvp_stream s, kvp_owner owner,
+                             const kvp_block *exp, size_t n, const char *file, int line);
+#define KVPTEST_EXPECT_TAKES(pool, s, owner, ...)                                        \
+    do {                                                                                 \
+        const kvp_block exp_[] = {__VA_ARGS__};                                          \
+        kvptest_expect_takes_at((pool), (s), (owner), exp_, ARRAY_LEN(exp_), __FILE__,   \
+                                __LINE__);                                               \
+    } while (0)
 size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
                         kvp_owner owner, kvp_block *ids, size_t cap,
                         const char *file, int line);
