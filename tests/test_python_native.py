@@ -81,6 +81,47 @@ def test_alloc_free_buffers_and_lists():
     assert p.stats()["free"] == 64
 
 
+def test_numpy_fast_view_and_fallbacks():
+    """Exact 1-D, contiguous, aligned uint32/int32 ndarrays are read from the
+    array's fields; every other buffer goes through the buffer protocol.  Both
+    must give the same results, errors and reference counts."""
+    from kvpool import _kvpool
+    fast = _kvpool._fast_view
+    u = np.arange(6, dtype=np.uint32)
+    assert fast(u, True) and fast(np.zeros(3, np.int32), True)
+    assert fast(u[1:4], True)                       # a contiguous slice is a plain ndarray
+    ro = np.arange(3, dtype=np.uint32)
+    ro.flags.writeable = False
+    assert fast(ro, False) and not fast(ro, True)   # read-only: reading only
+
+    class Sub(np.ndarray):
+        pass
+    for other in (u[::2], u.reshape(2, 3), u.astype(">u4"), u.astype(np.int64),
+                  u.view(Sub), np.frombuffer(bytes(13), np.uint32, 3, offset=1),
+                  memoryview(u), array.array("I", [1])):
+        assert not fast(other, False), other
+    # Same results through both paths: alloc into fast and slow outputs,
+    # free through fast and slow inputs, and the references left as found.
+    p = kvpool.Pool(block_size=16, num_blocks=32, reuse="lowest")
+    q = kvpool.Pool(block_size=16, num_blocks=32, reuse="lowest")
+    a = np.zeros(4, np.uint32)
+    b = np.zeros(4, np.int32).view(Sub)
+    refs = (sys.getrefcount(a), sys.getrefcount(b))
+    assert p.alloc(64, owner=1, out=a) == q.alloc(64, owner=1, out=b) == 4
+    assert list(a) == list(b) == [0, 1, 2, 3]
+    p.free(a[:2].astype(np.int32), owner=1)
+    q.free(memoryview(b.astype(np.uint32))[:2], owner=1)
+    assert p.stats() == q.stats()
+    with pytest.raises(kvpool.InvalidArgumentError):   # int32 sign check, fast path
+        p.free(np.array([2, -3], np.int32), owner=1)
+    with pytest.raises(kvpool.DoubleFreeError):        # refused whole: nothing freed
+        p.free(np.array([2, 0], np.uint32), owner=1)
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        p.alloc(16, owner=1, out=ro)                    # read-only output refused
+    assert p.stats() == q.stats()
+    assert (sys.getrefcount(a), sys.getrefcount(b)) == refs
+
+
 def test_owner_calls():
     p = kvpool.Pool(block_size=4, num_blocks=16)
     p.owner_register(5)
