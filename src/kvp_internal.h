@@ -319,6 +319,7 @@ kvp_status kvp__owner_reserve(kvp_pool *p);
 uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id);
 void kvp__owner_remove(kvp_pool *p, uint32_t slot);
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
+void kvp__ref_first(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
 kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n);

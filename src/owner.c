@@ -268,12 +268,34 @@ kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n)
     return KVP_OK;
 }
 
+/* The first reference on block b, which holds none (it is being handed
+ * out): nothing shared to count, and the owner, if any, is the inline one.
+ * The owner's array has room. */
+void kvp__ref_first(kvp_pool *p, uint32_t b, uint32_t oslot)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__assert(blk->ref == 0 && blk->owner == KVP__NONE);
+    blk->ref = 1;
+    if (oslot == KVP__NONE) {
+        blk->anon = 1;
+    } else if (oslot == KVP__SEQ) {
+        blk->sref = 1;
+    } else {
+        blk->owner = oslot;
+        arr_append(p, &p->owners[oslot], b);
+    }
+}
+
 /* Add one reference on block b for owner slot `oslot` (NONE: anonymous,
  * KVP__SEQ: a sequence's).
  * The owner's array has room, and a second owner's xref is reserved. */
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
 {
     kvp__block *blk = &p->blocks[b];
+    if (blk->ref == 0) {
+        kvp__ref_first(p, b, oslot);
+        return;
+    }
     if (++blk->ref == 2)
         p->shared++;
     if (oslot == KVP__NONE) {

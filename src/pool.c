@@ -636,20 +636,26 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
 }
 
 /* Hand out block b, which holds no content (vacant, already removed from the
- * free structures): one reference goes to `oslot`. */
+ * free structures): one reference goes to `oslot`.  The pool-wide counts
+ * are the caller's, once per call (count_out). */
 static void hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 {
     kvp__block *blk = &p->blocks[b];
-    if (blk->flags & KVP__F_EVER)
-        p->ctr.reused++;
-    p->ctr.blocks_allocated++;
+    p->ctr.reused += (blk->flags & KVP__F_EVER) != 0;
     blk->flags |= KVP__F_EVER;
     blk->state = KVP_BLOCK_IN_USE;
     blk->prev = blk->next = KVP__NONE;
     blk->fill = 0;
     blk->format = (uint8_t)format;
-    kvp__ref_add(p, b, oslot);
-    if (++p->in_use > p->peak)
+    kvp__ref_first(p, b, oslot);
+}
+
+/* Count n blocks handed out. */
+static void count_out(kvp_pool *p, uint32_t n)
+{
+    p->ctr.blocks_allocated += n;
+    p->in_use += n;
+    if (p->in_use > p->peak)
         p->peak = p->in_use;
 }
 
@@ -660,6 +666,7 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
     if (p->blocks[b].flags & KVP__F_PUBLISHED)
         kvp__unindex(p, b);
     hand_out_vacant(p, b, oslot, format);
+    count_out(p, 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -746,6 +753,7 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
         else
             st->qtail = KVP__NONE;
         st->nvacant -= i;
+        count_out(p, i);
     }
     return i;
 }
