@@ -122,6 +122,30 @@ def test_vllm_one_block_calls_follow_the_free_queue():
     assert ids_one == ids_many == [7, 8, 4, 1, 6]
 
 
+def test_vllm_one_block_results_never_change_under_the_caller():
+    """A one-block result list is reused only once the caller has dropped
+    it: a list still held, grown or emptied is never touched again."""
+    bp = vllm.BlockPool(9, False, BS)
+    kept = bp.get_new_blocks(1)
+    nxt = bp.get_new_blocks(1)
+    assert nxt is not kept and [kept[0].block_id, nxt[0].block_id] == [1, 2]
+    grown = bp.get_new_blocks(1)
+    grown.append(kept[0])
+    later = bp.get_new_blocks(1)
+    assert later is not grown and [b.block_id for b in grown] == [3, 1]
+    del grown, later                   # dropped: one of them may be refilled
+    emptied = bp.get_new_blocks(1)
+    assert [b.block_id for b in emptied] == [5]
+    emptied.clear()
+    del emptied
+    seen = [bp.get_new_blocks(1)[0].block_id for _ in range(3)]
+    assert seen == [6, 7, 8]
+    assert [b.block_id for b in kept + nxt] == [1, 2] and len(kept) == len(nxt) == 1
+    assert [b.ref_cnt for b in bp.blocks[1:]] == [1] * 8
+    bp.free_blocks(bp.blocks[1:])
+    assert bp.get_num_free_blocks() == 8
+
+
 def test_vllm_reset_refused_while_in_use_then_events():
     bp = vllm.BlockPool(8, True, BS, enable_kv_cache_events=True)
     r = Req(list(range(8)))

@@ -2764,6 +2764,7 @@ typedef struct VPool {
     int enable_caching;
     int events;
     uint32_t *scratch;  /* n ids */
+    PyObject *one;      /* the last one-block result list, for reuse */
     PyObject *dict;
 } VPool;
 
@@ -2834,6 +2835,7 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
 static void VPool_dealloc(VPool *self)
 {
     PyObject_GC_UnTrack(self);
+    Py_XDECREF(self->one);
     Py_XDECREF(self->blocks);
     Py_XDECREF(self->pool);
     Py_XDECREF(self->dict);
@@ -2844,6 +2846,7 @@ static void VPool_dealloc(VPool *self)
 
 static int VPool_traverse(VPool *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->one);
     Py_VISIT(self->dict);
     Py_VISIT(Py_TYPE(self));
     return 0;
@@ -2851,6 +2854,7 @@ static int VPool_traverse(VPool *self, visitproc visit, void *arg)
 
 static int VPool_clear_gc(VPool *self)
 {
+    Py_CLEAR(self->one);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -2919,7 +2923,19 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
     kvp_block next;
     if (kvp_peek_next(self->pool->pool, KVP_STREAM_SHARED, &next) == KVP_OK && next < self->n)
         __builtin_prefetch(self->arr[next], 1);
-    PyObject *l = PyList_New((Py_ssize_t)n);
+    /* A one-block result (the decode step's) reuses the previous one-block
+     * list when the caller has dropped it (ours is then its only reference,
+     * so no one can see it change), as CPython's dict iterators reuse their
+     * result tuples: a new list was about 130 instructions of the call. */
+    PyObject *l = self->one;
+    if (n == 1 && l && Py_REFCNT(l) == 1 && PyList_GET_SIZE(l) == 1) {
+        PyObject *b = (PyObject *)self->arr[self->scratch[0]];
+        Py_INCREF(b);
+        Py_SETREF(PyList_GET_ITEM(l, 0), b);
+        Py_INCREF(l);
+        return l;
+    }
+    l = PyList_New((Py_ssize_t)n);
     if (!l) {
         kvp_free(self->pool->pool, self->scratch, n, KVP_ANON);
         return NULL;
@@ -2928,6 +2944,10 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
         PyObject *b = (PyObject *)self->arr[self->scratch[i]];
         Py_INCREF(b);
         PyList_SET_ITEM(l, (Py_ssize_t)i, b);
+    }
+    if (n == 1) {
+        Py_INCREF(l);
+        Py_XSETREF(self->one, l);
     }
     return l;
 }
