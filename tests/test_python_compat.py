@@ -70,6 +70,23 @@ def test_vllm_shared_hit_ref2_and_partial_block_unhashed():
     assert blocks[2].block_hash == r2.block_hashes[2] + bytes(4)
 
 
+def test_vllm_group_ids_and_keys_after_eviction():
+    """A block's key is its hash then the group id (4 bytes, big-endian),
+    and reads None once the block has been evicted and reused."""
+    bp = vllm.BlockPool(4, True, BS)
+    r = Req(list(range(8)))
+    blocks = bp.get_new_blocks(2)
+    bp.cache_full_blocks(r, blocks, 0, 2, BS, 0x01020304)
+    assert blocks[1].block_hash == r.block_hashes[1] + bytes([1, 2, 3, 4])
+    assert bp.get_cached_block(r.block_hashes[1], [0x01020304]) == [blocks[1]]
+    assert bp.get_cached_block(r.block_hashes[1], [0x04030201]) is None
+    bp.free_blocks(blocks)
+    assert blocks[0].block_hash == r.block_hashes[0] + bytes([1, 2, 3, 4])
+    bp.get_new_blocks(3)                       # the free one, then both cached
+    assert blocks[0].block_hash is None and blocks[1].block_hash is None
+    assert bp.get_cached_block(r.block_hashes[1], [0x01020304]) is None
+
+
 def test_vllm_free_queue_order():
     bp = vllm.BlockPool(7, True, BS)
     a = bp.get_new_blocks(6)             # ids 1..6

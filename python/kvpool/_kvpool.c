@@ -2641,11 +2641,22 @@ typedef struct VBlock {
     PoolObject *pool;   /* strong; the pool never points back */
     uint32_t id;
     int is_null;
-    PyObject *key;      /* BlockHashWithGroupId bytes, or NULL */
-    kvp_hash kh;        /* the kvpool hash `key` was published under */
-} VBlock;
+    PyObject *key;      /* BlockHashWithGroupId bytes (the block hash, then
+                           the group id as 4 big-endian bytes), or NULL */
+} VBlock; /* 40 bytes: FIFO reuse walks all of them, so each byte counts */
 
 static PyTypeObject VBlock_Type;
+
+/* The kvpool hash of (block hash h of len bytes, group id gid). */
+static void vkey_raw(const void *h, size_t len, uint32_t gid, kvp_hash *out)
+{
+    memset(out->b, 0, 32);
+    memcpy(out->b + 32 - len, h, len);
+    out->b[0] ^= (uint8_t)(gid >> 24);
+    out->b[1] ^= (uint8_t)(gid >> 16);
+    out->b[2] ^= (uint8_t)(gid >> 8);
+    out->b[3] ^= (uint8_t)gid;
+}
 
 static int vkey(PyObject *block_hash, uint32_t gid, kvp_hash *out)
 {
@@ -2657,14 +2668,19 @@ static int vkey(PyObject *block_hash, uint32_t gid, kvp_hash *out)
         PyErr_SetString(kvp_exc[KVP_EINVAL], "block_hash must be 1..32 bytes");
         return -1;
     }
-    memset(out->b, 0, 32);
-    memcpy(out->b + 32 - v.len, v.buf, (size_t)v.len);
+    vkey_raw(v.buf, (size_t)v.len, gid, out);
     PyBuffer_Release(&v);
-    out->b[0] ^= (uint8_t)(gid >> 24);
-    out->b[1] ^= (uint8_t)(gid >> 16);
-    out->b[2] ^= (uint8_t)(gid >> 8);
-    out->b[3] ^= (uint8_t)gid;
     return 0;
+}
+
+/* The kvpool hash a block's key was published under, from the key itself. */
+static void vkey_of_key(PyObject *key, kvp_hash *out)
+{
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
+    size_t len = (size_t)PyBytes_GET_SIZE(key) - 4;
+    uint32_t gid = (uint32_t)k[len] << 24 | (uint32_t)k[len + 1] << 16 |
+                   (uint32_t)k[len + 2] << 8 | k[len + 3];
+    vkey_raw(k, len, gid, out);
 }
 
 static void VBlock_dealloc(VBlock *self)
@@ -2703,7 +2719,9 @@ static PyObject *VBlock_get_hash(VBlock *self, void *c)
     kvp_status st = kvp_block_get(self->pool->pool, self->id, &bi);
     if (st)
         return raise_status(st);
-    if (bi.published && memcmp(bi.hash.b, self->kh.b, 32) == 0) {
+    kvp_hash kh;
+    vkey_of_key(self->key, &kh);
+    if (bi.published && memcmp(bi.hash.b, kh.b, 32) == 0) {
         Py_INCREF(self->key);
         return self->key;
     }
@@ -2825,7 +2843,6 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
         b->id = i;
         b->is_null = i == 0;
         b->key = NULL;
-        memset(&b->kh, 0, sizeof b->kh);
         self->arr[i] = b;
         PyList_SET_ITEM(self->blocks, i, (PyObject *)b);
     }
@@ -3211,7 +3228,6 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         if (!hb)
             goto done;
         Py_XSETREF(b->key, hb);
-        b->kh = kh[i];
     }
     res = Py_None;
     Py_INCREF(res);
