@@ -113,10 +113,14 @@ typedef struct kvp__block {
     uint32_t hnext;        /* next block in the same index bucket, as a link
                               (id + 1; 0 ends the chain: see kvp__chain) */
     uint16_t fill;
-    uint8_t format;
-    uint8_t stream; /* internal stream index, 0 or 1 */
-    uint8_t state;  /* KVP_BLOCK_* */
-    uint8_t flags;  /* KVP__F_* */
+    /* Byte-wide fields as bit-fields of unsigned int, not uint8_t: a store
+     * through a character type may alias any object, so each one made the
+     * compiler reload the pool's fields and pointers in the per-block loops;
+     * a bit-field store aliases only its own type.  Same layout. */
+    unsigned format : 8;
+    unsigned stream : 8; /* internal stream index, 0 or 1 */
+    unsigned state : 8;  /* KVP_BLOCK_* */
+    unsigned flags : 8;  /* KVP__F_* */
     uint16_t pad;
 } kvp__block;
 _Static_assert(sizeof(kvp__block) == 48, "block records stay 48 bytes (memory budget)");
