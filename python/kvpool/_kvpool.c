@@ -13,8 +13,9 @@
  * - Hand-written, METH_FASTCALL, no generator: one C call per batch must
  *   cost tens of nanoseconds, so arguments are read straight from the
  *   vectorcall array and ids straight out of any buffer (numpy, array,
- *   memoryview) without copying; list[int] is accepted through a slower
- *   conversion path.
+ *   memoryview) without copying (plain numpy arrays without even a buffer
+ *   export: see "Views of integer buffers"); list[int] is accepted through
+ *   a slower conversion path.
  * - Only the public header is used, like any engine embedding the library.
  * - Thread model: the GIL serialises every call on a pool made without
  *   `thread_safe`.  The GIL is released only around calls that can run
@@ -198,11 +199,6 @@ static PyObject *block_or_none(kvp_block b)
 /* ------------------------------------------------------------------------ */
 
 /*
- * An input array of uint32: zero-copy for a C-contiguous buffer of 4-byte
- * integers ('I', 'i', 'L'/'l' when 4 bytes), converted (range-checked) for
- * other integer buffers and for sequences of ints.
- */
-/*
  * Views of integer buffers.  numpy arrays, the usual argument, are read from
  * the array's own fields when they are exact numpy.ndarray objects, 1-D,
  * C-contiguous and aligned, of numpy's own uint32 or int32 dtype: numpy's
@@ -290,6 +286,11 @@ static void int_view_release(Py_buffer *v)
     PyBuffer_Release(v);
 }
 
+/*
+ * An input array of uint32: zero-copy for a C-contiguous buffer of 4-byte
+ * integers ('I', 'i', 'L'/'l' when 4 bytes), converted (range-checked) for
+ * other integer buffers and for sequences of ints.
+ */
 typedef struct u32in {
     const uint32_t *p;
     Py_ssize_t n;
