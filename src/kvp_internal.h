@@ -194,6 +194,8 @@ struct kvp_pool {
     kvp_allocator mem;
     int nstreams;
     bool ts;
+    bool hooked; /* any of: ts, an event queue, per-call history, a callback
+                    (on_evict, copy); without them enter and leave are a test */
     pthread_mutex_t lock;
 
     /* blocks */

@@ -98,6 +98,8 @@ kvp_status kvp__enter(kvp_pool *p)
 {
     if (!p)
         return KVP_EINVAL;
+    if (!p->hooked) /* no callback of this pool can be running: see hooked */
+        return KVP_OK;
     if (kvp__cb_pool == p)
         return KVP_EBUSY;
     if (p->ts)
@@ -107,9 +109,11 @@ kvp_status kvp__enter(kvp_pool *p)
 
 void kvp__leave(kvp_pool *p, bool changed)
 {
-    kvp__ev_close(p);
-    if (changed && p->cfg.history_every_call && p->cfg.history_len)
-        kvp__history_push(p);
+    if (p->hooked) {
+        kvp__ev_close(p);
+        if (changed && p->cfg.history_every_call && p->cfg.history_len)
+            kvp__history_push(p);
+    }
 #if KVP_DEBUG >= 3
     if (changed) {
         char msg[256];
@@ -310,6 +314,8 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         p->mem.release(p->mem.user, p, sizeof *p);
         return rc;
     }
+    p->hooked = p->ts || p->evq || (p->cfg.history_every_call && p->cfg.history_len) ||
+                p->cfg.on_evict || p->cfg.copy;
     kvp__reset_blocks(p);
     *out = p;
     return KVP_OK;
