@@ -1017,7 +1017,7 @@ kvp_status kvp_free_count(kvp_pool *pool, kvp_stream stream, uint32_t *out)
     return KVP_OK;
 }
 
-kvp_status kvp_peek_next(kvp_pool *pool, kvp_stream stream, kvp_block *next)
+KVP__FLATTEN kvp_status kvp_peek_next(kvp_pool *pool, kvp_stream stream, kvp_block *next)
 {
     if (!pool || !next)
         return KVP_EINVAL;
