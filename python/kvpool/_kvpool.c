@@ -74,6 +74,16 @@ static PyObject *raise_status_msg(kvp_status st, const char *msg)
 /* Argument parsing (FASTCALL with keywords)                                 */
 /* ------------------------------------------------------------------------ */
 
+/* The arity check of the positional-only calls: TypeError with the call's
+ * usage when nargs is not n. */
+static int nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage)
+{
+    if (nargs == n)
+        return 1;
+    PyErr_SetString(PyExc_TypeError, usage);
+    return 0;
+}
+
 /*
  * Map positional args and keyword names onto out[0..] following `names`
  * (NULL-terminated).  The first `nreq` are required.  Slots not given stay
@@ -1045,10 +1055,8 @@ static PyObject *Pool_free_owner(PoolObject *self, PyObject *const *args, Py_ssi
 {
     kvp_owner owner;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "free_owner(owner)");
+    if (!nargs_is(nargs, 1, "free_owner(owner)"))
         return NULL;
-    }
     if (get_u64(args[0], 0, &owner, "owner"))
         return NULL;
     size_t n = 0;
@@ -1062,10 +1070,8 @@ static PyObject *Pool_owner_register(PoolObject *self, PyObject *const *args, Py
 {
     kvp_owner owner;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "owner_register(owner)");
+    if (!nargs_is(nargs, 1, "owner_register(owner)"))
         return NULL;
-    }
     if (get_u64(args[0], 0, &owner, "owner"))
         return NULL;
     kvp_status st = kvp_owner_register(self->pool, owner);
@@ -1078,10 +1084,8 @@ static PyObject *Pool_owner_release(PoolObject *self, PyObject *const *args, Py_
 {
     kvp_owner owner;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "owner_release(owner)");
+    if (!nargs_is(nargs, 1, "owner_release(owner)"))
         return NULL;
-    }
     if (get_u64(args[0], 0, &owner, "owner"))
         return NULL;
     kvp_status st = kvp_owner_release(self->pool, owner);
@@ -1165,10 +1169,8 @@ static PyObject *Pool_set_fill(PoolObject *self, PyObject *const *args, Py_ssize
 {
     uint32_t id, fill;
     POOL_CHECK(self);
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_fill(id, fill)");
+    if (!nargs_is(nargs, 2, "set_fill(id, fill)"))
         return NULL;
-    }
     if (get_u32(args[0], 0, &id, "id") || get_u32(args[1], 0, &fill, "fill"))
         return NULL;
     kvp_status st = kvp_set_fill(self->pool, id, fill);
@@ -1206,10 +1208,8 @@ static kvp_status check_blocks(PoolObject *self, const uint32_t *ids, Py_ssize_t
 static PyObject *Pool_set_fill_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     POOL_CHECK(self);
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_fill_many(ids, fills)");
+    if (!nargs_is(nargs, 2, "set_fill_many(ids, fills)"))
         return NULL;
-    }
     u32in ids, fills;
     if (u32in_get(args[0], &ids, "ids"))
         return NULL;
@@ -1252,10 +1252,8 @@ static PyObject *Pool_block_info(PoolObject *self, PyObject *const *args, Py_ssi
 {
     uint32_t id;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "block_info(id)");
+    if (!nargs_is(nargs, 1, "block_info(id)"))
         return NULL;
-    }
     if (get_u32(args[0], 0, &id, "id"))
         return NULL;
     kvp_block_info bi;
@@ -1312,10 +1310,8 @@ static PyObject *Pool_publish(PoolObject *self, PyObject *const *args, Py_ssize_
     uint32_t id;
     kvp_hash h;
     POOL_CHECK(self);
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "publish(id, hash)");
+    if (!nargs_is(nargs, 2, "publish(id, hash)"))
         return NULL;
-    }
     if (get_u32(args[0], 0, &id, "id") || get_hash(args[1], &h, "hash"))
         return NULL;
     kvp_status st = kvp_publish(self->pool, id, &h);
@@ -1328,10 +1324,8 @@ static PyObject *Pool_publish(PoolObject *self, PyObject *const *args, Py_ssize_
 static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     POOL_CHECK(self);
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "publish_many(ids, hashes)");
+    if (!nargs_is(nargs, 2, "publish_many(ids, hashes)"))
         return NULL;
-    }
     u32in in;
     if (u32in_get(args[0], &in, "ids"))
         return NULL;
@@ -1476,10 +1470,8 @@ static PyObject *Pool_unpublish(PoolObject *self, PyObject *const *args, Py_ssiz
 {
     uint32_t id;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "unpublish(id)");
+    if (!nargs_is(nargs, 1, "unpublish(id)"))
         return NULL;
-    }
     if (get_u32(args[0], 0, &id, "id"))
         return NULL;
     kvp_status st = kvp_unpublish(self->pool, id);
@@ -1491,10 +1483,8 @@ static PyObject *Pool_unpublish(PoolObject *self, PyObject *const *args, Py_ssiz
 static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "unpublish_many(ids)");
+    if (!nargs_is(nargs, 1, "unpublish_many(ids)"))
         return NULL;
-    }
     u32in in;
     if (u32in_get(args[0], &in, "ids"))
         return NULL;
@@ -1707,10 +1697,8 @@ static PyObject *Pool_publish_verified(PoolObject *self, PyObject *const *args,
     uint32_t id, parent = KVP_NO_BLOCK;
     kvp_hash h;
     POOL_CHECK(self);
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "publish_verified(id, hash, parent, tokens)");
+    if (!nargs_is(nargs, 4, "publish_verified(id, hash, parent, tokens)"))
         return NULL;
-    }
     if (get_u32(args[0], 0, &id, "id") || get_hash(args[1], &h, "hash") ||
         (args[2] != Py_None && get_u32(args[2], 0, &parent, "parent")))
         return NULL;
@@ -1752,10 +1740,8 @@ static PyObject *Pool_block_ptr(PoolObject *self, PyObject *const *args, Py_ssiz
 {
     uint32_t id;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "block_ptr(id)");
+    if (!nargs_is(nargs, 1, "block_ptr(id)"))
         return NULL;
-    }
     if (get_u32(args[0], 0, &id, "id"))
         return NULL;
     void *p = NULL;
@@ -2175,10 +2161,8 @@ static PyObject *Pool_find_sequence(PoolObject *self, PyObject *const *args, Py_
 {
     uint64_t rid;
     POOL_CHECK(self);
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "find_sequence(request_id)");
+    if (!nargs_is(nargs, 1, "find_sequence(request_id)"))
         return NULL;
-    }
     if (get_u64(args[0], 0, &rid, "request_id"))
         return NULL;
     kvp_seq *s = NULL;
@@ -2221,10 +2205,8 @@ static PyObject *Seq_admit(SeqObject *self, PyObject *const *args, Py_ssize_t na
 {
     if (!seq_ok(self) || !seq_no_exports(self, "admit"))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "admit(tokens)");
+    if (!nargs_is(nargs, 1, "admit(tokens)"))
         return NULL;
-    }
     u32in in;
     if (u32in_get(args[0], &in, "tokens"))
         return NULL;
@@ -2252,10 +2234,8 @@ static PyObject *Seq_append(SeqObject *self, PyObject *const *args, Py_ssize_t n
 {
     if (!seq_ok(self) || !seq_no_exports(self, "append"))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "append(tokens)");
+    if (!nargs_is(nargs, 1, "append(tokens)"))
         return NULL;
-    }
     kvp_status st;
     if (PyLong_Check(args[0])) {
         uint32_t t;
@@ -2279,10 +2259,8 @@ static PyObject *Seq_fork(SeqObject *self, PyObject *const *args, Py_ssize_t nar
     uint64_t cid;
     if (!seq_ok(self))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "fork(child_id)");
+    if (!nargs_is(nargs, 1, "fork(child_id)"))
         return NULL;
-    }
     if (get_u64(args[0], 0, &cid, "child_id"))
         return NULL;
     kvp_seq *child = NULL;
@@ -2906,10 +2884,8 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
 {
     if (!vpool_ok(self))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "get_new_blocks(num_blocks)");
+    if (!nargs_is(nargs, 1, "get_new_blocks(num_blocks)"))
         return NULL;
-    }
     Py_ssize_t want = PyLong_AsSsize_t(args[0]);
     if (want == -1 && PyErr_Occurred())
         return NULL;
@@ -3017,10 +2993,8 @@ static PyObject *VPool_free_blocks(VPool *self, PyObject *const *args, Py_ssize_
 {
     if (!vpool_ok(self))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "free_blocks(ordered_blocks)");
+    if (!nargs_is(nargs, 1, "free_blocks(ordered_blocks)"))
         return NULL;
-    }
     Py_ssize_t k = collect_ids(self, args[0]);
     if (k == -1)
         return NULL;
@@ -3055,10 +3029,8 @@ static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t narg
 {
     if (!vpool_ok(self))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "touch(blocks)");
+    if (!nargs_is(nargs, 1, "touch(blocks)"))
         return NULL;
-    }
     PyObject *seq = PySequence_Fast(args[0], "touch() expects a sequence of KVCacheBlock");
     if (!seq)
         return NULL;
@@ -3108,10 +3080,8 @@ static PyObject *VPool_get_cached_block(VPool *self, PyObject *const *args, Py_s
 {
     if (!vpool_ok(self))
         return NULL;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "get_cached_block(block_hash, kv_cache_group_ids)");
+    if (!nargs_is(nargs, 2, "get_cached_block(block_hash, kv_cache_group_ids)"))
         return NULL;
-    }
     if (!self->enable_caching)
         Py_RETURN_NONE;
     PyObject *gids = PySequence_Fast(args[1], "kv_cache_group_ids must be a sequence of int");
@@ -3158,10 +3128,8 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
 {
     if (!vpool_ok(self))
         return NULL;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "_cache_blocks(blocks, block_hashes, group_id)");
+    if (!nargs_is(nargs, 3, "_cache_blocks(blocks, block_hashes, group_id)"))
         return NULL;
-    }
     uint32_t gid;
     if (get_u32(args[2], 0, &gid, "kv_cache_group_id"))
         return NULL;
@@ -3245,10 +3213,8 @@ static PyObject *VPool_evict_ids(VPool *self, PyObject *const *args, Py_ssize_t 
 {
     if (!vpool_ok(self))
         return NULL;
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "_evict_block_ids(block_ids)");
+    if (!nargs_is(nargs, 1, "_evict_block_ids(block_ids)"))
         return NULL;
-    }
     PyObject *it = PyObject_GetIter(args[0]);
     if (!it)
         return NULL;
@@ -3432,10 +3398,8 @@ static PyObject *mod_hash_external(PyObject *m, PyObject *arg)
 static PyObject *mod_fast_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)m;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_fast_view(obj, writable)");
+    if (!nargs_is(nargs, 2, "_fast_view(obj, writable)"))
         return NULL;
-    }
     int writable = PyObject_IsTrue(args[1]);
     if (writable < 0)
         return NULL;
