@@ -146,6 +146,7 @@ typedef struct run {
     uint32_t tok[MSEQ][MAXTOK];    /* every token of each sequence */
     size_t op_index;
     char op[256];
+    uint32_t hint[NOWN]; /* kvp_take_hinted's, kept across pool_clear on purpose */
 } run;
 
 static model g_m;
@@ -785,7 +786,23 @@ static void do_op(rd *r, int op)
             kvp_status ps = kvp_peek_next(p, (kvp_stream)st, &nx);
             if (fingerprint() != fp)
                 bad("kvp_peek_next changed the pool");
-            gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            /* Half the takes are hinted: with the owner's kept hint, another
+             * owner's, or garbage; all must behave as kvp_take. */
+            if (v % 8 < 4) {
+                gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            } else {
+                uint32_t h = v % 8 == 4   ? v / 8
+                             : v % 8 == 5 ? g_r.hint[v / 8 % NOWN]
+                                          : oi >= 0 ? g_r.hint[oi] : KVP_HINT_NONE;
+                uint32_t h0 = h;
+                OPF("take_hinted(stream=%d, owner=%" PRIu64 ", hint=%" PRIu32 ")", st, oval(oi), h);
+                gs = kvp_take_hinted(p, (kvp_stream)st, oval(oi), &h, &g);
+                if ((gs != KVP_OK || oi < 0) && h != h0)
+                    bad("take_hinted (%s, owner %" PRIu64 ") changed the hint %" PRIu32
+                        " to %" PRIu32, kvp_strerror(gs), oval(oi), h0, h);
+                if (gs == KVP_OK && oi >= 0)
+                    g_r.hint[oi] = h;
+            }
             if (ps != KVP_OK ? gs != ps : gs == KVP_OK && nx != KVP_NO_BLOCK && nx != g)
                 bad("kvp_peek_next: %s, block %" PRIu32 "; the take: %s, block %" PRIu32,
                     kvp_strerror(ps), nx, kvp_strerror(gs), g);
@@ -1023,6 +1040,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&g_r, 0, sizeof g_r);
     g_r.c = c;
     g_r.ts = b3 & 1;
+    for (int oi = 0; oi < NOWN; oi++)
+        g_r.hint[oi] = KVP_HINT_NONE;
     content_reset();
     mdl_init(&g_m, &c);
 

@@ -361,6 +361,29 @@ KVP_API kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
 KVP_API kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                             kvp_block *out);
 
+/* The "no hint yet" value of kvp_take_hinted's hint. */
+#define KVP_HINT_NONE UINT32_MAX
+
+/*
+ * kvp_take, for callers that take block after block for the same owners
+ * (decode steps): `*hint` is a value an earlier kvp_take_hinted stored for
+ * `owner`, or KVP_HINT_NONE.  kvp_take finds an owner by a hash lookup on
+ * every call; a hint that still names the owner's place in the pool skips
+ * it.  Keep one hint per owner beside the owner id (in the request's own
+ * record); start it at KVP_HINT_NONE.
+ * Any value is safe.  A hint is checked against the owner before it is used,
+ * so a stale one (the owner freed and its place reused, the pool cleared),
+ * another owner's, or garbage costs the lookup and is replaced, and never
+ * picks the wrong owner.
+ * On success *hint is set for `owner` (left as it was for KVP_ANON).  On
+ * error nothing changes, *hint included.
+ * Errors: as kvp_take, and KVP_EINVAL for a NULL hint.  O(1).  Thread rules
+ * as kvp_take; the hint is the caller's memory, written during the call, so
+ * concurrent calls must not share one.
+ */
+KVP_API kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                                   uint32_t *hint, kvp_block *out);
+
 /*
  * Take the specific free block `id` (vacant or cached) for fresh content,
  * held by `owner`, with fill 0 and format KVP_FMT_FP16; a cached block's

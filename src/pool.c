@@ -681,15 +681,21 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 
 /* Find `owner`'s slot, or make room to create it (*create set; the slot it
  * will get is p->ofree), and room in its array for n more references.  For
- * KVP_ANON *slot is NONE.  Changes nothing visible. */
-static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t n, uint32_t *slot,
-                                bool *create)
+ * KVP_ANON *slot is NONE.  Changes nothing visible.
+ * `hint` is a slot the caller believes is owner's (kvp_take_hinted; NONE
+ * otherwise).  It is trusted only after reading that the slot holds owner,
+ * which is the read the lookup would end with anyway: ids are unique among
+ * used slots and unused ones hold KVP_ANON, so no value of hint can pick
+ * another owner's slot. */
+static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uint32_t n,
+                                uint32_t *slot, bool *create)
 {
     *create = false;
     *slot = KVP__NONE;
     if (owner == KVP_ANON)
         return KVP_OK;
-    uint32_t s = kvp__owner_find(p, owner);
+    uint32_t s = hint < p->ocap && p->owners[hint].id == owner ? hint
+                                                                : kvp__owner_find(p, owner);
     if (s == KVP__NONE) {
         kvp_status rc = kvp__owner_reserve(p);
         if (rc)
@@ -789,12 +795,15 @@ void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot)
     kvp__ref_add(p, b, oslot);
 }
 
+/* kvp_alloc's work once the arguments are checked.  `hint` (NULL: none) is
+ * kvp_take_hinted's: read for the owner lookup, and set to the owner's slot
+ * on success. */
 static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
-                               unsigned format, kvp_block *ids)
+                               uint32_t *hint, unsigned format, kvp_block *ids)
 {
     uint32_t slot;
     bool create;
-    kvp_status rc = owner_prepare(p, owner, nb, &slot, &create);
+    kvp_status rc = owner_prepare(p, owner, hint ? *hint : KVP__NONE, nb, &slot, &create);
     if (!rc)
         rc = kvp__room_for(p, s, p->st[s].nvacant + p->st[s].ncached, nb);
     if (rc)
@@ -803,6 +812,8 @@ static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
         slot = kvp__owner_add(p, owner);
     kvp__take_blocks(p, s, nb, slot, format, ids);
     p->ctr.alloc_calls++;
+    if (hint && slot != KVP__NONE)
+        *hint = slot;
     return KVP_OK;
 }
 
@@ -825,15 +836,16 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    rc = alloc_locked(pool, s, (uint32_t)nb, owner, format, ids);
+    rc = alloc_locked(pool, s, (uint32_t)nb, owner, NULL, format, ids);
     if (!rc)
         *n_out = (size_t)nb;
     kvp__leave(pool, rc == KVP_OK);
     return rc;
 }
 
-KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
-                                 kvp_block *out)
+/* kvp_take and kvp_take_hinted, which differ only in the hint (NULL: none). */
+static inline kvp_status take_one(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                                  uint32_t *hint, kvp_block *out)
 {
     if (!pool || !out)
         return KVP_EINVAL;
@@ -841,9 +853,21 @@ KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner ow
     kvp_status rc = kvp__enter_stream(pool, stream, &s);
     if (rc)
         return rc;
-    rc = alloc_locked(pool, s, 1, owner, KVP_FMT_FP16, out);
+    rc = alloc_locked(pool, s, 1, owner, hint, KVP_FMT_FP16, out);
     kvp__leave(pool, rc == KVP_OK);
     return rc;
+}
+
+KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                                 kvp_block *out)
+{
+    return take_one(pool, stream, owner, NULL, out);
+}
+
+KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                                        uint32_t *hint, kvp_block *out)
+{
+    return hint ? take_one(pool, stream, owner, hint, out) : KVP_EINVAL;
 }
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
@@ -857,7 +881,7 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc && kvp__state(pool, id) == KVP_BLOCK_IN_USE)
         rc = KVP_EBUSY;
     if (!rc)
-        rc = owner_prepare(pool, owner, 1, &slot, &create);
+        rc = owner_prepare(pool, owner, KVP__NONE, 1, &slot, &create);
     if (!rc) {
         if (create)
             slot = kvp__owner_add(pool, owner);
@@ -885,7 +909,7 @@ KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc && state == KVP_BLOCK_VACANT)
         rc = KVP_ENOTFOUND;
     if (!rc)
-        rc = owner_prepare(pool, owner, 1, &slot, &create);
+        rc = owner_prepare(pool, owner, KVP__NONE, 1, &slot, &create);
     /* A second owner on a block needs an xref node. */
     if (!rc && owner != KVP_ANON && state == KVP_BLOCK_IN_USE &&
         pool->blocks[id].owner != KVP__NONE)

@@ -21,6 +21,7 @@
  */
 #include "kvptest.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,21 @@ ROW(take_null_out, FX_ANY, KVP_EINVAL, return kvp_take(p, KVP_STREAM_K, A, NULL)
 ROW(take_bad_stream, FX_ANY, KVP_EINVAL, return kvp_take(p, (kvp_stream)7, A, &g_b);)
 ROW(take_shared_on_separate, FX_K, KVP_EINVAL,
     return kvp_take(p, KVP_STREAM_SHARED, A, &g_b);)
+
+/* kvp_take_hinted: kvp_take's refusals, and the hint is left as it was. */
+static uint32_t g_hint;
+#define HINTED(stream, out)                                                                  \
+    g_hint = 5;                                                                              \
+    kvp_status st = kvp_take_hinted(p, stream, A, &g_hint, out);                             \
+    ROW_CHECK(g_hint == 5, "hint %" PRIu32 " after a refused call, expected 5", g_hint);     \
+    return st;
+ROW(take_hinted_null_pool, FX_ANY, KVP_EINVAL,
+    return kvp_take_hinted(NULL, KVP_STREAM_K, A, &g_hint, &g_b);)
+ROW(take_hinted_null_hint, FX_ANY, KVP_EINVAL,
+    return kvp_take_hinted(p, KVP_STREAM_K, A, NULL, &g_b);)
+ROW(take_hinted_null_out, FX_ANY, KVP_EINVAL, HINTED(KVP_STREAM_K, NULL))
+ROW(take_hinted_bad_stream, FX_ANY, KVP_EINVAL, HINTED((kvp_stream)7, &g_b))
+ROW(take_hinted_shared_on_separate, FX_K, KVP_EINVAL, HINTED(KVP_STREAM_SHARED, &g_b))
 
 /* kvp_take_id */
 ROW(take_id_null_pool, FX_ANY, KVP_EINVAL, return kvp_take_id(NULL, 3, A);)
@@ -520,6 +536,8 @@ static const row *const rows[] = {
     R(alloc_exhausted), R(alloc_exhausted_registered), R(alloc_shared_on_separate),
     R(alloc_exhausted_v_only),
     R(take_null_pool), R(take_null_out), R(take_bad_stream), R(take_shared_on_separate),
+    R(take_hinted_null_pool), R(take_hinted_null_hint), R(take_hinted_null_out),
+    R(take_hinted_bad_stream), R(take_hinted_shared_on_separate),
     R(take_id_null_pool), R(take_id_null_block), R(take_id_beyond), R(take_id_no_block),
     R(take_id_retired), R(take_id_in_use), R(take_id_shared_block),
     R(free_null_pool), R(free_null_ids), R(free_null_ids_zero_n), R(free_null_block),

@@ -171,6 +171,7 @@ typedef struct ctx {
     int sync_owner;
     uint32_t pre_n;
     kvp_block pre[OREFS];
+    uint32_t hint[NOWN]; /* kvp_take_hinted's, kept across pool_clear on purpose */
 } ctx;
 
 static uint32_t rn(ctx *x, uint32_t n)
@@ -697,7 +698,24 @@ static void do_step(ctx *x, int op)
             kvp_status ps = kvp_peek_next(p, (kvp_stream)st, &nx);
             if (fingerprint(x) != fp)
                 bad(x, "kvp_peek_next changed the pool");
-            gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            /* Half the takes are hinted: with the owner's kept hint, another
+             * owner's, or garbage; all must behave as kvp_take. */
+            unsigned how = rn(x, 8);
+            if (how < 4) {
+                gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
+            } else {
+                uint32_t h = how == 4   ? rn(x, 64)
+                             : how == 5 ? x->hint[rn(x, NOWN)]
+                                        : oi >= 0 ? x->hint[oi] : KVP_HINT_NONE;
+                uint32_t h0 = h;
+                OPF("take_hinted(stream=%d, owner=%" PRIu64 ", hint=%" PRIu32 ")", st, oval(oi), h);
+                gs = kvp_take_hinted(p, (kvp_stream)st, oval(oi), &h, &g);
+                if ((gs != KVP_OK || oi < 0) && h != h0)
+                    bad(x, "take_hinted (%s, owner %" PRIu64 ") changed the hint %" PRIu32
+                        " to %" PRIu32, kvp_strerror(gs), oval(oi), h0, h);
+                if (gs == KVP_OK && oi >= 0)
+                    x->hint[oi] = h;
+            }
             if (ps != KVP_OK ? gs != ps : gs == KVP_OK && nx != KVP_NO_BLOCK && nx != g)
                 bad(x, "kvp_peek_next: %s, block %" PRIu32 "; the take: %s, block %" PRIu32,
                     kvp_strerror(ps), nx, kvp_strerror(gs), g);
@@ -1037,6 +1055,8 @@ static void run_config(const mcfg *c)
     x->c = *c;
     x->m = &m;
     x->rng = c->seed;
+    for (int oi = 0; oi < NOWN; oi++)
+        x->hint[oi] = KVP_HINT_NONE;
     mdl_init(&m, c);
 
     kvp_config cfg;

@@ -6,7 +6,8 @@
  * a subset, free_owner (newest first, record retired, n_freed), not-owner
  * refusals, several owners sharing a block through kvp_claim, anonymous
  * references, automatic retirement of an unregistered owner when its last
- * reference goes, and the owner table growing to many owners.
+ * reference goes, the owner table growing to many owners, and
+ * kvp_take_hinted with good, wrong, stale and garbage hints.
  */
 #include "kvptest.h"
 
@@ -451,6 +452,80 @@ static void test_many_owners(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* kvp_take_hinted gives the same result as kvp_take whatever the hint: the
+ * owner's own, another owner's, garbage, or stale after its owner left and
+ * the place was reused; it stores the owner's hint on success only. */
+static void test_take_hinted(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(8);
+    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_block b[8];
+    uint32_t h7 = KVP_HINT_NONE, h9 = KVP_HINT_NONE;
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h7, &b[0]));
+    KVP_ASSERT_EQ(h7 != KVP_HINT_NONE, 1);
+    uint32_t first = h7;
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h7, &b[1]));
+    KVP_ASSERT_EQ(h7, first);
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 9, &h9, &b[2]));
+    KVP_ASSERT_EQ(h9 != h7, 1);
+    kvptest_check(pool);
+
+    /* Another owner's hint, and garbage: the block still goes to owner 7. */
+    uint32_t wrong[] = {h9, 0, UINT32_MAX - 1, 12345};
+    for (size_t i = 0; i < 3; i++) {
+        uint32_t h = wrong[i];
+        KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h, &b[3 + i]));
+        KVP_ASSERT_EQ(h, h7);
+        kvptest_check(pool);
+    }
+    EXPECT_BLOCKS(pool, 7, b[0], b[1], b[3], b[4], b[5]);
+    EXPECT_BLOCKS(pool, 9, b[2]);
+
+    /* Anonymous: the hint is not touched. */
+    uint32_t ha = 77;
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, KVP_ANON, &ha, &b[6]));
+    KVP_ASSERT_EQ(ha, 77);
+    KVP_ASSERT_EQ(kvptest_info(pool, b[6]).ref_count, 1);
+
+    /* Refused (exhausted: 7 of 8 taken, then the last): hint and pool kept. */
+    uint32_t h = wrong[3];
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 9, &h9, &b[7]));
+    KVP_ASSERT_REFUSED(pool, kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h, &b[0]),
+                       KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(h, wrong[3]);
+    KVP_ASSERT_REFUSED(pool, kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h7, &b[0]),
+                       KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(h7, first);
+
+    /* Stale: owner 7 leaves, owner 11 gets its place (the freed place is
+     * reused first), and 7's old hint now names 11's.  Owner 7 comes back
+     * with it and gets a place of its own; 11 keeps its block. */
+    size_t nf = 0;
+    KVP_ASSERT_OK(kvp_free_owner(pool, 7, &nf));
+    KVP_ASSERT_EQ(nf, 5);
+    uint32_t h11 = KVP_HINT_NONE;
+    kvp_block c11, c7;
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 11, &h11, &c11));
+    KVP_ASSERT_EQ(h11, first);
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h7, &c7));
+    KVP_ASSERT_EQ(h7 != h11, 1);
+    EXPECT_BLOCKS(pool, 11, c11);
+    EXPECT_BLOCKS(pool, 7, c7);
+    EXPECT_BLOCKS(pool, 9, b[2], b[7]);
+    kvptest_check(pool);
+
+    /* After kvp_pool_clear every hint is stale; all still work. */
+    KVP_ASSERT_OK(kvp_pool_clear(pool));
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 9, &h7, &b[0]));
+    KVP_ASSERT_OK(kvp_take_hinted(pool, KVP_STREAM_SHARED, 7, &h9, &b[1]));
+    EXPECT_BLOCKS(pool, 9, b[0]);
+    EXPECT_BLOCKS(pool, 7, b[1]);
+    KVP_ASSERT_EQ(kvptest_stats(pool).owners, 2);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -463,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_anonymous_refs),
         cmocka_unit_test(test_owner_auto_retire),
         cmocka_unit_test(test_many_owners),
+        cmocka_unit_test(test_take_hinted),
     };
     return cmocka_run_group_tests_name("owner", tests, NULL, NULL);
 }

@@ -6,9 +6,11 @@
  * churn and scale share one driver: the operation sequence (which live
  * sequence gets the next block, and whether that block completes it) is
  * generated up front from splitmix64 seeded with 42, then replayed against
- * the pool (kvp_take to the sequence's owner, kvp_free_owner when it
- * completes) and against the floor (a stack of free ids and an id array per
- * sequence).  Large allocations are forced onto fresh mappings (mallopt) so
+ * the pool (kvp_take_hinted to the sequence's owner, the hint kept beside the
+ * owner id as an engine would keep it in its request record; kvp_free_owner
+ * when it completes) and against the floor (a stack of free ids and an id
+ * array per sequence).  churn also times plain kvp_take, which finds the
+ * owner by lookup on every call (lookup_ns_per_block).  Large allocations are forced onto fresh mappings (mallopt) so
  * that resident-memory growth measures the pool and not reused heap.
  */
 #define _GNU_SOURCE /* getopt_long, mallopt */
@@ -20,6 +22,7 @@
 #include <getopt.h>
 #include <kvpool.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +148,8 @@ typedef struct churn {
     uint32_t max_seq;        /* blocks of the longest possible sequence */
     kvp_pool *pool;
     kvp_owner *owner;        /* library: owner id of each slot's sequence */
+    uint32_t *hint;          /* library: its kvp_take_hinted hint */
+    bool lookup;             /* library: plain kvp_take (owner found by lookup) */
     uint32_t *stack;         /* floor: free ids */
     uint32_t *seq;           /* floor: live x max_seq ids */
     uint32_t *len;           /* floor: ids held per slot */
@@ -163,6 +168,7 @@ static void churn_free(churn *c)
     kvp_pool_destroy(c->pool);
     free(c->ops);
     free(c->owner);
+    free(c->hint);
     free(c->stack);
     free(c->seq);
     free(c->len);
@@ -179,11 +185,12 @@ static int churn_init(churn *c, const churn_spec *sp)
     c->max_seq = (sp->max_tokens + BENCH_BLOCK_TOKENS - 1) / BENCH_BLOCK_TOKENS;
     c->ops = malloc(sp->allocations * sizeof *c->ops);
     c->owner = calloc(sp->live, sizeof *c->owner);
+    c->hint = calloc(sp->live, sizeof *c->hint);
     c->stack = malloc((size_t)sp->blocks * sizeof *c->stack);
     c->seq = malloc((size_t)sp->live * c->max_seq * sizeof *c->seq);
     c->len = calloc(sp->live, sizeof *c->len);
     uint32_t *need = malloc(sp->live * sizeof *need);
-    if (!c->ops || !c->owner || !c->stack || !c->seq || !c->len || !need) {
+    if (!c->ops || !c->owner || !c->hint || !c->stack || !c->seq || !c->len || !need) {
         free(need);
         churn_free(c);
         kvpt_error("out of memory");
@@ -226,16 +233,20 @@ static kvp_status churn_pool_create(const churn_spec *sp, const kvp_allocator *m
     return kvp_pool_create(&cfg, out);
 }
 
-/* Library side: one kvp_take per allocation to the sequence's owner,
- * kvp_free_owner when a sequence completes and for every live sequence at
- * the end (so each allocation is timed with its free). */
+/* Library side: one kvp_take_hinted per allocation to the sequence's owner
+ * (kvp_take when c->lookup), kvp_free_owner when a sequence completes and
+ * for every live sequence at the end (so each allocation is timed with its
+ * free). */
 static double churn_lib(void *ctx)
 {
     churn *c = ctx;
     kvp_pool *pool = c->pool;
     kvp_owner *owner = c->owner, next = c->spec.live;
-    for (uint32_t s = 0; s < c->spec.live; s++)
+    uint32_t *hint = c->hint;
+    for (uint32_t s = 0; s < c->spec.live; s++) {
         owner[s] = s;
+        hint[s] = KVP_HINT_NONE;
+    }
     const uint32_t *ops = c->ops;
     size_t n = (size_t)c->spec.allocations;
     kvp_status rc = KVP_OK;
@@ -243,10 +254,12 @@ static double churn_lib(void *ctx)
     for (size_t i = 0; i < n && rc == KVP_OK; i++) {
         uint32_t s = ops[i] & ~OP_DONE;
         kvp_block b;
-        rc = kvp_take(pool, KVP_STREAM_SHARED, owner[s], &b);
+        rc = c->lookup ? kvp_take(pool, KVP_STREAM_SHARED, owner[s], &b)
+                       : kvp_take_hinted(pool, KVP_STREAM_SHARED, owner[s], &hint[s], &b);
         if (rc == KVP_OK && (ops[i] & OP_DONE)) {
             rc = kvp_free_owner(pool, owner[s], NULL);
             owner[s] = next++;
+            hint[s] = KVP_HINT_NONE;
         }
     }
     for (uint32_t s = 0; s < c->spec.live && rc == KVP_OK; s++) {
@@ -314,20 +327,29 @@ static int bench_churn(bench_out *out, unsigned scale)
         churn_free(&c);
         return kvpt_lib_error("kvp_pool_create", rc);
     }
-    double lib_s, floor_s;
-    int ret = bench_reps(churn_lib, churn_floor, &c, &lib_s, &floor_s);
+    /* Plain kvp_take first, then the figure itself (with its own floor). */
+    double lib_s, floor_s, lookup_s, lookup_floor_s;
+    c.lookup = true;
+    int ret = bench_reps(churn_lib, churn_floor, &c, &lookup_s, &lookup_floor_s);
+    c.lookup = false;
+    if (ret == 0)
+        ret = bench_reps(churn_lib, churn_floor, &c, &lib_s, &floor_s);
     if (ret == 0) {
         double ns = per_block_ns(&c, lib_s), fl = per_block_ns(&c, floor_s);
+        double lk = per_block_ns(&c, lookup_s), lkfl = per_block_ns(&c, lookup_floor_s);
         uint64_t peak = bench_peak_rss_kb();
         char config[96], details[96];
         snprintf(config, sizeof config, "%u blocks, %u seqs", sp.blocks, sp.live);
-        snprintf(details, sizeof details, "peak RSS %llu KiB", (unsigned long long)peak);
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:I, s:s, s:i}",
+        snprintf(details, sizeof details, "kvp_take by lookup %.1f (%.1fx); peak RSS %llu KiB",
+                 lk, lk / lkfl, (unsigned long long)peak);
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:s, s:s, s:i}",
                               "workload", "churn", "blocks", (json_int_t)sp.blocks,
                               "live_sequences", (json_int_t)sp.live,
                               "allocations", (json_int_t)sp.allocations,
                               "ns_per_block", ns, "floor_ns_per_block", fl,
-                              "ratio_to_floor", ns / fl, "peak_rss_kb", (json_int_t)peak,
+                              "ratio_to_floor", ns / fl, "lookup_ns_per_block", lk,
+                              "lookup_ratio_to_floor", lk / lkfl,
+                              "peak_rss_kb", (json_int_t)peak, "call", "kvp_take_hinted",
                               "prng", "splitmix64", "reps", BENCH_REPS);
         ret = bench_emit(out, o, config, details);
     }
