@@ -628,6 +628,8 @@ typedef struct PoolObject {
     Py_ssize_t table_exports; /* live zero-copy exports of block tables */
     Py_ssize_t busy;          /* calls in flight with the GIL released */
     PyObject *weakrefs;
+    PyObject **vkeys;         /* vLLM drop-in only: each block's key (see VBlock) */
+    uint32_t nvkeys;
 } PoolObject;
 
 static PyTypeObject Pool_Type;
@@ -847,6 +849,9 @@ static void Pool_dealloc(PoolObject *self)
     }
     Py_XDECREF(self->on_evict);
     Py_XDECREF(self->seqs);
+    for (uint32_t i = 0; self->vkeys && i < self->nvkeys; i++)
+        Py_XDECREF(self->vkeys[i]);
+    PyMem_Free(self->vkeys);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2618,11 +2623,14 @@ static PyTypeObject Pool_Type = {
 typedef struct VBlock {
     PyObject_HEAD
     PoolObject *pool;   /* strong; the pool never points back */
-    uint32_t id;
-    int is_null;
-    PyObject *key;      /* BlockHashWithGroupId bytes (the block hash, then
-                           the group id as 4 big-endian bytes), or NULL */
-} VBlock; /* 40 bytes: FIFO reuse walks all of them, so each byte counts */
+    uint32_t id;        /* 0 is the null block */
+} VBlock;
+/* FIFO reuse walks all of them, so each byte counts: at 32 bytes pymalloc
+ * packs two to a cache line and none straddles two (at 40, most did).  The
+ * rarely read key lives in the pool, pool->vkeys[id]: the
+ * BlockHashWithGroupId bytes (the block hash, then the group id as 4
+ * big-endian bytes) the block was last cached under, or NULL. */
+_Static_assert(sizeof(VBlock) == 32, "KVCacheBlock objects stay 32 bytes");
 
 static PyTypeObject VBlock_Type;
 
@@ -2665,7 +2673,6 @@ static void vkey_of_key(PyObject *key, kvp_hash *out)
 static void VBlock_dealloc(VBlock *self)
 {
     Py_XDECREF(self->pool);
-    Py_XDECREF(self->key);
     PyObject_Free(self);
 }
 
@@ -2690,7 +2697,8 @@ static PyObject *VBlock_get_ref(VBlock *self, void *c)
 static PyObject *VBlock_get_hash(VBlock *self, void *c)
 {
     (void)c;
-    if (!self->key)
+    PyObject **key = &self->pool->vkeys[self->id];
+    if (!*key)
         Py_RETURN_NONE;
     if (!pool_ok(self->pool))
         return NULL;
@@ -2699,19 +2707,19 @@ static PyObject *VBlock_get_hash(VBlock *self, void *c)
     if (st)
         return raise_status(st);
     kvp_hash kh;
-    vkey_of_key(self->key, &kh);
+    vkey_of_key(*key, &kh);
     if (bi.published && memcmp(bi.hash.b, kh.b, 32) == 0) {
-        Py_INCREF(self->key);
-        return self->key;
+        Py_INCREF(*key);
+        return *key;
     }
-    Py_CLEAR(self->key); /* evicted since: forget the key */
+    Py_CLEAR(*key); /* evicted since: forget the key */
     Py_RETURN_NONE;
 }
 
 static PyObject *VBlock_get_null(VBlock *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->is_null);
+    return PyBool_FromLong(self->id == 0);
 }
 
 static PyObject *VBlock_repr(VBlock *self)
@@ -2726,7 +2734,7 @@ static PyObject *VBlock_repr(VBlock *self)
     }
     PyObject *r = PyUnicode_FromFormat("KVCacheBlock(block_id=%u, ref_cnt=%S, block_hash=%R%s)",
                                        (unsigned)self->id, ref, h,
-                                       self->is_null ? ", is_null=True" : "");
+                                       self->id == 0 ? ", is_null=True" : "");
     Py_DECREF(ref);
     Py_DECREF(h);
     return r;
@@ -2809,7 +2817,9 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     self->scratch = PyMem_Malloc((size_t)nb * sizeof(uint32_t));
     self->arr = PyMem_Malloc((size_t)nb * sizeof(VBlock *));
     self->blocks = PyList_New(nb);
-    if (!self->scratch || !self->arr || !self->blocks) {
+    self->pool->vkeys = PyMem_Calloc(nb, sizeof(PyObject *));
+    self->pool->nvkeys = nb;
+    if (!self->scratch || !self->arr || !self->blocks || !self->pool->vkeys) {
         PyErr_NoMemory();
         return -1;
     }
@@ -2820,8 +2830,6 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
         Py_INCREF(pool);
         b->pool = (PoolObject *)pool;
         b->id = i;
-        b->is_null = i == 0;
-        b->key = NULL;
         self->arr[i] = b;
         PyList_SET_ITEM(self->blocks, i, (PyObject *)b);
     }
@@ -2972,7 +2980,7 @@ static Py_ssize_t collect_ids(VPool *self, PyObject *blocks)
             PyMem_Free(heap);
             return -1;
         }
-        if (!b->is_null)
+        if (b->id != 0)
             ids[k++] = b->id;
     }
     Py_DECREF(seq);
@@ -3011,7 +3019,7 @@ static int touch_one(VPool *self, PyObject *o)
     VBlock *b = vblock_of(self, o);
     if (!b)
         return -1;
-    if (b->is_null)
+    if (b->id == 0)
         return 0;
     kvp_status st = kvp_claim(self->pool->pool, b->id, KVP_ANON);
     if (st == KVP_ENOTFOUND) /* a vacant free block: take it off the queue */
@@ -3157,7 +3165,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         VBlock *b = vblock_of(self, PySequence_Fast_GET_ITEM(bs, i));
         if (!b || vkey(PySequence_Fast_GET_ITEM(hs, i), gid, &kh[i]))
             goto done;
-        if (b->is_null)
+        if (b->id == 0)
             continue;
         kvp_block_info bi;
         kvp_status st = kvp_block_get(self->pool->pool, b->id, &bi);
@@ -3172,7 +3180,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         VBlock *b = (VBlock *)PySequence_Fast_GET_ITEM(bs, i);
-        if (b->is_null)
+        if (b->id == 0)
             continue;
         kvp_status st = kvp_publish(self->pool->pool, b->id, &kh[i]);
         if (st) {
@@ -3196,7 +3204,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         PyBytes_ConcatAndDel(&hb, gb);
         if (!hb)
             goto done;
-        Py_XSETREF(b->key, hb);
+        Py_XSETREF(self->pool->vkeys[b->id], hb);
     }
     res = Py_None;
     Py_INCREF(res);
