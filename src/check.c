@@ -85,6 +85,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(s < p->nstreams, "block %u: stream %d", b, s);
         const kvp__stream *st = &p->st[s];
         bool in_vac = kvp__idset_has(&st->vacant, b), in_cac = kvp__idset_has(&st->cached, b);
+        bool ord = p->ordered; /* free sets kept (else empty) */
         bool pub = (k->flags & KVP__F_PUBLISHED) != 0;
         CHECK(!(k->flags & KVP__F_NULL) || (b == 0 && p->cfg.null_block),
               "block %u: null flag on a non-null block", b);
@@ -101,13 +102,15 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         published += pub;
         switch (k->state) {
         case KVP_BLOCK_VACANT:
-            CHECK(in_vac && !in_cac && !pub, "block %u: vacant but vacant=%d cached=%d pub=%d", b,
-                  in_vac, in_cac, pub);
+            CHECK(in_vac == ord && !in_cac && !pub,
+                  "block %u: vacant but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
+                  in_cac, pub, ord);
             vac[s]++;
             break;
         case KVP_BLOCK_CACHED:
-            CHECK(in_cac && !in_vac && pub, "block %u: cached but vacant=%d cached=%d pub=%d", b,
-                  in_vac, in_cac, pub);
+            CHECK(in_cac == ord && !in_vac && pub,
+                  "block %u: cached but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
+                  in_cac, pub, ord);
             cac[s]++;
             break;
         case KVP_BLOCK_IN_USE: {
@@ -152,9 +155,11 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
               st->ncached, cac[s]);
         CHECK(st->nblocks == vac[s] + cac[s] + used[s], "stream %d: nblocks %u != %u", s,
               st->nblocks, vac[s] + cac[s] + used[s]);
-        CHECK(set_size(&st->vacant) == vac[s] - fresh_count(st), "stream %d: vacant set size", s);
-        CHECK(set_size(&st->cached) == cac[s], "stream %d: cached set size", s);
+        CHECK(set_size(&st->vacant) == (p->ordered ? vac[s] - fresh_count(st) : 0),
+              "stream %d: vacant set size", s);
+        CHECK(set_size(&st->cached) == (p->ordered ? cac[s] : 0), "stream %d: cached set size", s);
     }
+    CHECK(p->ordered || p->cfg.reuse != KVP_REUSE_LOWEST, "LOWEST reuse without its free sets");
     CHECK(in_use == p->in_use, "in_use kept %llu, counted %llu", (unsigned long long)p->in_use,
           (unsigned long long)in_use);
     CHECK(shared == p->shared, "shared kept %llu, counted %llu", (unsigned long long)p->shared,

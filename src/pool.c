@@ -316,6 +316,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     }
     p->hooked = p->ts || p->evq || (p->cfg.history_every_call && p->cfg.history_len) ||
                 p->cfg.on_evict || p->cfg.copy;
+    p->ordered = p->cfg.reuse == KVP_REUSE_LOWEST;
     kvp__reset_blocks(p);
     *out = p;
     return KVP_OK;
@@ -348,6 +349,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
         kvp__idset_clear(&pool->st[s].vacant);
         kvp__idset_clear(&pool->st[s].cached);
     }
+    pool->ordered = pool->cfg.reuse == KVP_REUSE_LOWEST; /* as new (kvp__order) */
     kvp__idset_clear(&pool->retired);
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
     memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
@@ -519,7 +521,7 @@ KVP__COLD static void materialize_fresh(kvp_pool *p, int s)
         st->fresh_mark = lo;
     for (uint32_t b = lo; b < hi; b++) {
         kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
-        kvp__idset_add(&st->vacant, b);
+        kvp__fset_add(p, &st->vacant, b);
         if (p->cfg.reuse != KVP_REUSE_LOWEST) {
             q_insert_after(p, st, at, b);
             at = b;
@@ -550,6 +552,26 @@ uint32_t kvp__pick(kvp_pool *p, int s)
     }
 }
 
+/* Start keeping the free sets (see kvp__fset_add): one pass over each
+ * stream's free lists, which hold every free block but the fresh ones (LIFO:
+ * the vacant stack and the LRU list; FIFO: the queue of all free blocks, and
+ * the LRU list for the cached ones).  Once per pool life, O(free blocks),
+ * amortized over the frees that put them there. */
+void kvp__order(kvp_pool *p)
+{
+    if (p->ordered)
+        return;
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        for (uint32_t b = st->qhead; b != KVP__NONE; b = p->blocks[b].next)
+            if (p->blocks[b].state == KVP_BLOCK_VACANT)
+                kvp__idset_add(&st->vacant, b);
+        for (uint32_t b = st->lhead; b != KVP__NONE; b = p->blocks[b].lnext)
+            kvp__idset_add(&st->cached, b);
+    }
+    p->ordered = true;
+}
+
 /* Take free block b out of every free structure, keeping its content.  A
  * fresh block gets its record here. */
 void kvp__free_remove(kvp_pool *p, uint32_t b)
@@ -574,10 +596,10 @@ void kvp__free_remove(kvp_pool *p, uint32_t b)
     kvp__stream *st = &p->st[blk->stream];
     if (blk->state == KVP_BLOCK_CACHED) {
         lru_unlink(p, st, b);
-        kvp__idset_del(&st->cached, b);
+        kvp__fset_del(p, &st->cached, b);
         st->ncached--;
     } else {
-        kvp__idset_del(&st->vacant, b);
+        kvp__fset_del(p, &st->vacant, b);
         st->nvacant--;
     }
     if (p->cfg.reuse != KVP_REUSE_LOWEST &&
@@ -595,14 +617,14 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2])
     if (blk->flags & KVP__F_PUBLISHED) {
         blk->state = KVP_BLOCK_CACHED;
         lru_append(p, st, b);
-        kvp__idset_add(&st->cached, b);
+        kvp__fset_add(p, &st->cached, b);
         st->ncached++;
         if (p->cfg.reuse == KVP_REUSE_FIFO)
             q_insert_after(p, st, st->qtail, b);
         return;
     }
     blk->state = KVP_BLOCK_VACANT;
-    kvp__idset_add(&st->vacant, b);
+    kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) {
         q_insert_after(p, st, cursor[blk->stream], b);
@@ -628,10 +650,10 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
     kvp__block *blk = &p->blocks[b];
     kvp__stream *st = &p->st[blk->stream];
     lru_unlink(p, st, b);
-    kvp__idset_del(&st->cached, b);
+    kvp__fset_del(p, &st->cached, b);
     st->ncached--;
     blk->state = KVP_BLOCK_VACANT;
-    kvp__idset_add(&st->vacant, b);
+    kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) /* behind freed vacant, ahead of never-used */
         q_insert_after(p, st,
@@ -753,7 +775,7 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
         uint32_t next = p->blocks[b].next;
         if (b == st->fresh_mark)
             st->fresh_mark = next;
-        kvp__idset_del(&st->vacant, b);
+        kvp__fset_del(p, &st->vacant, b);
         hand_out_vacant(p, b, oslot, format);
         ids[i] = b;
         b = next;

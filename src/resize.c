@@ -202,6 +202,8 @@ kvp_status kvp_shrink(kvp_pool *pool, kvp_stream stream, uint32_t target_free, u
         return rc;
     kvp__stream *st = &pool->st[s];
     uint32_t k = 0;
+    if (st->nvacant + st->ncached > target_free)
+        kvp__order(pool);
     while (st->nvacant + st->ncached > target_free) {
         uint32_t b = highest_vacant(pool, s);
         retire_free(pool, b != KVP__NONE ? b : kvp__idset_max(&st->cached));

@@ -4,7 +4,8 @@
  * Covers: kvp_extend (cap on managed blocks, refilling ids retired by shrink
  * lowest first, then above the top; where new blocks land in the reuse
  * order), kvp_shrink (vacant before cached, highest ids first, cached ones
- * evicted, blocks in use never touched, per stream), kvp_retire_top of a free
+ * evicted, blocks in use never touched, per stream; the same in every reuse
+ * order, whose free sets LIFO and FIFO build at their first shrink), kvp_retire_top of a free
  * block (vacant or cached) and of a block in use (its whole identity moves:
  * references, owners and their order, hash and index entry, fill, format;
  * the destination is taken in reuse order and evicted if cached), clean
@@ -168,11 +169,12 @@ static void test_extend_refills_retired(void **state)
 
 /* ---- shrink ------------------------------------------------------------- */
 
-static void test_shrink_order(void **state)
+/* The same retirements in every reuse order.  LOWEST keeps its free sets
+ * from the start; LIFO and FIFO build them at this first shrink. */
+static void shrink_order(kvp_reuse reuse)
 {
-    (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = make(10, KVP_REUSE_LOWEST, 0, &rec);
+    kvp_pool *pool = make(10, reuse, 0, &rec);
     kvp_block ids[10];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 160, 1, ids, 10); /* 0..9 */
     kvptest_publish(pool, 1, 101);
@@ -248,6 +250,24 @@ static void test_shrink_order(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 3, 1), KVP_ERANGE);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
+}
+
+static void test_shrink_order(void **state)
+{
+    (void)state;
+    shrink_order(KVP_REUSE_LOWEST);
+}
+
+static void test_shrink_order_lifo(void **state)
+{
+    (void)state;
+    shrink_order(KVP_REUSE_LIFO);
+}
+
+static void test_shrink_order_fifo(void **state)
+{
+    (void)state;
+    shrink_order(KVP_REUSE_FIFO);
 }
 
 static void test_shrink_separate(void **state)
@@ -615,6 +635,8 @@ int main(void)
         cmocka_unit_test(test_extend_reuse_position),
         cmocka_unit_test(test_extend_refills_retired),
         cmocka_unit_test(test_shrink_order),
+        cmocka_unit_test(test_shrink_order_lifo),
+        cmocka_unit_test(test_shrink_order_fifo),
         cmocka_unit_test(test_shrink_separate),
         cmocka_unit_test(test_retire_top_free),
         cmocka_unit_test(test_retire_top_used),
