@@ -21,7 +21,9 @@
  *   no flags, so state and id checks need not ask whether a block is fresh.
  * - Ordered id sets (idset.c) answer "lowest vacant", "highest vacant",
  *   "highest cached" and "lowest retired" in O(log64 n) for LOWEST reuse,
- *   shrink and growth.
+ *   shrink and growth.  The vacant and cached ones are kept only from the
+ *   first time something asks (kvp__order), so LIFO and FIFO pools that never
+ *   shrink do not pay for them on every take and free.
  */
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
