@@ -149,6 +149,32 @@ def test_owner_calls():
     assert p.free_count() == 16
 
 
+def test_take_interleaved_owners():
+    """take() keeps one owner hint per pool: runs for one owner, switches
+    between owners, an owner freed and its place reused by another, and
+    anonymous takes all land with the right owner."""
+    p = kvpool.Pool(block_size=4, num_blocks=32)
+    want = {1: [], 2: [], 3: []}
+    for o in (1, 1, 2, 1, 3, 3, 2, 1):
+        want[o].append(p.take(owner=o))
+        p.check()
+    anon = p.take()
+    for o, ids in want.items():
+        assert p.owner_blocks(o) == ids
+    assert p.free_owner(1) == 4
+    want[4] = [p.take(owner=4)]      # may reuse owner 1's place
+    want[1] = [p.take(owner=1), p.take(owner=1)]
+    for o, ids in want.items():
+        assert p.owner_blocks(o) == ids
+    assert p.block_info(anon)["anon_refs"] == 1
+    p.clear()                        # every owner gone: the hint is stale
+    with pytest.raises(kvpool.NotFoundError):
+        p.owner_blocks(2)
+    b = p.take(owner=2)
+    assert p.owner_blocks(2) == [b]
+    p.check()
+
+
 @pytest.mark.parametrize("reuse", ["lifo", "lowest", "fifo"])
 def test_peek_next_names_the_next_take(reuse):
     p = kvpool.Pool(block_size=4, num_blocks=6, reuse=reuse)

@@ -628,6 +628,7 @@ typedef struct PoolObject {
     Py_ssize_t table_exports; /* live zero-copy exports of block tables */
     Py_ssize_t busy;          /* calls in flight with the GIL released */
     PyObject *weakrefs;
+    uint32_t take_hint;       /* take()'s kvp_take_hinted hint, for its last owner */
     PyObject **vkeys;         /* vLLM drop-in only: each block's key (see VBlock) */
     uint32_t nvkeys;
 } PoolObject;
@@ -803,6 +804,7 @@ static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PoolObject *self = (PoolObject *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
+    self->take_hint = KVP_HINT_NONE;
     self->seqs = PyDict_New();
     if (!self->seqs) {
         Py_DECREF(self);
@@ -986,8 +988,11 @@ static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t n
     if (parse_args("take", args, nargs, kwnames, kw, 0, o) || get_owner(o[0], &owner) ||
         get_u32(o[1], 0, &stream, "stream"))
         return NULL;
+    /* One hint per pool, not per owner: a run of takes for the same owner
+     * (a request decoding) skips the lookup; any other take costs one
+     * compare and moves the hint.  The GIL serialises the calls. */
     kvp_block id;
-    kvp_status st = kvp_take(self->pool, (kvp_stream)stream, owner, &id);
+    kvp_status st = kvp_take_hinted(self->pool, (kvp_stream)stream, owner, &self->take_hint, &id);
     if (st)
         return raise_status(st);
     return PyLong_FromUnsignedLong(id);
