@@ -257,6 +257,16 @@ typedef struct kvp_config {
     kvp_evict_fn on_evict;      /* eviction callback or NULL */
     void *evict_user;           /* passed to on_evict */
     const kvp_allocator *allocator; /* NULL: malloc/free.  Copied at create. */
+    int prefault;               /* write every bookkeeping table when it is
+                                   allocated (creation, growth), so that no
+                                   later call takes a page fault on it
+                                   (default 0: with the default allocator the
+                                   tables of a large pool are fresh mappings,
+                                   free until first touched, so creation is
+                                   almost free and each block's first use
+                                   faults in its share, about 85 bytes; in a
+                                   VM a fault can cost tens of microseconds).
+                                   The storage arena is not prefaulted. */
 
     /* Hashing (see "Block hashing" below). */
     kvp_hash_alg hash_alg;      /* default KVP_HASH_SHA256 */

@@ -61,22 +61,29 @@ static void std_release(void *user, void *ptr, size_t size)
 
 static const kvp_allocator kvp__std_allocator = {std_alloc, std_release, NULL};
 
+/* Uninitialised memory; with cfg.prefault written once, for the reason
+ * kvp__zalloc gives. */
 void *kvp__alloc(kvp_pool *p, size_t size)
 {
-    return size ? p->mem.alloc(p->mem.user, size) : NULL;
+    void *m = size ? p->mem.alloc(p->mem.user, size) : NULL;
+    if (m && p->cfg.prefault)
+        memset(m, 0, size);
+    return m;
 }
 
 /* Zeroed memory.  With the default allocator large blocks are fresh
  * mappings, already zero and untouched: the reason a big pool is cheap to
- * make. */
+ * make.  With cfg.prefault they are written anyway, which faults every page
+ * in now rather than in the call that first touches it. */
 void *kvp__zalloc(kvp_pool *p, size_t size)
 {
     if (!size)
         return NULL;
-    if (p->mem.alloc == std_alloc)
-        return size < KVP__MAP_MIN ? calloc(1, size) : std_alloc(NULL, size);
-    void *m = p->mem.alloc(p->mem.user, size);
-    if (m)
+    bool fresh = p->mem.alloc == std_alloc;
+    void *m = !fresh                 ? p->mem.alloc(p->mem.user, size)
+              : size < KVP__MAP_MIN ? calloc(1, size)
+                                    : std_alloc(NULL, size);
+    if (m && (!fresh || p->cfg.prefault))
         memset(m, 0, size);
     return m;
 }

@@ -7,11 +7,12 @@
  * orders exactly (never-used blocks, "first given is first reused"), vacant
  * before cached, all-or-nothing allocation, growth on exhaustion (just enough,
  * never past max_blocks, retired ids first), exhausted and reused counters,
- * the null block, separate K/V streams, set_fill and exact fragmentation, and
- * kvp_block_get.
+ * the null block, separate K/V streams, set_fill and exact fragmentation,
+ * kvp_block_get, and prefault (same behaviour, tables resident at creation).
  */
 #include "kvptest.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,7 @@ static void test_config_defaults(void **state)
         KVP_ASSERT_EQ(cfg.root_seed.b[i], 0);
     KVP_ASSERT_EQ(cfg.random_root, 0);
     KVP_ASSERT_EQ(cfg.verify_hits, 0);
+    KVP_ASSERT_EQ(cfg.prefault, 0);
     KVP_ASSERT_EQ(cfg.block_bytes[0], 0);
     KVP_ASSERT_EQ(cfg.block_bytes[1], 0);
     KVP_ASSERT_EQ(cfg.host_arena, 0);
@@ -1295,6 +1297,84 @@ static void test_block_get(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* ---- prefault ------------------------------------------------------------ */
+
+/* Resident set of this process, in KiB (VmRSS). */
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    long kb = -1;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* prefault changes when pages are touched, nothing else: two pools, one
+ * with it, give the same fingerprint after every step of the same calls
+ * (growth included), and the prefaulted one's tables are resident from
+ * creation on: at least the record and digest arrays, 80 bytes per block. */
+static void test_prefault(void **state)
+{
+    (void)state;
+    kvp_pool *pool[2];
+    for (int i = 0; i < 2; i++) {
+        kvp_config cfg = kvptest_config(i ? 65536 : 64);
+        cfg.prefault = i;
+        cfg.grow_on_exhaustion = 1;
+        long before = rss_kib();
+        pool[i] = kvptest_create(&cfg);
+        long grew = rss_kib() - before;
+        if (i && before > 0 && grew < 65536 * 80 / 1024) {
+            print_error("prefaulted 64K-block pool: RSS grew %ld KiB, expected %d or more\n",
+                        grew, 65536 * 80 / 1024);
+            fail();
+        }
+        kvp_pool_destroy(pool[i]);
+        cfg.num_blocks = 64;
+        pool[i] = kvptest_create(&cfg);
+    }
+    kvp_block ids[2][96];
+    for (int step = 0; step < 6; step++)
+        for (int i = 0; i < 2; i++) {
+            uint64_t fp[2];
+            switch (step) {
+            case 0: /* past the 64 blocks: growth */
+                KVP_ASSERT_EQ(kvptest_alloc(pool[i], KVP_STREAM_SHARED, 96 * 16, 7, ids[i], 96),
+                              96);
+                break;
+            case 1:
+                for (int b = 0; b < 40; b++)
+                    kvptest_publish(pool[i], ids[i][b], 1000 + (uint64_t)b);
+                break;
+            case 2:
+                KVP_ASSERT_OK(kvp_free_owner(pool[i], 7, NULL));
+                break;
+            case 3:
+                KVP_ASSERT_EQ(kvptest_alloc(pool[i], KVP_STREAM_SHARED, 80 * 16, 8, ids[i], 96),
+                              80);
+                break;
+            case 4:
+                KVP_ASSERT_OK(kvp_shrink(pool[i], KVP_STREAM_SHARED, 4, NULL));
+                break;
+            default:
+                KVP_ASSERT_OK(kvp_pool_clear(pool[i]));
+                break;
+            }
+            kvptest_check(pool[i]);
+            if (i == 1) {
+                KVP_ASSERT_OK(kvp_pool_fingerprint(pool[0], &fp[0]));
+                KVP_ASSERT_OK(kvp_pool_fingerprint(pool[1], &fp[1]));
+                KVP_ASSERT_EQ(fp[0], fp[1]);
+            }
+        }
+    kvp_pool_destroy(pool[0]);
+    kvp_pool_destroy(pool[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1325,6 +1405,7 @@ int main(void)
         cmocka_unit_test(test_shared_stream_aliases),
         cmocka_unit_test(test_set_fill_fragmentation),
         cmocka_unit_test(test_block_get),
+        cmocka_unit_test(test_prefault),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

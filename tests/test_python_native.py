@@ -149,6 +149,18 @@ def test_owner_calls():
     assert p.free_count() == 16
 
 
+def test_prefault_changes_nothing_visible():
+    pools = [kvpool.Pool(block_size=4, num_blocks=16, grow_on_exhaustion=True, prefault=pf)
+             for pf in (False, True)]
+    for p in pools:
+        ids = p.alloc(4 * 24, owner=3)               # grows past 16
+        p.publish(ids[0], H(1))
+        p.free_owner(3)
+        p.check()
+    assert pools[0].fingerprint() == pools[1].fingerprint()
+    assert pools[0].stats() == pools[1].stats()
+
+
 def test_take_interleaved_owners():
     """take() keeps one owner hint per pool: runs for one owner, switches
     between owners, an owner freed and its place reused by another, and

@@ -89,6 +89,9 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
     cfg.max_blocks = (uint32_t)capacity;
     cfg.prefix_caching = 1;
     cfg.reuse = KVP_REUSE_LIFO;
+    /* As a server would: the tables' page faults happen at creation, which
+     * `seconds` leaves out, not in the first requests that touch them. */
+    cfg.prefault = 1;
     if (kvpt_events_on()) { /* replay --events: room for a whole request's events */
         cfg.events = 1;
         cfg.event_capacity = 2 * (uint32_t)(t->max_blocks < 2048 ? 2048 : t->max_blocks) + 2;

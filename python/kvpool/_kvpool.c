@@ -731,11 +731,12 @@ static const char *const pool_kw[] = {
     "block_size", "num_blocks", "max_blocks", "separate_kv", "grow_on_exhaustion",
     "thread_safe", "null_block", "prefix_caching", "reuse", "history_len",
     "history_every_call", "on_evict", "hash_alg", "root_seed", "random_root",
-    "verify_hits", "block_bytes", "host_arena", "events", "event_capacity", "medium", NULL};
+    "verify_hits", "block_bytes", "host_arena", "events", "event_capacity", "medium", "prefault",
+    NULL};
 
 static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *o[21] = {0};
+    PyObject *o[22] = {0};
     if (PyTuple_GET_SIZE(args) != 0) {
         PyErr_SetString(PyExc_TypeError, "Pool() takes keyword arguments only");
         return NULL;
@@ -772,7 +773,8 @@ static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         get_bool(o[10], 0, &cfg.history_every_call) || parse_alg(o[12], &cfg.hash_alg) ||
         get_bool(o[14], 0, &cfg.random_root) || get_bool(o[15], 0, &cfg.verify_hits) ||
         get_bool(o[17], 0, &cfg.host_arena) || get_bool(o[18], 0, &cfg.events) ||
-        get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity"))
+        get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity") ||
+        get_bool(o[21], 0, &cfg.prefault))
         return NULL;
     if (o[11] && o[11] != Py_None && !PyCallable_Check(o[11])) {
         PyErr_SetString(PyExc_TypeError, "on_evict must be callable or None");
@@ -2607,7 +2609,7 @@ static PyTypeObject Pool_Type = {
               "prefix_caching=True, reuse='lifo', history_len=64, history_every_call=False, "
               "on_evict=None, hash_alg='sha256', root_seed=None, random_root=False, "
               "verify_hits=False, block_bytes=None, host_arena=False, events=False, "
-              "event_capacity=4096, medium=None)\n\nA kvpool block pool (kvp_pool).",
+              "event_capacity=4096, medium=None, prefault=False)\n\nA kvpool block pool (kvp_pool).",
     .tp_weaklistoffset = offsetof(PoolObject, weakrefs),
     .tp_methods = Pool_methods,
     .tp_getset = Pool_getset,
