@@ -30,9 +30,13 @@
 static inline void id_hash(kvp_hash *h, uint64_t id)
 {
     uint64_t v = id + 1;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v); /* one store; gcc kept the eight byte stores apart */
+#elif !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__
+#error "id_hash needs the host byte order"
+#endif
     memset(h->b, 0, 24);
-    for (int k = 0; k < 8; k++)
-        h->b[31 - k] = (uint8_t)(v >> (8 * k));
+    memcpy(h->b + 24, &v, sizeof v);
 }
 
 /* Serve one admitted request of n blocks (hash ids `ids`): returns the
