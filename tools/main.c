@@ -42,7 +42,9 @@ static const char usage_replay[] =
     "prefix caching.  Per request, in file order: claim the longest cached prefix of\n"
     "its hash_ids, allocate the rest (evicting least-recently-freed cached blocks),\n"
     "publish them, then free all of them tail first so they stay cached.  A request\n"
-    "with more hash ids than BLOCKS is rejected (counted, no hits).\n"
+    "with more hash ids than BLOCKS is rejected (counted, no hits).  The pool is\n"
+    "created with prefault, as a server would at start-up, so its page faults fall\n"
+    "before the timed loop.\n"
     "\n"
     "  --capacity BLOCKS  pool size in blocks; 0 = large enough for the whole trace\n"
     "  --json             one JSON object: requests, rejected, blocks_requested,\n"
@@ -83,8 +85,9 @@ static const char usage_bench[] =
     "to back in each.\n"
     "\n"
     "  churn   65,536 blocks, 256 live sequences of [128, 2048] tokens, one block\n"
-    "          at a time (kvp_take to the sequence's owner, kvp_free_owner at the\n"
-    "          end), 1,000,000 allocations\n"
+    "          at a time (kvp_take_hinted to the sequence's owner, the hint kept\n"
+    "          per sequence; kvp_free_owner at the end), 1,000,000 allocations;\n"
+    "          then the same with plain kvp_take (owner looked up every call)\n"
     "  prefix  16,384 blocks, 64 system prompts of 1,024 tokens (Zipf 1.1) plus a\n"
     "          unique suffix of [256, 1024] tokens, 20,000 requests, with SHA-256\n"
     "          and with XXH3-128; each through the call-level path (hash_tokens,\n"
@@ -104,7 +107,8 @@ static const char usage_bench[] =
     "                bytes_per_block_all_in (resident growth once every block\n"
     "                was used and published), bytes_per_block_allocated (bytes\n"
     "                held through the library's memory hook); churn adds\n"
-    "                peak_rss_kb\n";
+    "                lookup_ns_per_block and lookup_ratio_to_floor (plain\n"
+    "                kvp_take), call and peak_rss_kb\n";
 
 /* ---- KV-cache events (tools/events.c; docs/EVENTS.md) ---- */
 static const char usage_events[] =
