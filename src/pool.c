@@ -9,8 +9,10 @@
  * - A block is in exactly one state.  A vacant block is in its stream's vacant
  *   idset (unless fresh) and, in LIFO/FIFO order, in the stream's q list.  A
  *   cached block is published, in the stream's cached idset and LRU list, and
- *   in FIFO order also in the q list.  A block in use has ref > 0 and is in no
- *   free structure.  A retired block is in the retired idset.
+ *   in FIFO order also in the q list.  The two idsets ("free sets") are kept
+ *   only while p->ordered (LOWEST reuse, or since the first kvp_shrink), and
+ *   are empty otherwise.  A block in use has ref > 0 and is in no free
+ *   structure.  A retired block is in the retired idset.
  * - ref == anon + sref + references held by owners.
  * - nvacant + ncached + in-use blocks of a stream == its nblocks.
  * - A fresh block's record is all zero (reads as vacant, no flags).
