@@ -874,9 +874,12 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
     return rc;
 }
 
-/* kvp_take and kvp_take_hinted, which differ only in the hint (NULL: none). */
-static inline kvp_status take_one(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
-                                  uint32_t *hint, kvp_block *out)
+/* kvp_take and kvp_take_hinted, which differ only in the hint (NULL: none).
+ * Out of line: the common case below tries first, and a small function
+ * whose rare branch is a call needs no registers saved. */
+static KVP__FLATTEN __attribute__((noinline)) kvp_status take_one(kvp_pool *pool, kvp_stream stream,
+                                                      kvp_owner owner, uint32_t *hint,
+                                                      kvp_block *out)
 {
     if (!pool || !out)
         return KVP_EINVAL;
@@ -889,16 +892,53 @@ static inline kvp_status take_one(kvp_pool *pool, kvp_stream stream, kvp_owner o
     return rc;
 }
 
+/* The decode step's take, tried before take_one: a pool with nothing hooked
+ * (no lock, events, history or callbacks to run) whose next block in reuse
+ * order is the vacant head of its free list, taken anonymously or by an
+ * existing owner with room in its array.  *hint is as kvp_take_hinted's
+ * (NONE: none) and receives the owner's slot.  It is the general path's own
+ * lookup and pop (owner_prepare's test, pop_vacant, which hands the block
+ * out) minus the checks those conditions settle.  False, having changed
+ * nothing, when any condition fails: take_one then does the rest. */
+static inline bool take_fast(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t *hint,
+                             kvp_block *out)
+{
+    int s = kvp__stream_index(p, stream);
+    if (p->hooked || s < 0)
+        return false;
+    uint32_t slot = KVP__NONE;
+    if (owner != KVP_ANON) {
+        slot = *hint < p->ocap && p->owners[*hint].id == owner ? *hint
+                                                                 : kvp__owner_find(p, owner);
+        if (slot == KVP__NONE || p->owners[slot].len >= p->owners[slot].cap)
+            return false;
+    }
+    if (!pop_vacant(p, &p->st[s], 1, slot, KVP_FMT_FP16, out))
+        return false;
+    p->ctr.alloc_calls++;
+    if (slot != KVP__NONE)
+        *hint = slot;
+    kvp__leave(p, true); /* nothing to unlock or record; the debug self-check */
+    return true;
+}
+
 KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                                  kvp_block *out)
 {
+    uint32_t none = KVP__NONE;
+    if (pool && out && take_fast(pool, stream, owner, &none, out))
+        return KVP_OK;
     return take_one(pool, stream, owner, NULL, out);
 }
 
 KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                                         uint32_t *hint, kvp_block *out)
 {
-    return hint ? take_one(pool, stream, owner, hint, out) : KVP_EINVAL;
+    if (!hint)
+        return KVP_EINVAL;
+    if (pool && out && take_fast(pool, stream, owner, hint, out))
+        return KVP_OK;
+    return take_one(pool, stream, owner, hint, out);
 }
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
