@@ -710,14 +710,21 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 /* Allocation                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Find `owner`'s slot, or make room to create it (*create set; the slot it
- * will get is p->ofree), and room in its array for n more references.  For
- * KVP_ANON *slot is NONE.  Changes nothing visible.
- * `hint` is a slot the caller believes is owner's (kvp_take_hinted; NONE
- * otherwise).  It is trusted only after reading that the slot holds owner,
- * which is the read the lookup would end with anyway: ids are unique among
- * used slots and unused ones hold KVP_ANON, so no value of hint can pick
- * another owner's slot. */
+/* The slot of `owner` (not KVP_ANON), or NONE.  `hint` is a slot the
+ * caller believes is owner's (kvp_take_hinted; NONE otherwise).  It is
+ * trusted only after reading that the slot holds owner, which is the read
+ * the lookup would end with anyway: ids are unique among used slots and
+ * unused ones hold KVP_ANON, so no value of hint can pick another owner's
+ * slot. */
+static inline uint32_t owner_slot(const kvp_pool *p, kvp_owner owner, uint32_t hint)
+{
+    return hint < p->ocap && p->owners[hint].id == owner ? hint : kvp__owner_find(p, owner);
+}
+
+/* Find `owner`'s slot (owner_slot, with `hint`), or make room to create it
+ * (*create set; the slot it will get is p->ofree), and room in its array
+ * for n more references.  For KVP_ANON *slot is NONE.  Changes nothing
+ * visible. */
 static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uint32_t n,
                                 uint32_t *slot, bool *create)
 {
@@ -725,8 +732,7 @@ static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uin
     *slot = KVP__NONE;
     if (owner == KVP_ANON)
         return KVP_OK;
-    uint32_t s = hint < p->ocap && p->owners[hint].id == owner ? hint
-                                                                : kvp__owner_find(p, owner);
+    uint32_t s = owner_slot(p, owner, hint);
     if (s == KVP__NONE) {
         kvp_status rc = kvp__owner_reserve(p);
         if (rc)
@@ -897,8 +903,8 @@ static KVP__FLATTEN __attribute__((noinline)) kvp_status take_one(kvp_pool *pool
  * order is the vacant head of its free list, taken anonymously or by an
  * existing owner with room in its array.  *hint is as kvp_take_hinted's
  * (NONE: none) and receives the owner's slot.  It is the general path's own
- * lookup and pop (owner_prepare's test, pop_vacant, which hands the block
- * out) minus the checks those conditions settle.  False, having changed
+ * lookup and pop (owner_slot, pop_vacant, which hands the block out) minus
+ * the checks those conditions settle.  False, having changed
  * nothing, when any condition fails: take_one then does the rest. */
 static inline bool take_fast(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t *hint,
                              kvp_block *out)
@@ -908,10 +914,9 @@ static inline bool take_fast(kvp_pool *p, kvp_stream stream, kvp_owner owner, ui
         return false;
     uint32_t slot = KVP__NONE;
     if (owner != KVP_ANON) {
-        slot = *hint < p->ocap && p->owners[*hint].id == owner ? *hint
-                                                                 : kvp__owner_find(p, owner);
+        slot = owner_slot(p, owner, *hint);
         if (slot == KVP__NONE || p->owners[slot].len >= p->owners[slot].cap)
-            return false;
+            return false; /* a new owner, or its array full (take_one grows it) */
     }
     if (!pop_vacant(p, &p->st[s], 1, slot, KVP_FMT_FP16, out))
         return false;
