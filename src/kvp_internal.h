@@ -69,8 +69,10 @@
  * do not spill into the common path. */
 #if defined(__GNUC__)
 #define KVP__COLD __attribute__((noinline, cold))
+#define KVP__NOINLINE __attribute__((noinline))
 #else
 #define KVP__COLD
+#define KVP__NOINLINE
 #endif
 
 /* Block flags. */

@@ -883,9 +883,9 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
 /* kvp_take and kvp_take_hinted, which differ only in the hint (NULL: none).
  * Out of line: the common case below tries first, and a small function
  * whose rare branch is a call needs no registers saved. */
-static KVP__FLATTEN __attribute__((noinline)) kvp_status take_one(kvp_pool *pool, kvp_stream stream,
-                                                      kvp_owner owner, uint32_t *hint,
-                                                      kvp_block *out)
+static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream stream,
+                                                     kvp_owner owner, uint32_t *hint,
+                                                     kvp_block *out)
 {
     if (!pool || !out)
         return KVP_EINVAL;
