@@ -9,7 +9,7 @@
  * a separate table: a block holds at most one hash, so the index can never
  * need more entries than there are blocks, never allocates on publish, and
  * removing a block's entry is a walk of one short chain.  The bucket array has
- * at least as many buckets as blocks (load factor <= 1).
+ * at least 1.5 buckets per block (load factor <= 2/3: kvp__bucket_count).
  *
  * Invariants:
  * - A block is in a chain iff it is published; it is in the chain of

@@ -213,8 +213,8 @@ struct kvp_pool {
     kvp__idset retired; /* retired ids below top */
     uint32_t nretired;
 
-    /* index: chained through kvp__block.hnext, bucket count = cap rounded up
-     * to a power of two, so the load factor stays at most 1 */
+    /* index: chained through kvp__block.hnext, bucket count the power of two
+     * in [1.5 cap, 3 cap) (kvp__bucket_count): load factor at most 2/3 */
     uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
                            zeroed array is an empty index and costs no
                            page faults at creation */
@@ -393,6 +393,7 @@ kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
 uint32_t kvp__managed(const kvp_pool *p);
 uint32_t kvp__max_blocks(const kvp_pool *p);
 uint32_t kvp__pow2_at_least(uint32_t n);
+uint32_t kvp__bucket_count(uint32_t cap);
 
 /* ---- id maps (map.c) ---- */
 uint32_t kvp__map_get(const kvp__map *m, uint64_t key);

@@ -41,7 +41,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     }
     if (!rc)
         rc = kvp__idset_resize(p, &p->retired, ncap);
-    uint32_t nbuckets = kvp__pow2_at_least(ncap);
+    uint32_t nbuckets = kvp__bucket_count(ncap);
     if (!rc && nbuckets > p->bmask + 1)
         rc = kvp__index_rebuild(p, nbuckets);
     if (!rc && p->vtok)

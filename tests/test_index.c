@@ -15,7 +15,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvptest.h"
-#include "kvp_internal.h" /* bucket spread: an internal property */
+#include "kvp_internal.h" /* bucket spread and count: internal properties */
 
 #include <stdio.h>
 #include <string.h>
@@ -828,11 +828,39 @@ static void test_bucket_spread(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* The bucket count keeps the load factor in (1/3, 2/3] and the buckets'
+ * memory at most 12 bytes per block, for every pool size; a pool's index
+ * really has that many buckets, also after growth. */
+static void test_bucket_count(void **state)
+{
+    (void)state;
+    static const uint32_t caps[] = {1, 2, 3, 10, 1000, 10000, 16384, 16385, 21845, 21846,
+                                    65536, 1048576, 1u << 30};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        uint64_t cap = caps[i], b = kvp__bucket_count(caps[i]);
+        if ((b & (b - 1)) != 0 || 2 * b < 3 * cap || b >= 3 * cap)
+            fail_msg("cap %llu: %llu buckets, not the power of two in [1.5 cap, 3 cap)",
+                     (unsigned long long)cap, (unsigned long long)b);
+    }
+    KVP_ASSERT_EQ(kvp__bucket_count(KVP_MAX_BLOCKS), 1u << 31);
+    kvp_config cfg = kvptest_config(10000);
+    cfg.grow_on_exhaustion = 1;
+    kvp_pool *pool = kvptest_create(&cfg);
+    KVP_ASSERT_EQ(pool->bmask + 1, 16384);
+    kvp_block ids[16];
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 10000, NULL));
+    KVP_ASSERT_EQ(pool->bmask + 1, kvp__bucket_count(pool->cap));
+    KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16), 16);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_lookup_unpublish),
         cmocka_unit_test(test_bucket_spread),
+        cmocka_unit_test(test_bucket_count),
         cmocka_unit_test(test_lazy_eviction),
         cmocka_unit_test(test_claim_cached),
         cmocka_unit_test(test_claim_used_and_vacant),
