@@ -85,7 +85,6 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(s < p->nstreams, "block %u: stream %d", b, s);
         const kvp__stream *st = &p->st[s];
         bool in_vac = kvp__idset_has(&st->vacant, b), in_cac = kvp__idset_has(&st->cached, b);
-        bool ord = p->ordered; /* free sets kept (else empty) */
         bool pub = (k->flags & KVP__F_PUBLISHED) != 0;
         CHECK(!(k->flags & KVP__F_NULL) || (b == 0 && p->cfg.null_block),
               "block %u: null flag on a non-null block", b);
@@ -102,15 +101,15 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         published += pub;
         switch (k->state) {
         case KVP_BLOCK_VACANT:
-            CHECK(in_vac == ord && !in_cac && !pub,
+            CHECK(in_vac == p->ordered && !in_cac && !pub,
                   "block %u: vacant but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
-                  in_cac, pub, ord);
+                  in_cac, pub, p->ordered);
             vac[s]++;
             break;
         case KVP_BLOCK_CACHED:
-            CHECK(in_cac == ord && !in_vac && pub,
+            CHECK(in_cac == p->ordered && !in_vac && pub,
                   "block %u: cached but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
-                  in_cac, pub, ord);
+                  in_cac, pub, p->ordered);
             cac[s]++;
             break;
         case KVP_BLOCK_IN_USE: {

@@ -204,6 +204,8 @@ void kvp__reset_blocks(kvp_pool *p)
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
         st->ncached = 0;
     }
+    p->ordered = p->cfg.reuse == KVP_REUSE_LOWEST; /* free sets kept from the start
+                                                       (else from kvp__order on) */
     p->nretired = 0;
     p->top = p->hwm = n;
     p->in_use = p->shared = p->fragmented = p->peak = p->fill_sum = 0;
@@ -253,10 +255,11 @@ uint32_t kvp__pow2_at_least(uint32_t n)
 
 /* Index buckets for `cap` blocks: the power of two in [1.5 cap, 3 cap), so
  * the load factor is at most 2/3 and the buckets cost at most 12 bytes per
- * block (above 2^30 blocks: 2^31 buckets, the most a 32-bit mask holds).  Publishing walks its chain to the tail and evicting walks to the
- * block, each step a read of another block's record: at load factors up to
- * 1 (one bucket per block, rounded up) that walk was most of a publish
- * (perf: 70% of kvp_publish's samples in the replay). */
+ * block (above 2^30 blocks: 2^31 buckets, the most a 32-bit mask holds).
+ * Publishing walks its chain to the tail and evicting walks to the block,
+ * each step a read of another block's record: at load factors up to 1 (one
+ * bucket per block, rounded up) that walk was most of a publish (perf: 70%
+ * of kvp_publish's samples in the replay). */
 uint32_t kvp__bucket_count(uint32_t cap)
 {
     uint32_t want = cap > (1u << 30) ? (1u << 31) : cap + (cap + 1) / 2;
@@ -337,7 +340,6 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     }
     p->hooked = p->ts || p->evq || (p->cfg.history_every_call && p->cfg.history_len) ||
                 p->cfg.on_evict || p->cfg.copy;
-    p->ordered = p->cfg.reuse == KVP_REUSE_LOWEST;
     kvp__reset_blocks(p);
     *out = p;
     return KVP_OK;
@@ -370,7 +372,6 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
         kvp__idset_clear(&pool->st[s].vacant);
         kvp__idset_clear(&pool->st[s].cached);
     }
-    pool->ordered = pool->cfg.reuse == KVP_REUSE_LOWEST; /* as new (kvp__order) */
     kvp__idset_clear(&pool->retired);
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
     memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
@@ -927,6 +928,7 @@ static inline bool take_fast(kvp_pool *p, kvp_stream stream, kvp_owner owner, ui
     uint32_t slot = KVP__NONE;
     if (owner != KVP_ANON) {
         slot = owner_slot(p, owner, *hint);
+        /* kvp__refs_reserve's room test, for an owner known to exist */
         if (slot == KVP__NONE || p->owners[slot].len >= p->owners[slot].cap)
             return false; /* a new owner, or its array full (take_one grows it) */
     }

@@ -10,8 +10,9 @@
  * owner id as an engine would keep it in its request record; kvp_free_owner
  * when it completes) and against the floor (a stack of free ids and an id
  * array per sequence).  churn also times plain kvp_take, which finds the
- * owner by lookup on every call (lookup_ns_per_block).  Large allocations are forced onto fresh mappings (mallopt) so
- * that resident-memory growth measures the pool and not reused heap.
+ * owner by lookup on every call (lookup_ns_per_block).  Large allocations
+ * are forced onto fresh mappings (mallopt) so that resident-memory growth
+ * measures the pool and not reused heap.
  */
 #define _GNU_SOURCE /* getopt_long, mallopt */
 
