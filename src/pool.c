@@ -811,7 +811,7 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
     if (i) {
         st->qhead = b;
         if (b != KVP__NONE)
-            kvp__prefetch_block(p, b);
+            kvp__prefetch_record(p, b);
         else
             st->qtail = KVP__NONE;
         st->nvacant -= i;
