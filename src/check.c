@@ -186,6 +186,16 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
         }
         CHECK(n == st->ncached && st->ltail == prev, "stream %d: LRU list length %u, cached %u",
               s, n, st->ncached);
+        uint32_t j = 0;
+        for (uint32_t b = st->qhead; st->stk && b != KVP__NONE && j < st->nstk;
+             b = p->blocks[b].next, j++)
+            CHECK(b < p->top && st->stk[st->nstk - 1 - j] == b,
+                  "stream %d: stack mirror entry %u is %u, the free list's is %u", s, j,
+                  st->stk[st->nstk - 1 - j], b);
+        CHECK(j == st->nstk && st->nstk <= st->stkcap &&
+                  (p->cfg.reuse == KVP_REUSE_LIFO) == (st->stk != NULL),
+              "stream %d: stack mirror holds %u ids (room %u) for a free list of %u", s,
+              st->nstk, st->stkcap, j);
         if (p->cfg.reuse == KVP_REUSE_LOWEST) {
             CHECK(st->qhead == KVP__NONE, "stream %d: queue used in LOWEST order", s);
             continue;

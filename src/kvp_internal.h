@@ -24,6 +24,9 @@
  *   shrink and growth.  The vacant and cached ones are kept only from the
  *   first time something asks (kvp__order), so LIFO and FIFO pools that never
  *   shrink do not pay for them on every take and free.
+ * - A LIFO stream also keeps the top of its vacant stack as an array of ids
+ *   (the stack mirror, pool.c), so a take can prefetch the record of the
+ *   block it will hand out a few takes later; the list stays the truth.
  */
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
@@ -53,6 +56,7 @@
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
 #define KVP__PREFETCH 8       /* how far ahead batch loops prefetch block records */
+#define KVP__STK_AHEAD 4      /* how many pops ahead a LIFO take prefetches */
 
 /* On the hottest entry points: inline every call the compiler can see (all
  * of the library, in the unity build).  The per-block work is a dozen small
@@ -182,9 +186,29 @@ typedef struct kvp__stream {
     uint32_t nvacant;        /* vacant blocks, fresh ones included */
     uint32_t ncached;
     uint32_t nblocks;        /* managed blocks of this stream */
+    uint32_t *stk;           /* LIFO: the q list's first nstk ids, head last
+                                (the top of the vacant stack as an array, so
+                                a take can prefetch several pops ahead; see
+                                kvp__stk_*), NULL in other orders */
+    uint32_t nstk, stkcap;
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;
 } kvp__stream;
+
+/* One free call's LIFO insertion state, per stream: the block the next one
+ * goes after (NONE: at the head), and where the next one goes in the stack
+ * mirror (NONE: the call's blocks are not mirrored).  Blocks freed together
+ * are reused in the order given, so each goes below the previous one in the
+ * list; the mirror is filled downwards from room reserved for `max` blocks,
+ * at most as many as the call can free per stream, and kvp__free_end closes
+ * the gap the ones not freed left.  KVP__CURSOR(max) starts a call. */
+typedef struct kvp__cursor {
+    uint32_t at[2];
+    uint32_t w[2];
+    uint32_t max;
+} kvp__cursor;
+#define KVP__CURSOR(max)                                                                   \
+    {{KVP__NONE, KVP__NONE}, {KVP__NONE, KVP__NONE}, (max) > UINT32_MAX ? UINT32_MAX : (uint32_t)(max)}
 
 /* Rate counters (reset by kvp_stats_reset). */
 typedef struct kvp__counters {
@@ -320,8 +344,9 @@ kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b);
 void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state);
 uint32_t kvp__pick(kvp_pool *p, int s);
 void kvp__free_remove(kvp_pool *p, uint32_t b);
-void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2]);
-void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t cursor[2]);
+void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
+void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
+void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
 kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);

@@ -432,7 +432,7 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
         return KVP_ENOTFOUND;
     }
     kvp__owner *o = &pool->owners[slot];
-    uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
+    kvp__cursor cur = KVP__CURSOR(o->len);
     size_t n = o->nrefs;
     /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses
      * are most of the cost of a free). */
@@ -447,8 +447,9 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
         uint32_t b = kvp__node_block(pool, node);
         drop_node(pool, node, true);
         if (pool->blocks[b].ref == 0)
-            kvp__release_block(pool, b, cursor);
+            kvp__release_block(pool, b, &cur);
     }
+    kvp__free_end(pool, &cur);
     kvp__owner_remove(pool, slot);
     pool->ctr.free_calls++;
     pool->ctr.blocks_freed += n;

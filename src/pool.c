@@ -17,6 +17,7 @@
  * - nvacant + ncached + in-use blocks of a stream == its nblocks.
  * - A fresh block's record is all zero (reads as vacant, no flags).
  * - q lists are doubly linked except for the head's prev, which is not kept.
+ * - LIFO: stk[nstk - 1 - j] is the q list's j-th block, for j < nstk.
  *
  * Why this shape: allocation and free are the hottest calls of an engine's
  * scheduler, so each is a handful of array accesses.  Reuse orders differ
@@ -188,6 +189,67 @@ uint32_t kvp__max_blocks(const kvp_pool *p)
     return p->cfg.max_blocks ? p->cfg.max_blocks : KVP_MAX_BLOCKS;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The LIFO stack mirror                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A LIFO stream's vacant stack is a list linked through the block records,
+ * so its next entries are a chain of dependent loads: a take could prefetch
+ * only the new head, one take ahead, and at 1M blocks, where the blocks
+ * below the top were freed long ago, takes still waited on the record.  The
+ * mirror keeps the list's first nstk ids in an array, head last, so that a
+ * take can prefetch KVP__STK_AHEAD pops ahead.  It is an index over the
+ * list, never the truth: frees push on it, takes of the head pop it, and
+ * whatever would make it differ from the list's top (a block unlinked below
+ * the head, a free call with too little room) empties it, which costs
+ * prefetches until frees refill it.  Sized at an eighth of the pool plus 64 entries,
+ * half a byte per block: the stack a decode loop churns is far shallower. */
+static kvp_status stk_init(kvp_pool *p, kvp__stream *st, uint32_t cap)
+{
+    st->stkcap = cap / 8 + 64;
+    st->stk = kvp__alloc(p, (size_t)st->stkcap * sizeof *st->stk);
+    return st->stk ? KVP_OK : KVP_ENOMEM;
+}
+
+/* The q list's first n blocks were taken off. */
+static inline void stk_pop(kvp__stream *st, uint32_t n)
+{
+    st->nstk = st->nstk > n ? st->nstk - n : 0;
+}
+
+/* Block b went into the q list where cur put it (kvp__free_insert): on top
+ * for the call's first block, below the call's previous one after that.
+ * The first makes room for the call's blocks, starting the mirror over
+ * (empty) if it has too little. */
+static inline void stk_push(kvp__stream *st, kvp__cursor *cur, int s, uint32_t b)
+{
+    if (cur->at[s] == KVP__NONE) {
+        if (cur->max > st->stkcap - st->nstk)
+            st->nstk = 0;
+        cur->w[s] = cur->max <= st->stkcap ? st->nstk + cur->max : KVP__NONE;
+    }
+    if (cur->w[s] != KVP__NONE)
+        st->stk[--cur->w[s]] = b;
+}
+
+/* The end of a call that freed blocks: the mirror's new entries lie from
+ * w up to the room reserved, and move down onto the old top when fewer
+ * than `max` blocks were freed (blocks still referenced, or cached).
+ * O(1), or O(blocks freed) in that case. */
+void kvp__free_end(kvp_pool *p, kvp__cursor *cur)
+{
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        uint32_t w = cur->w[s];
+        if (w == KVP__NONE)
+            continue;
+        uint32_t n = st->nstk + cur->max - w;
+        if (w != st->nstk)
+            memmove(st->stk + st->nstk, st->stk + w, (size_t)n * sizeof *st->stk);
+        st->nstk += n;
+    }
+}
+
 /* Lay out the initial blocks: stream ranges, all fresh, and the null block.
  * Used by create and by clear, so the two cannot disagree.  The id sets and
  * buckets must be zero already (fresh from kvp__zalloc, or wiped by
@@ -203,6 +265,7 @@ void kvp__reset_blocks(kvp_pool *p)
         st->fresh_hi = s == 0 ? k : n;
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
         st->ncached = 0;
+        st->nstk = 0;
     }
     p->ordered = p->cfg.reuse == KVP_REUSE_LOWEST; /* free sets kept from the start
                                                        (else from kvp__order on) */
@@ -274,6 +337,7 @@ static void free_arrays(kvp_pool *p)
     for (int s = 0; s < 2; s++) {
         kvp__idset_free(p, &p->st[s].vacant);
         kvp__idset_free(p, &p->st[s].cached);
+        kvp__release(p, p->st[s].stk, (size_t)p->st[s].stkcap * sizeof *p->st[s].stk);
     }
     kvp__idset_free(p, &p->retired);
     kvp__release(p, p->hist, (size_t)p->cfg.history_len * sizeof *p->hist);
@@ -318,6 +382,8 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = kvp__idset_init(p, &p->st[s].vacant, s < p->nstreams ? cap : 0);
         if (!rc)
             rc = kvp__idset_init(p, &p->st[s].cached, s < p->nstreams ? cap : 0);
+        if (!rc && s < p->nstreams && cfg->reuse == KVP_REUSE_LIFO)
+            rc = stk_init(p, &p->st[s], cap);
     }
     if (!rc)
         rc = kvp__idset_init(p, &p->retired, cap);
@@ -473,6 +539,10 @@ static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     bool head = b == st->qhead;
+    if (head)
+        stk_pop(st, 1);
+    else
+        st->nstk = 0; /* the mirror would differ from the list below b */
     if (st->fresh_mark == b)
         st->fresh_mark = blk->next;
     if (head)
@@ -630,9 +700,10 @@ void kvp__free_remove(kvp_pool *p, uint32_t b)
 }
 
 /* Put block b, whose last reference just went, among the free blocks.
- * cursor[stream] carries the LIFO insertion point through one call, so that
- * blocks freed together are reused in the order given. */
-void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2])
+ * cur carries the LIFO insertion point through one call, so that blocks
+ * freed together are reused in the order given; the call ends with
+ * kvp__free_end. */
+void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
 {
     kvp__block *blk = &p->blocks[b];
     kvp__stream *st = &p->st[blk->stream];
@@ -649,19 +720,21 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, uint32_t cursor[2])
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) {
-        q_insert_after(p, st, cursor[blk->stream], b);
-        cursor[blk->stream] = b;
+        int s = blk->stream;
+        q_insert_after(p, st, cur->at[s], b);
+        stk_push(st, cur, s, b);
+        cur->at[s] = b;
     } else if (p->cfg.reuse == KVP_REUSE_FIFO) {
         q_insert_after(p, st, st->qtail, b);
     }
 }
 
 /* The last reference on block b went: account for it and free it. */
-void kvp__release_block(kvp_pool *p, uint32_t b, uint32_t cursor[2])
+void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur)
 {
     kvp__account(p, &p->blocks[b], -1);
     p->in_use--;
-    kvp__free_insert(p, b, cursor);
+    kvp__free_insert(p, b, cur);
 }
 
 /* A cached free block whose content is gone (the caller unindexed it)
@@ -790,7 +863,8 @@ uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
 /* The common case of kvp__take_block, for up to n blocks at once: while the
  * next block in reuse order is the head of the q list and vacant (LIFO, or
  * FIFO once the never-used range is spent), pop it.  Popping a list is a
- * chain of dependent loads, so the new head is prefetched for the next call.
+ * chain of dependent loads, so the new head is prefetched for the next call,
+ * and in LIFO order the block KVP__STK_AHEAD pops further (the mirror).
  * Returns how many blocks it took. */
 static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t oslot,
                            unsigned format, uint32_t *ids)
@@ -810,10 +884,14 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
     }
     if (i) {
         st->qhead = b;
-        if (b != KVP__NONE)
+        stk_pop(st, i);
+        if (b != KVP__NONE) {
             kvp__prefetch_record(p, b);
-        else
+            if (st->nstk > KVP__STK_AHEAD)
+                kvp__prefetch_record(p, st->stk[st->nstk - 1 - KVP__STK_AHEAD]);
+        } else {
             st->qtail = KVP__NONE;
+        }
         st->nvacant -= i;
         count_out(p, i);
     }
@@ -1076,14 +1154,15 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
         while (i-- > 0)
             pool->blocks[ids[i]].flags &= (uint8_t)~KVP__F_MARK;
     } else if (n) {
-        uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
+        kvp__cursor cur = KVP__CURSOR(n);
         for (i = 0; i < n; i++) {
             uint32_t b = ids[i];
             pool->blocks[b].flags &= (uint8_t)~KVP__F_MARK;
             kvp__ref_drop(pool, b, slot);
             if (pool->blocks[b].ref == 0)
-                kvp__release_block(pool, b, cursor);
+                kvp__release_block(pool, b, &cur);
         }
+        kvp__free_end(pool, &cur);
         if (slot != KVP__NONE && pool->owners[slot].nrefs == 0 &&
             !pool->owners[slot].registered)
             kvp__owner_remove(pool, slot);

@@ -89,7 +89,7 @@ KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
     kvp_status rc = reserve(p, p->top + (n - from_retired));
     if (rc)
         return rc;
-    uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
+    kvp__cursor cur = KVP__CURSOR(n);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b;
         if (p->nretired) {
@@ -102,9 +102,10 @@ KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
                 p->hwm = p->top;
         }
         kvp__init_block(p, b, s, KVP_BLOCK_VACANT);
-        kvp__free_insert(p, b, cursor);
+        kvp__free_insert(p, b, &cur);
         p->st[s].nblocks++;
     }
+    kvp__free_end(p, &cur);
     return KVP_OK;
 }
 

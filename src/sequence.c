@@ -264,7 +264,7 @@ static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tok
 /* Drop the sequence's references, last block first. */
 static void release_all(kvp_pool *p, kvp_seq *q)
 {
-    uint32_t cursor[2] = {KVP__NONE, KVP__NONE};
+    kvp__cursor cur = KVP__CURSOR(q->nblocks);
     for (size_t j = q->nblocks; j-- > 0 && q->nblocks - j <= KVP__PREFETCH;)
         kvp__prefetch_block(p, q->blocks[j]);
     for (size_t i = q->nblocks; i-- > 0;) {
@@ -273,8 +273,9 @@ static void release_all(kvp_pool *p, kvp_seq *q)
             kvp__prefetch_block(p, q->blocks[i - KVP__PREFETCH]);
         kvp__ref_drop(p, b, KVP__SEQ);
         if (p->blocks[b].ref == 0)
-            kvp__release_block(p, b, cursor);
+            kvp__release_block(p, b, &cur);
     }
+    kvp__free_end(p, &cur);
     p->ctr.blocks_freed += q->nblocks;
     q->nblocks = q->nhashes = q->ntokens = 0;
 }

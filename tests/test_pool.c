@@ -8,7 +8,8 @@
  * before cached, all-or-nothing allocation, growth on exhaustion (just enough,
  * never past max_blocks, retired ids first), exhausted and reused counters,
  * the null block, separate K/V streams, set_fill and exact fragmentation,
- * kvp_block_get, and prefault (same behaviour, tables resident at creation).
+ * kvp_block_get, prefault (same behaviour, tables resident at creation), and
+ * the LIFO stack mirror through every step that changes it.
  */
 #include "kvptest.h"
 
@@ -1313,6 +1314,91 @@ static long rss_kib(void)
     return kb;
 }
 
+
+/* ---- the LIFO stack mirror ---------------------------------------------- */
+
+/* The mirror (pool.c) keeps the top of each LIFO vacant stack as an array
+ * for prefetching; the checker compares it with the free list after every
+ * step.  This drives each thing that changes it, on a pool large enough
+ * for a free to overflow it (room: 1024 / 8 + 64 = 192 per stream), with
+ * two streams in one call, and checks the reuse order that the list, not
+ * the mirror, decides. */
+static void test_lifo_stack_mirror(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(2048);
+    cfg.separate_kv = 1;
+    cfg.grow_on_exhaustion = 1;
+    cfg.max_blocks = 2100;
+    kvp_pool *pool = kvptest_create(&cfg);
+    static kvp_block k[1024], v[1024], mixed[200];
+    size_t n;
+    KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_K, 1024 * 16, KVP_ANON, 0, k, 1024, &n));
+    KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_V, 1024 * 16, KVP_ANON, 0, v, 1024, &n));
+    kvptest_check(pool);
+
+    /* 300 blocks in one call: more than the mirror holds. */
+    KVP_ASSERT_OK(kvp_free(pool, k, 300, KVP_ANON));
+    kvptest_check(pool);
+    /* Two streams in one call, 100 each, interleaved. */
+    for (int i = 0; i < 100; i++) {
+        mixed[2 * i] = k[300 + i];
+        mixed[2 * i + 1] = v[i];
+    }
+    KVP_ASSERT_OK(kvp_free(pool, mixed, 200, KVP_ANON));
+    kvptest_check(pool);
+    /* Blocks freed together come back in the order given. */
+    for (int i = 0; i < 100; i++) {
+        kvp_block b;
+        KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, KVP_ANON, &b));
+        KVP_ASSERT_EQ(b, k[300 + i]);
+        KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_V, KVP_ANON, &b));
+        KVP_ASSERT_EQ(b, v[i]);
+        kvptest_check(pool);
+    }
+    /* Owners' frees, one block at a time and by owner. */
+    kvp_block o[40];
+    for (int i = 0; i < 40; i++) {
+        KVP_ASSERT_OK(kvp_free(pool, &k[400 + i], 1, KVP_ANON));
+        KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, 7, &o[i]));
+        KVP_ASSERT_EQ(o[i], k[400 + i]);
+    }
+    KVP_ASSERT_OK(kvp_free(pool, &k[440], 60, KVP_ANON));
+    KVP_ASSERT_OK(kvp_free_owner(pool, 7, &n));
+    KVP_ASSERT_EQ(n, 40);
+    kvptest_check(pool);
+    /* A block taken by id from below the head. */
+    KVP_ASSERT_OK(kvp_take_id(pool, k[450], KVP_ANON));
+    kvptest_check(pool);
+    /* Refill, then a cached block turned vacant goes below the freed ones. */
+    KVP_ASSERT_OK(kvp_free(pool, &k[500], 10, KVP_ANON));
+    kvp_hash h = kvptest_hash(1);
+    KVP_ASSERT_OK(kvp_publish(pool, k[510], &h));
+    KVP_ASSERT_OK(kvp_free(pool, &k[510], 1, KVP_ANON));
+    KVP_ASSERT_OK(kvp_unpublish(pool, k[510]));
+    kvptest_check(pool);
+    kvp_block b;
+    KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, KVP_ANON, &b));
+    KVP_ASSERT_EQ(b, k[500]);
+    kvptest_check(pool);
+    /* Growth puts new blocks on the stack as a free does. */
+    uint32_t free_k;
+    KVP_ASSERT_OK(kvp_free_count(pool, KVP_STREAM_K, &free_k));
+    static kvp_block big[1100];
+    KVP_ASSERT_OK(
+        kvp_alloc(pool, KVP_STREAM_K, (uint64_t)(free_k + 20) * 16, KVP_ANON, 0, big, 1100, &n));
+    kvptest_check(pool);
+    KVP_ASSERT_OK(kvp_free(pool, big, n, KVP_ANON));
+    kvptest_check(pool);
+    uint32_t added;
+    KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_V, 30, &added));
+    KVP_ASSERT_EQ(added, 30);
+    kvptest_check(pool);
+    KVP_ASSERT_OK(kvp_pool_clear(pool));
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
 /* prefault changes when pages are touched, nothing else: two pools, one
  * with it, give the same fingerprint after every step of the same calls
  * (growth included), and the prefaulted one's tables are resident from
@@ -1406,6 +1492,7 @@ int main(void)
         cmocka_unit_test(test_set_fill_fragmentation),
         cmocka_unit_test(test_block_get),
         cmocka_unit_test(test_prefault),
+        cmocka_unit_test(test_lifo_stack_mirror),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

@@ -758,6 +758,7 @@ static void test_destroy_order(void **state)
             KVP_ASSERT_EQ(kvptest_info(pool, ia[i]).published, 0);
         }
         KVP_ASSERT_OK(kvp_seq_destroy(a));
+        kvptest_check(pool);
         kvp_seq *b = mkseq(pool, 2);
         KVP_ASSERT_EQ(admit(b, t, 16), 0); /* no caching: no hit */
         kvp_block ib[8];
