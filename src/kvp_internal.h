@@ -189,7 +189,8 @@ typedef struct kvp__stream {
     uint32_t *stk;           /* LIFO: the q list's first nstk ids, head last
                                 (the top of the vacant stack as an array, so
                                 a take can prefetch several pops ahead; see
-                                kvp__stk_*), NULL in other orders */
+                                "The LIFO stack mirror" in pool.c), NULL in
+                                other orders */
     uint32_t nstk, stkcap;
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;

@@ -202,8 +202,9 @@ uint32_t kvp__max_blocks(const kvp_pool *p)
  * list, never the truth: frees push on it, takes of the head pop it, and
  * whatever would make it differ from the list's top (a block unlinked below
  * the head, a free call with too little room) empties it, which costs
- * prefetches until frees refill it.  Sized at an eighth of the pool plus 64 entries,
- * half a byte per block: the stack a decode loop churns is far shallower. */
+ * prefetches until frees refill it.  Sized at an eighth of the pool plus 64
+ * entries, half a byte per block: the stack a decode loop churns is far
+ * shallower. */
 static kvp_status stk_init(kvp_pool *p, kvp__stream *st, uint32_t cap)
 {
     st->stkcap = cap / 8 + 64;
