@@ -52,6 +52,26 @@ def test_vllm_canonical_blocks_and_null():
     assert bp.get_num_free_blocks() == 7
 
 
+def test_vllm_blocks_outlive_their_pool():
+    """The blocks are one array that their pool frees once the last block
+    has gone: blocks kept after the BlockPool and its list are dropped still
+    read their state, and dropping them last frees it all."""
+    import gc
+    bp = vllm.BlockPool(16, True, BS)
+    taken = bp.get_new_blocks(3)
+    kept, null = taken[1], bp.null_block
+    del bp, taken
+    gc.collect()
+    assert kept.block_id == 2 and kept.ref_cnt == 1 and not kept.is_null
+    assert kept.block_hash is None
+    assert null.is_null and null.block_id == 0
+    del null
+    gc.collect()
+    assert kept.block_id == 2 and kept.ref_cnt == 1
+    del kept
+    gc.collect()
+
+
 def test_vllm_shared_hit_ref2_and_partial_block_unhashed():
     bp = vllm.BlockPool(10, True, BS)
     r = Req(list(range(10)))             # 2 full blocks + a partial one

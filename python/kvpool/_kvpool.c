@@ -631,6 +631,7 @@ typedef struct PoolObject {
     uint32_t take_hint;       /* take()'s kvp_take_hinted hint, for its last owner */
     PyObject **vkeys;         /* vLLM drop-in only: each block's key (see VBlock) */
     uint32_t nvkeys;
+    void *varena;             /* vLLM drop-in only: its KVCacheBlock objects (see VBlock) */
 } PoolObject;
 
 static PyTypeObject Pool_Type;
@@ -856,6 +857,7 @@ static void Pool_dealloc(PoolObject *self)
     for (uint32_t i = 0; self->vkeys && i < self->nvkeys; i++)
         Py_XDECREF(self->vkeys[i]);
     PyMem_Free(self->vkeys);
+    free(self->varena); /* every block held this pool, so none is left */
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2632,11 +2634,18 @@ typedef struct VBlock {
     PoolObject *pool;   /* strong; the pool never points back */
     uint32_t id;        /* 0 is the null block */
 } VBlock;
-/* FIFO reuse walks all of them, so each byte counts: at 32 bytes pymalloc
- * packs two to a cache line and none straddles two (at 40, most did).  The
- * rarely read key lives in the pool, pool->vkeys[id]: the
- * BlockHashWithGroupId bytes (the block hash, then the group id as 4
- * big-endian bytes) the block was last cached under, or NULL. */
+/* FIFO reuse walks all of them, so each byte counts: at 32 bytes two share a
+ * cache line and none straddles two (at 40, most did).  The rarely read key
+ * lives in the pool, pool->vkeys[id]: the BlockHashWithGroupId bytes (the
+ * block hash, then the group id as 4 big-endian bytes) the block was last
+ * cached under, or NULL.
+ *
+ * A BlockPool's blocks are one array owned by its pool (varena, aligned to a
+ * cache line), not separate allocations: block id's object is at a known
+ * address, so get_new_blocks prefetches the next one's without first loading
+ * a pointer to it, a dependent miss of its own (with a pointer array, most
+ * of that call's samples were on that load).  Each block holds a reference
+ * to the pool, so the array outlives every block. */
 _Static_assert(sizeof(VBlock) == 32, "KVCacheBlock objects stay 32 bytes");
 
 static PyTypeObject VBlock_Type;
@@ -2677,10 +2686,12 @@ static void vkey_of_key(PyObject *key, kvp_hash *out)
     vkey_raw(k, len, gid, out);
 }
 
+/* The memory is the pool's (varena), freed with it: dropping the block's
+ * reference to the pool is the last thing this does, since that may free
+ * the array the block lies in. */
 static void VBlock_dealloc(VBlock *self)
 {
     Py_XDECREF(self->pool);
-    PyObject_Free(self);
 }
 
 static PyObject *VBlock_get_id(VBlock *self, void *c)
@@ -2770,7 +2781,7 @@ typedef struct VPool {
     PyObject_HEAD
     PoolObject *pool;
     PyObject *blocks;   /* list of VBlock, index = id */
-    VBlock **arr;       /* borrowed from `blocks` */
+    VBlock *arr;        /* the pool's varena: block id's object is arr[id] */
     uint32_t n;
     uint32_t hash_block_size;
     int enable_caching;
@@ -2822,7 +2833,8 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     self->enable_caching = caching;
     self->events = events;
     self->scratch = PyMem_Malloc((size_t)nb * sizeof(uint32_t));
-    self->arr = PyMem_Malloc((size_t)nb * sizeof(VBlock *));
+    size_t bytes = ((size_t)nb * sizeof(VBlock) + 63) & ~(size_t)63;
+    self->arr = self->pool->varena = aligned_alloc(64, bytes);
     self->blocks = PyList_New(nb);
     self->pool->vkeys = PyMem_Calloc(nb, sizeof(PyObject *));
     self->pool->nvkeys = nb;
@@ -2831,13 +2843,11 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     for (uint32_t i = 0; i < nb; i++) {
-        VBlock *b = PyObject_New(VBlock, &VBlock_Type);
-        if (!b)
-            return -1;
+        VBlock *b = &self->arr[i];
+        PyObject_Init((PyObject *)b, &VBlock_Type); /* one reference: the list's */
         Py_INCREF(pool);
         b->pool = (PoolObject *)pool;
         b->id = i;
-        self->arr[i] = b;
         PyList_SET_ITEM(self->blocks, i, (PyObject *)b);
     }
     return 0;
@@ -2851,7 +2861,6 @@ static void VPool_dealloc(VPool *self)
     Py_XDECREF(self->pool);
     Py_XDECREF(self->dict);
     PyMem_Free(self->scratch);
-    PyMem_Free(self->arr);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2931,14 +2940,14 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
      * (about a third of a one-block call's time here when it missed). */
     kvp_block next;
     if (kvp_peek_next(self->pool->pool, KVP_STREAM_SHARED, &next) == KVP_OK && next < self->n)
-        __builtin_prefetch(self->arr[next], 1);
+        __builtin_prefetch(&self->arr[next], 1);
     /* A one-block result (the decode step's) reuses the previous one-block
      * list when the caller has dropped it (ours is then its only reference,
      * so no one can see it change), as CPython's dict iterators reuse their
      * result tuples: a new list was about 130 instructions of the call. */
     PyObject *l = self->one;
     if (n == 1 && l && Py_REFCNT(l) == 1 && PyList_GET_SIZE(l) == 1) {
-        PyObject *b = (PyObject *)self->arr[self->scratch[0]];
+        PyObject *b = (PyObject *)&self->arr[self->scratch[0]];
         Py_INCREF(b);
         Py_SETREF(PyList_GET_ITEM(l, 0), b);
         Py_INCREF(l);
@@ -2950,7 +2959,7 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        PyObject *b = (PyObject *)self->arr[self->scratch[i]];
+        PyObject *b = (PyObject *)&self->arr[self->scratch[i]];
         Py_INCREF(b);
         PyList_SET_ITEM(l, (Py_ssize_t)i, b);
     }
@@ -3125,7 +3134,7 @@ static PyObject *VPool_get_cached_block(VPool *self, PyObject *const *args, Py_s
             raise_status(st);
             goto fail;
         }
-        PyObject *b = (PyObject *)self->arr[id];
+        PyObject *b = (PyObject *)&self->arr[id];
         Py_INCREF(b);
         PyList_SET_ITEM(out, i, b);
     }
@@ -3313,8 +3322,8 @@ static PyObject *VPool_get_null(VPool *self, void *c)
     (void)c;
     if (!vpool_ok(self))
         return NULL;
-    Py_INCREF(self->arr[0]);
-    return (PyObject *)self->arr[0];
+    Py_INCREF(&self->arr[0]);
+    return (PyObject *)&self->arr[0];
 }
 
 static PyObject *VPool_get_n(VPool *self, void *c)
