@@ -1314,13 +1314,12 @@ static long rss_kib(void)
     return kb;
 }
 
-
 /* ---- the LIFO stack mirror ---------------------------------------------- */
 
 /* The mirror (pool.c) keeps the top of each LIFO vacant stack as an array
  * for prefetching; the checker compares it with the free list after every
  * step.  This drives each thing that changes it, on a pool large enough
- * for a free to overflow it (room: 1024 / 8 + 64 = 192 per stream), with
+ * for a free to overflow it (room: 2048 / 8 + 64 = 320 per stream), with
  * two streams in one call, and checks the reuse order that the list, not
  * the mirror, decides. */
 static void test_lifo_stack_mirror(void **state)
@@ -1337,10 +1336,11 @@ static void test_lifo_stack_mirror(void **state)
     KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_V, 1024 * 16, KVP_ANON, 0, v, 1024, &n));
     kvptest_check(pool);
 
-    /* 300 blocks in one call: more than the mirror holds. */
+    /* 300 blocks in one call: room for them. */
     KVP_ASSERT_OK(kvp_free(pool, k, 300, KVP_ANON));
     kvptest_check(pool);
-    /* Two streams in one call, 100 each, interleaved. */
+    /* Two streams in one call, 100 each, interleaved: too little room left
+     * on K (300 + 100 > 320), so K's mirror starts over. */
     for (int i = 0; i < 100; i++) {
         mixed[2 * i] = k[300 + i];
         mixed[2 * i + 1] = v[i];
