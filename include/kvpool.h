@@ -264,7 +264,7 @@ typedef struct kvp_config {
                                    tables of a large pool are fresh mappings,
                                    free until first touched, so creation is
                                    almost free and each block's first use
-                                   faults in its share, about 85 bytes; in a
+                                   faults in its share, about 90 bytes; in a
                                    VM a fault can cost tens of microseconds).
                                    The storage arena is not prefaulted. */
 

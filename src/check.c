@@ -196,6 +196,9 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
                   (p->cfg.reuse == KVP_REUSE_LIFO) == (st->stk != NULL),
               "stream %d: stack mirror holds %u ids (room %u) for a free list of %u", s,
               st->nstk, st->stkcap, j);
+        CHECK(!st->stk || st->stkcap >= st->nblocks,
+              "stream %d: stack mirror has room for %u ids, the stream %u blocks", s, st->stkcap,
+              st->nblocks);
         if (p->cfg.reuse == KVP_REUSE_LOWEST) {
             CHECK(st->qhead == KVP__NONE, "stream %d: queue used in LOWEST order", s);
             continue;

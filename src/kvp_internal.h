@@ -55,7 +55,7 @@
 #define KVP__NONE UINT32_MAX
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
-#define KVP__PREFETCH 8       /* how far ahead batch loops prefetch block records */
+#define KVP__PREFETCH 16      /* how far ahead batch loops prefetch block records */
 #define KVP__STK_AHEAD 4      /* how many pops ahead a LIFO take prefetches */
 
 /* On the hottest entry points: inline every call the compiler can see (all
@@ -351,6 +351,7 @@ void kvp__free_remove(kvp_pool *p, uint32_t b);
 void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
+kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
 kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);

@@ -201,15 +201,41 @@ uint32_t kvp__max_blocks(const kvp_pool *p)
  * take can prefetch KVP__STK_AHEAD pops ahead.  It is an index over the
  * list, never the truth: frees push on it, takes of the head pop it, and
  * whatever would make it differ from the list's top (a block unlinked below
- * the head, a free call with too little room) empties it, which costs
- * prefetches until frees refill it.  Sized at an eighth of the pool plus 64
- * entries, half a byte per block: the stack a decode loop churns is far
- * shallower. */
-static kvp_status stk_init(kvp_pool *p, kvp__stream *st, uint32_t cap)
+ * the head, a free call reserving more room than is left) empties it, which
+ * costs prefetches until frees refill it.
+ *
+ * It has room for every block of its stream (4 bytes per block), and grows
+ * with the stream (kvp__stk_reserve), so a free never overflows it for lack
+ * of size.  An eighth of the pool (until session 5) was overflowed by the
+ * frees that end a batch of sequences, and the takes that followed fell
+ * back to the one-ahead prefetch: the 1M-block scale row read 33.6 against
+ * 26.4 ns/block with the full mirror (PERFORMANCE.md, change 30). */
+static uint32_t initial_blocks(const kvp_pool *p, int s)
 {
-    st->stkcap = cap / 8 + 64;
-    st->stk = kvp__alloc(p, (size_t)st->stkcap * sizeof *st->stk);
-    return st->stk ? KVP_OK : KVP_ENOMEM;
+    uint32_t n = p->cfg.num_blocks, k = p->nstreams == 2 ? (n + 1) / 2 : n;
+    return s == 0 ? k : n - k;
+}
+
+/* Room in stream s's mirror for `blocks` blocks, growing it by half at
+ * least (amortized O(1) per block added).  Changes nothing on failure. */
+kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks)
+{
+    kvp__stream *st = &p->st[s];
+    if (p->cfg.reuse != KVP_REUSE_LIFO || (st->stk && blocks <= st->stkcap))
+        return KVP_OK;
+    uint32_t cap = st->stkcap + st->stkcap / 2;
+    cap = cap > blocks ? cap : blocks;
+    cap = cap ? cap : 1;
+    uint32_t *stk = kvp__alloc(p, (size_t)cap * sizeof *stk);
+    if (!stk)
+        return KVP_ENOMEM;
+    if (st->stk) {
+        memcpy(stk, st->stk, (size_t)st->nstk * sizeof *stk);
+        kvp__release(p, st->stk, (size_t)st->stkcap * sizeof *st->stk);
+    }
+    st->stk = stk;
+    st->stkcap = cap;
+    return KVP_OK;
 }
 
 /* The q list's first n blocks were taken off. */
@@ -258,12 +284,11 @@ void kvp__free_end(kvp_pool *p, kvp__cursor *cur)
 void kvp__reset_blocks(kvp_pool *p)
 {
     uint32_t n = p->cfg.num_blocks;
-    uint32_t k = p->nstreams == 2 ? (n + 1) / 2 : n;
     for (int s = 0; s < p->nstreams; s++) {
         kvp__stream *st = &p->st[s];
         st->qhead = st->qtail = st->lhead = st->ltail = st->fresh_mark = KVP__NONE;
-        st->fresh_lo = s == 0 ? 0 : k;
-        st->fresh_hi = s == 0 ? k : n;
+        st->fresh_lo = s == 0 ? 0 : initial_blocks(p, 0);
+        st->fresh_hi = st->fresh_lo + initial_blocks(p, s);
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
         st->ncached = 0;
         st->nstk = 0;
@@ -383,8 +408,8 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = kvp__idset_init(p, &p->st[s].vacant, s < p->nstreams ? cap : 0);
         if (!rc)
             rc = kvp__idset_init(p, &p->st[s].cached, s < p->nstreams ? cap : 0);
-        if (!rc && s < p->nstreams && cfg->reuse == KVP_REUSE_LIFO)
-            rc = stk_init(p, &p->st[s], cap);
+        if (!rc && s < p->nstreams)
+            rc = kvp__stk_reserve(p, s, initial_blocks(p, s));
     }
     if (!rc)
         rc = kvp__idset_init(p, &p->retired, cap);

@@ -86,7 +86,9 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
 KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
 {
     uint32_t from_retired = n < p->nretired ? n : p->nretired;
-    kvp_status rc = reserve(p, p->top + (n - from_retired));
+    kvp_status rc = kvp__stk_reserve(p, s, p->st[s].nblocks + n);
+    if (!rc)
+        rc = reserve(p, p->top + (n - from_retired));
     if (rc)
         return rc;
     kvp__cursor cur = KVP__CURSOR(n);

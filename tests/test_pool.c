@@ -1318,10 +1318,12 @@ static long rss_kib(void)
 
 /* The mirror (pool.c) keeps the top of each LIFO vacant stack as an array
  * for prefetching; the checker compares it with the free list after every
- * step.  This drives each thing that changes it, on a pool large enough
- * for a free to overflow it (room: 2048 / 8 + 64 = 320 per stream), with
- * two streams in one call, and checks the reuse order that the list, not
- * the mirror, decides. */
+ * step.  This drives each thing that changes it, with a call that reserves
+ * more room than is left (the mirror has room for each stream's 1,024
+ * blocks, and a call reserves room for all of its blocks on each stream:
+ * 900 mirrored + 200 > 1,024), two streams in one call, and growth past
+ * the room, and checks the reuse order that the list, not the mirror,
+ * decides. */
 static void test_lifo_stack_mirror(void **state)
 {
     (void)state;
@@ -1336,13 +1338,13 @@ static void test_lifo_stack_mirror(void **state)
     KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_V, 1024 * 16, KVP_ANON, 0, v, 1024, &n));
     kvptest_check(pool);
 
-    /* 300 blocks in one call: room for them. */
-    KVP_ASSERT_OK(kvp_free(pool, k, 300, KVP_ANON));
+    /* 900 blocks in one call: room for them. */
+    KVP_ASSERT_OK(kvp_free(pool, &k[124], 900, KVP_ANON));
     kvptest_check(pool);
     /* Two streams in one call, 100 each, interleaved: too little room left
-     * on K (300 + 100 > 320), so K's mirror starts over. */
+     * on K (900 + 200 > 1,024), so K's mirror starts over. */
     for (int i = 0; i < 100; i++) {
-        mixed[2 * i] = k[300 + i];
+        mixed[2 * i] = k[i];
         mixed[2 * i + 1] = v[i];
     }
     KVP_ASSERT_OK(kvp_free(pool, mixed, 200, KVP_ANON));
@@ -1351,7 +1353,7 @@ static void test_lifo_stack_mirror(void **state)
     for (int i = 0; i < 100; i++) {
         kvp_block b;
         KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, KVP_ANON, &b));
-        KVP_ASSERT_EQ(b, k[300 + i]);
+        KVP_ASSERT_EQ(b, k[i]);
         KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_V, KVP_ANON, &b));
         KVP_ASSERT_EQ(b, v[i]);
         kvptest_check(pool);
@@ -1359,27 +1361,27 @@ static void test_lifo_stack_mirror(void **state)
     /* Owners' frees, one block at a time and by owner. */
     kvp_block o[40];
     for (int i = 0; i < 40; i++) {
-        KVP_ASSERT_OK(kvp_free(pool, &k[400 + i], 1, KVP_ANON));
+        KVP_ASSERT_OK(kvp_free(pool, &k[i], 1, KVP_ANON));
         KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, 7, &o[i]));
-        KVP_ASSERT_EQ(o[i], k[400 + i]);
+        KVP_ASSERT_EQ(o[i], k[i]);
     }
-    KVP_ASSERT_OK(kvp_free(pool, &k[440], 60, KVP_ANON));
+    KVP_ASSERT_OK(kvp_free(pool, &k[40], 60, KVP_ANON));
     KVP_ASSERT_OK(kvp_free_owner(pool, 7, &n));
     KVP_ASSERT_EQ(n, 40);
     kvptest_check(pool);
     /* A block taken by id from below the head. */
-    KVP_ASSERT_OK(kvp_take_id(pool, k[450], KVP_ANON));
+    KVP_ASSERT_OK(kvp_take_id(pool, k[50], KVP_ANON));
     kvptest_check(pool);
     /* Refill, then a cached block turned vacant goes below the freed ones. */
-    KVP_ASSERT_OK(kvp_free(pool, &k[500], 10, KVP_ANON));
+    KVP_ASSERT_OK(kvp_free(pool, &k[100], 10, KVP_ANON));
     kvp_hash h = kvptest_hash(1);
-    KVP_ASSERT_OK(kvp_publish(pool, k[510], &h));
-    KVP_ASSERT_OK(kvp_free(pool, &k[510], 1, KVP_ANON));
-    KVP_ASSERT_OK(kvp_unpublish(pool, k[510]));
+    KVP_ASSERT_OK(kvp_publish(pool, k[110], &h));
+    KVP_ASSERT_OK(kvp_free(pool, &k[110], 1, KVP_ANON));
+    KVP_ASSERT_OK(kvp_unpublish(pool, k[110]));
     kvptest_check(pool);
     kvp_block b;
     KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, KVP_ANON, &b));
-    KVP_ASSERT_EQ(b, k[500]);
+    KVP_ASSERT_EQ(b, k[100]);
     kvptest_check(pool);
     /* Growth puts new blocks on the stack as a free does. */
     uint32_t free_k;
