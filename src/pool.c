@@ -205,11 +205,16 @@ uint32_t kvp__max_blocks(const kvp_pool *p)
  * costs prefetches until frees refill it.
  *
  * It has room for every block of its stream (4 bytes per block), and grows
- * with the stream (kvp__stk_reserve), so a free never overflows it for lack
- * of size.  An eighth of the pool (until session 5) was overflowed by the
- * frees that end a batch of sequences, and the takes that followed fell
- * back to the one-ahead prefetch: the 1M-block scale row read 33.6 against
- * 26.4 ns/block with the full mirror (PERFORMANCE.md, change 30). */
+ * with the stream (kvp__stk_reserve), so only a call that reserves room
+ * for more entries than it can free on a stream (two streams in one call,
+ * an owner's array holding dead entries or two references to one block)
+ * can find too little.  Sized at an eighth of the pool, it was overflowed
+ * by the frees that end a batch of sequences, and the takes that followed
+ * fell back to the one-ahead prefetch: the 1M-block scale row read 33.6
+ * against 26.4 ns/block with the full mirror (PERFORMANCE.md, change 30). */
+
+/* Blocks of stream s at creation (and after kvp_pool_clear): one stream
+ * has them all; with separate K and V, K has the first half, rounded up. */
 static uint32_t initial_blocks(const kvp_pool *p, int s)
 {
     uint32_t n = p->cfg.num_blocks, k = p->nstreams == 2 ? (n + 1) / 2 : n;
