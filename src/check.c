@@ -66,7 +66,7 @@ static uint32_t set_size(const kvp__idset *set)
 
 static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
 {
-    uint32_t vac[2] = {0}, cac[2] = {0}, used[2] = {0}, retired = 0;
+    uint32_t vac[2] = {0}, cac[2] = {0}, used[2] = {0}, stacked[2] = {0}, retired = 0;
     uint64_t in_use = 0, shared = 0, frag = 0, published = 0, fill = 0;
     *owned_refs = 0;
     CHECK(p->top <= p->cap, "top %u beyond capacity %u", p->top, p->cap);
@@ -105,6 +105,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
                   "block %u: vacant but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
                   in_cac, pub, p->ordered);
             vac[s]++;
+            stacked[s] += k->next == KVP__STACKED;
             break;
         case KVP_BLOCK_CACHED:
             CHECK(in_cac == p->ordered && !in_vac && pub,
@@ -154,6 +155,8 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
               st->ncached, cac[s]);
         CHECK(st->nblocks == vac[s] + cac[s] + used[s], "stream %d: nblocks %u != %u", s,
               st->nblocks, vac[s] + cac[s] + used[s]);
+        CHECK(stacked[s] == st->nstk, "stream %d: %u blocks marked as in the stack array, %u there",
+              s, stacked[s], st->nstk);
         CHECK(set_size(&st->vacant) == (p->ordered ? vac[s] - fresh_count(st) : 0),
               "stream %d: vacant set size", s);
         CHECK(set_size(&st->cached) == (p->ordered ? cac[s] : 0), "stream %d: cached set size", s);
@@ -173,6 +176,30 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
     return KVP_OK;
 }
 
+/* Stream s's stack array holds distinct vacant blocks of the stream, each
+ * marked as held there (check_blocks counts the marked ones against nstk,
+ * so the array holds every marked block).  Duplicates are found with the
+ * per-call mark, which is clear between calls and cleared again here. */
+static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
+{
+    const kvp__stream *st = &p->st[s];
+    uint32_t j = 0, b = KVP__NONE;
+    bool ok = true;
+    for (; j < st->nstk && ok; j++) {
+        b = st->stk[j];
+        ok = b < p->top && p->blocks[b].state == KVP_BLOCK_VACANT &&
+             p->blocks[b].stream == s && p->blocks[b].next == KVP__STACKED &&
+             !(p->blocks[b].flags & KVP__F_MARK);
+        if (ok)
+            p->blocks[b].flags |= KVP__F_MARK;
+    }
+    for (uint32_t i = 0; i < j - !ok; i++)
+        p->blocks[st->stk[i]].flags &= ~KVP__F_MARK;
+    CHECK(ok, "stream %d: stack array entry %u (block %u) is not a vacant block held there once",
+          s, j - 1, b);
+    return KVP_OK;
+}
+
 static kvp_status check_lists(kvp_pool *p, ctx *c)
 {
     for (int s = 0; s < p->nstreams; s++) {
@@ -186,19 +213,16 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
         }
         CHECK(n == st->ncached && st->ltail == prev, "stream %d: LRU list length %u, cached %u",
               s, n, st->ncached);
-        uint32_t j = 0;
-        for (uint32_t b = st->qhead; st->stk && b != KVP__NONE && j < st->nstk;
-             b = p->blocks[b].next, j++)
-            CHECK(b < p->top && st->stk[st->nstk - 1 - j] == b,
-                  "stream %d: stack mirror entry %u is %u, the free list's is %u", s, j,
-                  st->stk[st->nstk - 1 - j], b);
-        CHECK(j == st->nstk && st->nstk <= st->stkcap &&
-                  (p->cfg.reuse == KVP_REUSE_LIFO) == (st->stk != NULL),
-              "stream %d: stack mirror holds %u ids (room %u) for a free list of %u", s,
-              st->nstk, st->stkcap, j);
-        CHECK(!st->stk || st->stkcap >= st->nblocks,
-              "stream %d: stack mirror has room for %u ids, the stream %u blocks", s, st->stkcap,
-              st->nblocks);
+        CHECK((p->cfg.reuse == KVP_REUSE_LIFO) == (st->stk != NULL) &&
+                  (st->stk || st->nstk == 0),
+              "stream %d: stack array %s in reuse order %d", s, st->stk ? "kept" : "missing",
+              p->cfg.reuse);
+        CHECK(!st->stk || (st->nstk <= st->stkcap && st->stkcap >= st->nblocks),
+              "stream %d: stack array holds %u ids with room for %u, the stream %u blocks", s,
+              st->nstk, st->stkcap, st->nblocks);
+        kvp_status rc = check_stack(p, c, s);
+        if (rc)
+            return rc;
         if (p->cfg.reuse == KVP_REUSE_LOWEST) {
             CHECK(st->qhead == KVP__NONE, "stream %d: queue used in LOWEST order", s);
             continue;
@@ -221,7 +245,7 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
         for (uint32_t b = st->qhead; b != KVP__NONE && !seen_mark; b = p->blocks[b].next)
             seen_mark = b == st->fresh_mark;
         CHECK(seen_mark, "stream %d: never-used mark %u not in the free queue", s, st->fresh_mark);
-        uint32_t want = st->nvacant - fresh_count(st) + (fifo ? st->ncached : 0);
+        uint32_t want = st->nvacant - fresh_count(st) - st->nstk + (fifo ? st->ncached : 0);
         CHECK(n == want && st->qtail == prev, "stream %d: free queue length %u, expected %u", s,
               n, want);
     }
@@ -350,6 +374,10 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
         const kvp__stream *st = &p->st[s];
         feed32(h, st->fresh_lo);
         feed32(h, st->fresh_hi);
+        /* reuse order: the LIFO stack's array from its top, then the list
+         * (where the two meet is not state a caller can see) */
+        for (uint32_t i = st->nstk; i-- > 0;)
+            feed32(h, st->stk[i]);
         for (uint32_t b = st->qhead; b != KVP__NONE; b = p->blocks[b].next)
             feed32(h, b);
         feed32(h, KVP__NONE);

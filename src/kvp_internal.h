@@ -24,9 +24,10 @@
  *   shrink and growth.  The vacant and cached ones are kept only from the
  *   first time something asks (kvp__order), so LIFO and FIFO pools that never
  *   shrink do not pay for them on every take and free.
- * - A LIFO stream also keeps the top of its vacant stack as an array of ids
- *   (the stack mirror, pool.c), so a take can prefetch the record of the
- *   block it will hand out a few takes later; the list stays the truth.
+ * - A LIFO stream keeps the top of its vacant stack as an array of ids
+ *   (pool.c, "The LIFO stack"): frees and takes touch no neighbour's
+ *   record, and a take can prefetch the record of the block it will hand
+ *   out a few takes later.
  */
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
@@ -55,6 +56,8 @@
 #define KVP__NONE UINT32_MAX
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
+#define KVP__STACKED 0xfffffffdu /* next link of a vacant block in its LIFO stack's array */
+#define KVP__LISTED 0xfffffffdu  /* cursor slot: the call's blocks go to the q list */
 #define KVP__PREFETCH 16      /* how far ahead batch loops prefetch block records */
 #define KVP__STK_AHEAD 4      /* how many pops ahead a LIFO take prefetches */
 
@@ -186,23 +189,22 @@ typedef struct kvp__stream {
     uint32_t nvacant;        /* vacant blocks, fresh ones included */
     uint32_t ncached;
     uint32_t nblocks;        /* managed blocks of this stream */
-    uint32_t *stk;           /* LIFO: the q list's first nstk ids, head last
-                                (the top of the vacant stack as an array, so
-                                a take can prefetch several pops ahead; see
-                                "The LIFO stack mirror" in pool.c), NULL in
-                                other orders */
+    uint32_t *stk;           /* LIFO: the top of the vacant stack, nstk ids,
+                                top last, above the q list (see "The LIFO
+                                stack" in pool.c); NULL in other orders */
     uint32_t nstk, stkcap;
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;
 } kvp__stream;
 
-/* One free call's LIFO insertion state, per stream: the block the next one
- * goes after (NONE: at the head), and where the next one goes in the stack
- * mirror (NONE: the call's blocks are not mirrored).  Blocks freed together
- * are reused in the order given, so each goes below the previous one in the
- * list; the mirror is filled downwards from room reserved for `max` blocks,
- * at most as many as the call can free per stream, and kvp__free_end closes
- * the gap the ones not freed left.  KVP__CURSOR(max) starts a call. */
+/* One free call's LIFO insertion state, per stream: where the next block
+ * goes in the stack's array (NONE: the call has freed none on the stream
+ * yet; KVP__LISTED: its blocks go to the q list, each after at[s], NONE
+ * meaning at the head).  Blocks freed together are reused in the order
+ * given, so the array is filled downwards from room reserved for `max`
+ * blocks, at most as many as the call can free per stream, and
+ * kvp__free_end closes the gap the ones not freed left.  KVP__CURSOR(max)
+ * starts a call. */
 typedef struct kvp__cursor {
     uint32_t at[2];
     uint32_t w[2];

@@ -17,7 +17,8 @@
  * - nvacant + ncached + in-use blocks of a stream == its nblocks.
  * - A fresh block's record is all zero (reads as vacant, no flags).
  * - q lists are doubly linked except for the head's prev, which is not kept.
- * - LIFO: stk[nstk - 1 - j] is the q list's j-th block, for j < nstk.
+ * - LIFO: a vacant block is in the stack's array (stk, nstk; marked by
+ *   next == KVP__STACKED), in the q list below it, or fresh.
  *
  * Why this shape: allocation and free are the hottest calls of an engine's
  * scheduler, so each is a handful of array accesses.  Reuse orders differ
@@ -190,28 +191,30 @@ uint32_t kvp__max_blocks(const kvp_pool *p)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The LIFO stack mirror                                                     */
+/* The LIFO stack                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* A LIFO stream's vacant stack is a list linked through the block records,
- * so its next entries are a chain of dependent loads: a take could prefetch
- * only the new head, one take ahead, and at 1M blocks, where the blocks
- * below the top were freed long ago, takes still waited on the record.  The
- * mirror keeps the list's first nstk ids in an array, head last, so that a
- * take can prefetch KVP__STK_AHEAD pops ahead.  It is an index over the
- * list, never the truth: frees push on it, takes of the head pop it, and
- * whatever would make it differ from the list's top (a block unlinked below
- * the head, a free call reserving more room than is left) empties it, which
- * costs prefetches until frees refill it.
+/* A LIFO stream's vacant stack has two parts: its top in an array of ids
+ * (stk, top last), and below it the q list, linked through the block
+ * records, then the fresh range.  Frees push on the array and takes pop
+ * it, so the common calls touch no neighbour's record and a take can
+ * prefetch the block KVP__STK_AHEAD pops ahead; a list allows only one,
+ * and at 1M blocks, where the blocks below the top were freed long ago,
+ * takes waited on the record.  The list holds what must go below the
+ * blocks freed so far: cached blocks turned vacant, fresh blocks given a
+ * record, and the array's own blocks when they must move (stack_spill:
+ * a block taken by id from below the top, or a free call reserving more
+ * room than is left).  A spill moves each block once per push that put it
+ * there, so every call stays O(1) amortized.  A block in the array is
+ * marked by next == KVP__STACKED.
  *
- * It has room for every block of its stream (4 bytes per block), and grows
- * with the stream (kvp__stk_reserve), so only a call that reserves room
- * for more entries than it can free on a stream (two streams in one call,
- * an owner's array holding dead entries or two references to one block)
- * can find too little.  Sized at an eighth of the pool, it was overflowed
- * by the frees that end a batch of sequences, and the takes that followed
- * fell back to the one-ahead prefetch: the 1M-block scale row read 33.6
- * against 26.4 ns/block with the full mirror (PERFORMANCE.md, change 30). */
+ * The array has room for every block of its stream (4 bytes per block),
+ * and grows with the stream (kvp__stk_reserve), so only a call that
+ * reserves room for more entries than it can free on a stream (two streams
+ * in one call, an owner's array holding dead entries or two references to
+ * one block) can find too little.  It began (session 5) as a mirror of the
+ * list's top, an eighth of the pool in size, which the frees ending a batch
+ * of sequences overflowed; PERFORMANCE.md, changes 28, 30 and 32. */
 
 /* Blocks of stream s at creation (and after kvp_pool_clear): one stream
  * has them all; with separate K and V, K has the first half, rounded up. */
@@ -221,7 +224,7 @@ static uint32_t initial_blocks(const kvp_pool *p, int s)
     return s == 0 ? k : n - k;
 }
 
-/* Room in stream s's mirror for `blocks` blocks, growing it by half at
+/* Room in stream s's stack array for `blocks` blocks, growing it by half at
  * least (amortized O(1) per block added).  Changes nothing on failure. */
 kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks)
 {
@@ -241,45 +244,6 @@ kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks)
     st->stk = stk;
     st->stkcap = cap;
     return KVP_OK;
-}
-
-/* The q list's first n blocks were taken off. */
-static inline void stk_pop(kvp__stream *st, uint32_t n)
-{
-    st->nstk = st->nstk > n ? st->nstk - n : 0;
-}
-
-/* Block b went into the q list where cur put it (kvp__free_insert): on top
- * for the call's first block, below the call's previous one after that.
- * The first makes room for the call's blocks, starting the mirror over
- * (empty) if it has too little. */
-static inline void stk_push(kvp__stream *st, kvp__cursor *cur, int s, uint32_t b)
-{
-    if (cur->at[s] == KVP__NONE) {
-        if (cur->max > st->stkcap - st->nstk)
-            st->nstk = 0;
-        cur->w[s] = cur->max <= st->stkcap ? st->nstk + cur->max : KVP__NONE;
-    }
-    if (cur->w[s] != KVP__NONE)
-        st->stk[--cur->w[s]] = b;
-}
-
-/* The end of a call that freed blocks: the mirror's new entries lie from
- * w up to the room reserved, and move down onto the old top when fewer
- * than `max` blocks were freed (blocks still referenced, or cached).
- * O(1), or O(blocks freed) in that case. */
-void kvp__free_end(kvp_pool *p, kvp__cursor *cur)
-{
-    for (int s = 0; s < p->nstreams; s++) {
-        kvp__stream *st = &p->st[s];
-        uint32_t w = cur->w[s];
-        if (w == KVP__NONE)
-            continue;
-        uint32_t n = st->nstk + cur->max - w;
-        if (w != st->nstk)
-            memmove(st->stk + st->nstk, st->stk + w, (size_t)n * sizeof *st->stk);
-        st->nstk += n;
-    }
 }
 
 /* Lay out the initial blocks: stream ranges, all fresh, and the null block.
@@ -570,10 +534,6 @@ static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     bool head = b == st->qhead;
-    if (head)
-        stk_pop(st, 1);
-    else
-        st->nstk = 0; /* the mirror would differ from the list below b */
     if (st->fresh_mark == b)
         st->fresh_mark = blk->next;
     if (head)
@@ -601,6 +561,72 @@ static void q_insert_after(kvp_pool *p, kvp__stream *st, uint32_t at, uint32_t b
         p->blocks[at].next = b;
     else
         st->qhead = b;
+}
+
+/* Move the LIFO stack's array onto the head of its list, order kept:
+ * O(blocks in the array), each put there by one push. */
+static void stack_spill(kvp_pool *p, kvp__stream *st)
+{
+    for (uint32_t i = 0; i < st->nstk; i++)
+        q_insert_after(p, st, KVP__NONE, st->stk[i]);
+    st->nstk = 0;
+}
+
+/* Put vacant block b on top of stream s's stack where cur says: blocks
+ * freed together are reused in the order given, so the array is filled
+ * downwards from room reserved, at the call's first block on the stream,
+ * for every block the call could free (cur->max); kvp__free_end closes the
+ * gap.  A call finding too little room spills the array into the list
+ * first, and one that cannot fit at all goes to the list, each block below
+ * the call's previous one. */
+static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int s, uint32_t b)
+{
+    if (cur->w[s] == KVP__NONE) {
+        if (cur->max > st->stkcap - st->nstk)
+            stack_spill(p, st);
+        cur->w[s] = cur->max <= st->stkcap ? st->nstk + cur->max : KVP__LISTED;
+    }
+    if (cur->w[s] != KVP__LISTED) {
+        st->stk[--cur->w[s]] = b;
+        p->blocks[b].next = KVP__STACKED;
+    } else {
+        q_insert_after(p, st, cur->at[s], b);
+        cur->at[s] = b;
+    }
+}
+
+/* The end of a call that freed blocks: the array's new entries lie from w
+ * up to the room reserved, and move down onto the old top when fewer than
+ * `max` blocks were freed (blocks still referenced, or cached).  O(1), or
+ * O(blocks freed) in that case. */
+void kvp__free_end(kvp_pool *p, kvp__cursor *cur)
+{
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        uint32_t w = cur->w[s];
+        if (w == KVP__NONE || w == KVP__LISTED)
+            continue;
+        uint32_t n = st->nstk + cur->max - w;
+        if (w != st->nstk)
+            memmove(st->stk + st->nstk, st->stk + w, (size_t)n * sizeof *st->stk);
+        st->nstk += n;
+    }
+}
+
+/* Take free block b out of its place in reuse order (LIFO: the array or
+ * the list; FIFO: the queue).  From below the array's top, the array is
+ * spilled first. */
+static void order_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
+{
+    if (p->blocks[b].next == KVP__STACKED) {
+        if (st->stk[st->nstk - 1] == b) {
+            st->nstk--;
+            p->blocks[b].next = KVP__NONE;
+            return;
+        }
+        stack_spill(p, st);
+    }
+    q_unlink(p, st, b);
 }
 
 static void lru_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
@@ -659,6 +685,8 @@ uint32_t kvp__pick(kvp_pool *p, int s)
     bool fresh = st->fresh_lo < st->fresh_hi;
     switch (p->cfg.reuse) {
     case KVP_REUSE_LIFO:
+        if (st->nstk)
+            return st->stk[st->nstk - 1];
         if (st->qhead != KVP__NONE)
             return st->qhead;
         if (fresh)
@@ -686,6 +714,8 @@ void kvp__order(kvp_pool *p)
         return;
     for (int s = 0; s < p->nstreams; s++) {
         kvp__stream *st = &p->st[s];
+        for (uint32_t i = 0; i < st->nstk; i++)
+            kvp__idset_add(&st->vacant, st->stk[i]);
         for (uint32_t b = st->qhead; b != KVP__NONE; b = p->blocks[b].next)
             if (p->blocks[b].state == KVP_BLOCK_VACANT)
                 kvp__idset_add(&st->vacant, b);
@@ -727,13 +757,13 @@ void kvp__free_remove(kvp_pool *p, uint32_t b)
     }
     if (p->cfg.reuse != KVP_REUSE_LOWEST &&
         (blk->state == KVP_BLOCK_VACANT || p->cfg.reuse == KVP_REUSE_FIFO))
-        q_unlink(p, st, b);
+        order_unlink(p, st, b);
 }
 
 /* Put block b, whose last reference just went, among the free blocks.
- * cur carries the LIFO insertion point through one call, so that blocks
- * freed together are reused in the order given; the call ends with
- * kvp__free_end. */
+ * cur carries the LIFO insertion point through one call (stack_put), so
+ * that blocks freed together are reused in the order given; the call ends
+ * with kvp__free_end. */
 void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
 {
     kvp__block *blk = &p->blocks[b];
@@ -750,14 +780,10 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
     blk->state = KVP_BLOCK_VACANT;
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
-    if (p->cfg.reuse == KVP_REUSE_LIFO) {
-        int s = blk->stream;
-        q_insert_after(p, st, cur->at[s], b);
-        stk_push(st, cur, s, b);
-        cur->at[s] = b;
-    } else if (p->cfg.reuse == KVP_REUSE_FIFO) {
+    if (p->cfg.reuse == KVP_REUSE_LIFO)
+        stack_put(p, st, cur, blk->stream, b);
+    else if (p->cfg.reuse == KVP_REUSE_FIFO)
         q_insert_after(p, st, st->qtail, b);
-    }
 }
 
 /* The last reference on block b went: account for it and free it. */
@@ -891,19 +917,27 @@ uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
     return b;
 }
 
-/* The common case of kvp__take_block, for up to n blocks at once: while the
- * next block in reuse order is the head of the q list and vacant (LIFO, or
- * FIFO once the never-used range is spent), pop it.  Popping a list is a
- * chain of dependent loads, so the new head is prefetched for the next call,
- * and in LIFO order the block KVP__STK_AHEAD pops further (the mirror).
- * Returns how many blocks it took. */
+/* The common case of kvp__take_block, for up to n blocks at once: pop the
+ * LIFO stack's array, then, while the next block in reuse order is the
+ * head of the q list and vacant (LIFO, or FIFO once the never-used range
+ * is spent), pop that.  A take prefetches the block KVP__STK_AHEAD pops
+ * ahead in the array; a list is a chain of dependent loads, so there only
+ * its new head is prefetched, for the next call.  Returns how many blocks
+ * it took. */
 static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t oslot,
                            unsigned format, uint32_t *ids)
 {
     if (p->cfg.reuse == KVP_REUSE_LOWEST ||
         (p->cfg.reuse == KVP_REUSE_FIFO && st->fresh_lo < st->fresh_hi))
         return 0;
-    uint32_t i = 0, b = st->qhead;
+    uint32_t i = 0;
+    for (; i < n && st->nstk; i++) {
+        uint32_t b = st->stk[--st->nstk];
+        kvp__fset_del(p, &st->vacant, b);
+        hand_out_vacant(p, b, oslot, format);
+        ids[i] = b;
+    }
+    uint32_t popped = i, b = st->qhead;
     for (; i < n && b != KVP__NONE && p->blocks[b].state == KVP_BLOCK_VACANT; i++) {
         uint32_t next = p->blocks[b].next;
         if (b == st->fresh_mark)
@@ -913,16 +947,15 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
         ids[i] = b;
         b = next;
     }
-    if (i) {
+    if (i > popped) {
         st->qhead = b;
-        stk_pop(st, i);
-        if (b != KVP__NONE) {
-            kvp__prefetch_record(p, b);
-            if (st->nstk > KVP__STK_AHEAD)
-                kvp__prefetch_record(p, st->stk[st->nstk - 1 - KVP__STK_AHEAD]);
-        } else {
+        if (b == KVP__NONE)
             st->qtail = KVP__NONE;
-        }
+    }
+    if (i) {
+        uint32_t ahead = st->nstk > KVP__STK_AHEAD ? st->stk[st->nstk - 1 - KVP__STK_AHEAD] : b;
+        if (ahead != KVP__NONE)
+            kvp__prefetch_record(p, ahead);
         st->nvacant -= i;
         count_out(p, i);
     }

@@ -9,7 +9,7 @@
  * never past max_blocks, retired ids first), exhausted and reused counters,
  * the null block, separate K/V streams, set_fill and exact fragmentation,
  * kvp_block_get, prefault (same behaviour, tables resident at creation), and
- * the LIFO stack mirror through every step that changes it.
+ * the LIFO stack array through every step that moves blocks in or out of it.
  */
 #include "kvptest.h"
 
@@ -1314,17 +1314,18 @@ static long rss_kib(void)
     return kb;
 }
 
-/* ---- the LIFO stack mirror ---------------------------------------------- */
+/* ---- the LIFO stack array ----------------------------------------------- */
 
-/* The mirror (pool.c) keeps the top of each LIFO vacant stack as an array
- * for prefetching; the checker compares it with the free list after every
- * step.  This drives each thing that changes it, with a call that reserves
- * more room than is left (the mirror has room for each stream's 1,024
- * blocks, and a call reserves room for all of its blocks on each stream:
- * 900 mirrored + 200 > 1,024), two streams in one call, and growth past
- * the room, and checks the reuse order that the list, not the mirror,
- * decides. */
-static void test_lifo_stack_mirror(void **state)
+/* A LIFO vacant stack keeps its top in an array and the rest in a list
+ * (pool.c, "The LIFO stack"); the checker walks both after every step.
+ * This drives each thing that moves blocks between them and checks the
+ * reuse order across the two: a call that reserves more room than is left
+ * (room for each stream's 1,024 blocks; a call reserves room for all of
+ * its blocks on each stream: 900 in the array + 200 > 1,024), which spills
+ * the array into the list; two streams in one call; a block taken by id
+ * from below the top; a cached block turned vacant, which goes below the
+ * freed ones; growth past the room. */
+static void test_lifo_stack_array(void **state)
 {
     (void)state;
     kvp_config cfg = kvptest_config(2048);
@@ -1342,7 +1343,8 @@ static void test_lifo_stack_mirror(void **state)
     KVP_ASSERT_OK(kvp_free(pool, &k[124], 900, KVP_ANON));
     kvptest_check(pool);
     /* Two streams in one call, 100 each, interleaved: too little room left
-     * on K (900 + 200 > 1,024), so K's mirror starts over. */
+     * on K (900 + 200 > 1,024), so K's array is spilled into its list
+     * first. */
     for (int i = 0; i < 100; i++) {
         mixed[2 * i] = k[i];
         mixed[2 * i + 1] = v[i];
@@ -1358,6 +1360,14 @@ static void test_lifo_stack_mirror(void **state)
         KVP_ASSERT_EQ(b, v[i]);
         kvptest_check(pool);
     }
+    /* Then the spilled blocks, from the list, in the order they were freed. */
+    kvp_block spilled[2];
+    for (int i = 0; i < 2; i++) {
+        KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_K, KVP_ANON, &spilled[i]));
+        KVP_ASSERT_EQ(spilled[i], k[124 + i]);
+    }
+    KVP_ASSERT_OK(kvp_free(pool, spilled, 2, KVP_ANON));
+    kvptest_check(pool);
     /* Owners' frees, one block at a time and by owner. */
     kvp_block o[40];
     for (int i = 0; i < 40; i++) {
@@ -1494,7 +1504,7 @@ int main(void)
         cmocka_unit_test(test_set_fill_fragmentation),
         cmocka_unit_test(test_block_get),
         cmocka_unit_test(test_prefault),
-        cmocka_unit_test(test_lifo_stack_mirror),
+        cmocka_unit_test(test_lifo_stack_array),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
