@@ -917,6 +917,27 @@ uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
     return b;
 }
 
+/* Hand out the block on top of the LIFO stack's array (not empty). */
+static inline uint32_t pop_top(kvp_pool *p, kvp__stream *st, uint32_t oslot, unsigned format)
+{
+    uint32_t b = st->stk[--st->nstk];
+    kvp__fset_del(p, &st->vacant, b);
+    hand_out_vacant(p, b, oslot, format);
+    return b;
+}
+
+/* i blocks were popped: prefetch the one the stack will hand out
+ * KVP__STK_AHEAD pops later, or `next` (the q list's head) when the array
+ * holds fewer, and count them out. */
+static inline void popped(kvp_pool *p, kvp__stream *st, uint32_t i, uint32_t next)
+{
+    uint32_t ahead = st->nstk > KVP__STK_AHEAD ? st->stk[st->nstk - 1 - KVP__STK_AHEAD] : next;
+    if (ahead != KVP__NONE)
+        kvp__prefetch_record(p, ahead);
+    st->nvacant -= i;
+    count_out(p, i);
+}
+
 /* The common case of kvp__take_block, for up to n blocks at once: pop the
  * LIFO stack's array, then, while the next block in reuse order is the
  * head of the q list and vacant (LIFO, or FIFO once the never-used range
@@ -931,13 +952,9 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
         (p->cfg.reuse == KVP_REUSE_FIFO && st->fresh_lo < st->fresh_hi))
         return 0;
     uint32_t i = 0;
-    for (; i < n && st->nstk; i++) {
-        uint32_t b = st->stk[--st->nstk];
-        kvp__fset_del(p, &st->vacant, b);
-        hand_out_vacant(p, b, oslot, format);
-        ids[i] = b;
-    }
-    uint32_t popped = i, b = st->qhead;
+    for (; i < n && st->nstk; i++)
+        ids[i] = pop_top(p, st, oslot, format);
+    uint32_t from_list = i, b = st->qhead;
     for (; i < n && b != KVP__NONE && p->blocks[b].state == KVP_BLOCK_VACANT; i++) {
         uint32_t next = p->blocks[b].next;
         if (b == st->fresh_mark)
@@ -947,19 +964,23 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
         ids[i] = b;
         b = next;
     }
-    if (i > popped) {
+    if (i > from_list) {
         st->qhead = b;
         if (b == KVP__NONE)
             st->qtail = KVP__NONE;
     }
-    if (i) {
-        uint32_t ahead = st->nstk > KVP__STK_AHEAD ? st->stk[st->nstk - 1 - KVP__STK_AHEAD] : b;
-        if (ahead != KVP__NONE)
-            kvp__prefetch_record(p, ahead);
-        st->nvacant -= i;
-        count_out(p, i);
-    }
+    if (i)
+        popped(p, st, i, b);
     return i;
+}
+
+/* pop_vacant for one block, out of line: the take's common case below
+ * pops the array itself, and this keeps the list loop's registers out of
+ * it (inlined, they cost the take six saved registers). */
+static KVP__NOINLINE uint32_t pop_vacant_one(kvp_pool *p, kvp__stream *st, uint32_t oslot,
+                                             uint32_t *out)
+{
+    return pop_vacant(p, st, 1, oslot, KVP_FMT_FP16, out);
 }
 
 /* kvp__take_block n times into ids[] (room checked by the caller). */
@@ -1074,8 +1095,13 @@ static inline bool take_fast(kvp_pool *p, kvp_stream stream, kvp_owner owner, ui
         if (slot == KVP__NONE || p->owners[slot].len >= p->owners[slot].cap)
             return false; /* a new owner, or its array full (take_one grows it) */
     }
-    if (!pop_vacant(p, &p->st[s], 1, slot, KVP_FMT_FP16, out))
+    kvp__stream *st = &p->st[s];
+    if (st->nstk) {
+        *out = pop_top(p, st, slot, KVP_FMT_FP16);
+        popped(p, st, 1, st->qhead);
+    } else if (!pop_vacant_one(p, st, slot, out)) {
         return false;
+    }
     p->ctr.alloc_calls++;
     if (slot != KVP__NONE)
         *hint = slot;
