@@ -118,13 +118,9 @@ kvp_status kvp__enter(kvp_pool *p)
     return KVP_OK;
 }
 
-void kvp__leave(kvp_pool *p, bool changed)
+/* Debug level 3: the whole pool checked after every call that changed it. */
+static inline void self_check(kvp_pool *p, bool changed)
 {
-    if (p->hooked) {
-        kvp__ev_close(p);
-        if (changed && p->cfg.history_every_call && p->cfg.history_len)
-            kvp__history_push(p);
-    }
 #if KVP_DEBUG >= 3
     if (changed) {
         char msg[256];
@@ -133,7 +129,20 @@ void kvp__leave(kvp_pool *p, bool changed)
             abort();
         }
     }
+#else
+    (void)p;
+    (void)changed;
 #endif
+}
+
+void kvp__leave(kvp_pool *p, bool changed)
+{
+    if (p->hooked) {
+        kvp__ev_close(p);
+        if (changed && p->cfg.history_every_call && p->cfg.history_len)
+            kvp__history_push(p);
+    }
+    self_check(p, changed);
     if (p->ts)
         pthread_mutex_unlock(&p->lock);
 }
@@ -974,15 +983,6 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
     return i;
 }
 
-/* pop_vacant for one block, out of line: the take's common case below
- * pops the array itself, and this keeps the list loop's registers out of
- * it (inlined, they cost the take six saved registers). */
-static KVP__NOINLINE uint32_t pop_vacant_one(kvp_pool *p, kvp__stream *st, uint32_t oslot,
-                                             uint32_t *out)
-{
-    return pop_vacant(p, st, 1, oslot, KVP_FMT_FP16, out);
-}
-
 /* kvp__take_block n times into ids[] (room checked by the caller). */
 void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
                       uint32_t *ids)
@@ -1056,9 +1056,40 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
     return rc;
 }
 
-/* kvp_take and kvp_take_hinted, which differ only in the hint (NULL: none).
- * Out of line: the common case below tries first, and a small function
- * whose rare branch is a call needs no registers saved. */
+/* The decode step's take: a pool with nothing hooked (no lock, events,
+ * history or callbacks to run), taken anonymously or by an existing owner
+ * with room in its array.  take_ready checks that, finding the stream and
+ * the owner's slot (hint: as kvp_take_hinted's, NONE for none); take_done
+ * ends the call.  They are the general path's own lookup (owner_slot) minus
+ * the checks these conditions settle. */
+static inline bool take_ready(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t hint,
+                              int *s, uint32_t *slot)
+{
+    *s = kvp__stream_index(p, stream);
+    if (p->hooked || *s < 0)
+        return false;
+    *slot = KVP__NONE;
+    if (owner == KVP_ANON)
+        return true;
+    *slot = owner_slot(p, owner, hint);
+    /* kvp__refs_reserve's room test, for an owner known to exist; a new
+     * owner, or its array full, is take_one's (which grows it) */
+    return *slot != KVP__NONE && p->owners[*slot].len < p->owners[*slot].cap;
+}
+
+static inline void take_done(kvp_pool *p, uint32_t slot, uint32_t *hint)
+{
+    p->ctr.alloc_calls++;
+    if (slot != KVP__NONE)
+        *hint = slot;
+    /* kvp__leave, for a pool take_ready found unhooked: nothing to close,
+     * record or unlock (and no call left in the take to save registers
+     * for), only the debug self-check */
+    self_check(p, true);
+}
+
+/* kvp_take and kvp_take_hinted's general path, which differ only in the
+ * hint (NULL: none). */
 static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream stream,
                                                      kvp_owner owner, uint32_t *hint,
                                                      kvp_block *out)
@@ -1074,48 +1105,46 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream
     return rc;
 }
 
-/* The decode step's take, tried before take_one: a pool with nothing hooked
- * (no lock, events, history or callbacks to run) whose next block in reuse
- * order is the vacant head of its free list, taken anonymously or by an
- * existing owner with room in its array.  *hint is as kvp_take_hinted's
- * (NONE: none) and receives the owner's slot.  It is the general path's own
- * lookup and pop (owner_slot, pop_vacant, which hands the block out) minus
- * the checks those conditions settle.  False, having changed
- * nothing, when any condition fails: take_one then does the rest. */
-static inline bool take_fast(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t *hint,
-                             kvp_block *out)
+/* The decode step's take when the next block is not on the LIFO stack's
+ * array: from the q list (FIFO order, or LIFO once the array is empty),
+ * else the general path.  Out of line, so that take below calls nothing
+ * but in tail position and saves no registers (six arguments at most, all
+ * in registers, for the tail call; the stream is found again). */
+static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slot,
+                                                      kvp_stream stream, kvp_owner owner,
+                                                      uint32_t *hint, kvp_block *out)
 {
-    int s = kvp__stream_index(p, stream);
-    if (p->hooked || s < 0)
-        return false;
-    uint32_t slot = KVP__NONE;
-    if (owner != KVP_ANON) {
-        slot = owner_slot(p, owner, *hint);
-        /* kvp__refs_reserve's room test, for an owner known to exist */
-        if (slot == KVP__NONE || p->owners[slot].len >= p->owners[slot].cap)
-            return false; /* a new owner, or its array full (take_one grows it) */
-    }
-    kvp__stream *st = &p->st[s];
-    if (st->nstk) {
-        *out = pop_top(p, st, slot, KVP_FMT_FP16);
-        popped(p, st, 1, st->qhead);
-    } else if (!pop_vacant_one(p, st, slot, out)) {
-        return false;
-    }
-    p->ctr.alloc_calls++;
-    if (slot != KVP__NONE)
-        *hint = slot;
-    kvp__leave(p, true); /* nothing to unlock or record; the debug self-check */
-    return true;
+    if (!pop_vacant(p, &p->st[kvp__stream_index(p, stream)], 1, slot, KVP_FMT_FP16, out))
+        return take_one(p, stream, owner, hint, out);
+    uint32_t none;
+    take_done(p, slot, hint ? hint : &none);
+    return KVP_OK;
+}
+
+/* kvp_take and kvp_take_hinted: *hint as kvp_take_hinted's (NONE for
+ * none); `hinted` says whether it is the caller's, to be kept up to date.
+ * The common case, the top of the LIFO stack's array, is handled inline. */
+static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                              uint32_t *hint, bool hinted, kvp_block *out)
+{
+    int s;
+    uint32_t slot;
+    if (!pool || !out || !take_ready(pool, stream, owner, *hint, &s, &slot))
+        return take_one(pool, stream, owner, hinted ? hint : NULL, out);
+    kvp__stream *st = &pool->st[s];
+    if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
+        return take_list(pool, slot, stream, owner, hinted ? hint : NULL, out);
+    *out = pop_top(pool, st, slot, KVP_FMT_FP16);
+    popped(pool, st, 1, st->qhead);
+    take_done(pool, slot, hint);
+    return KVP_OK;
 }
 
 KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                                  kvp_block *out)
 {
     uint32_t none = KVP__NONE;
-    if (pool && out && take_fast(pool, stream, owner, &none, out))
-        return KVP_OK;
-    return take_one(pool, stream, owner, NULL, out);
+    return take(pool, stream, owner, &none, false, out);
 }
 
 KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
@@ -1123,9 +1152,7 @@ KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_o
 {
     if (!hint)
         return KVP_EINVAL;
-    if (pool && out && take_fast(pool, stream, owner, hint, out))
-        return KVP_OK;
-    return take_one(pool, stream, owner, hint, out);
+    return take(pool, stream, owner, hint, true, out);
 }
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
