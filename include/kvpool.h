@@ -32,7 +32,7 @@
  *   amortized constant time independent of the pool size.  No call listed as
  *   O(1) or O(n) scans the pool or allocates memory after creation, except
  *   where it grows something (pool growth, the owner table, shared-owner
- *   references), and then always by doubling.
+ *   references), and then always geometrically.
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -399,7 +399,11 @@ KVP_API kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner 
  * held by `owner`, with fill 0 and format KVP_FMT_FP16; a cached block's
  * content is evicted (callback, counted).
  * Errors: KVP_EINVAL (NULL pool, the null block), KVP_ERANGE (no such block),
- * KVP_EBUSY (the block is in use, or from a callback), KVP_ENOMEM.  O(1).
+ * KVP_EBUSY (the block is in use, or from a callback), KVP_ENOMEM.  O(1)
+ * amortized: in LIFO order the most recently freed blocks of a stream are
+ * kept in an array, and taking one from below its top first moves the whole
+ * array into the stream's free list (O(blocks there), each moved at most
+ * once per free that put it there).
  */
 KVP_API kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner);
 
