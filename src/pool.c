@@ -1060,7 +1060,7 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
  * history or callbacks to run), taken anonymously or by an existing owner
  * with room in its array.  take_ready checks that, finding the stream and
  * the owner's slot (hint: as kvp_take_hinted's, NONE for none); take_done
- * ends the call.  They are the general path's own lookup (owner_slot) minus
+ * ends the call, updating the caller's hint if there is one.  They are the general path's own lookup (owner_slot) minus
  * the checks these conditions settle. */
 static inline bool take_ready(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t hint,
                               int *s, uint32_t *slot)
@@ -1080,7 +1080,7 @@ static inline bool take_ready(kvp_pool *p, kvp_stream stream, kvp_owner owner, u
 static inline void take_done(kvp_pool *p, uint32_t slot, uint32_t *hint)
 {
     p->ctr.alloc_calls++;
-    if (slot != KVP__NONE)
+    if (hint && slot != KVP__NONE)
         *hint = slot;
     /* kvp__leave, for a pool take_ready found unhooked: nothing to close,
      * record or unlock (and no call left in the take to save registers
@@ -1117,24 +1117,22 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
 {
     if (!pop_vacant(p, &p->st[kvp__stream_index(p, stream)], 1, slot, KVP_FMT_FP16, out))
         return take_one(p, stream, owner, hint, out);
-    uint32_t none;
-    take_done(p, slot, hint ? hint : &none);
+    take_done(p, slot, hint);
     return KVP_OK;
 }
 
-/* kvp_take and kvp_take_hinted: *hint as kvp_take_hinted's (NONE for
- * none); `hinted` says whether it is the caller's, to be kept up to date.
- * The common case, the top of the LIFO stack's array, is handled inline. */
+/* kvp_take (hint NULL) and kvp_take_hinted.  The common case, the top of
+ * the LIFO stack's array, is handled inline. */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
-                              uint32_t *hint, bool hinted, kvp_block *out)
+                              uint32_t *hint, kvp_block *out)
 {
     int s;
     uint32_t slot;
-    if (!pool || !out || !take_ready(pool, stream, owner, *hint, &s, &slot))
-        return take_one(pool, stream, owner, hinted ? hint : NULL, out);
+    if (!pool || !out || !take_ready(pool, stream, owner, hint ? *hint : KVP__NONE, &s, &slot))
+        return take_one(pool, stream, owner, hint, out);
     kvp__stream *st = &pool->st[s];
     if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
-        return take_list(pool, slot, stream, owner, hinted ? hint : NULL, out);
+        return take_list(pool, slot, stream, owner, hint, out);
     *out = pop_top(pool, st, slot, KVP_FMT_FP16);
     popped(pool, st, 1, st->qhead);
     take_done(pool, slot, hint);
@@ -1144,8 +1142,7 @@ static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner
 KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                                  kvp_block *out)
 {
-    uint32_t none = KVP__NONE;
-    return take(pool, stream, owner, &none, false, out);
+    return take(pool, stream, owner, NULL, out);
 }
 
 KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
@@ -1153,7 +1150,7 @@ KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_o
 {
     if (!hint)
         return KVP_EINVAL;
-    return take(pool, stream, owner, hint, true, out);
+    return take(pool, stream, owner, hint, out);
 }
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
