@@ -104,6 +104,8 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             CHECK(in_vac == p->ordered && !in_cac && !pub,
                   "block %u: vacant but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
                   in_cac, pub, p->ordered);
+            CHECK(k->fill == 0 && !(k->flags & ~KVP__F_EVER),
+                  "block %u: vacant with fill %u, flags 0x%x", b, k->fill, k->flags);
             vac[s]++;
             stacked[s] += k->next == KVP__STACKED;
             break;
@@ -177,8 +179,9 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
 }
 
 /* Stream s's stack array holds distinct vacant blocks of the stream, each
- * marked as held there (check_blocks counts the marked ones against nstk,
- * so the array holds every marked block).  Duplicates are found with the
+ * handed out before (flags exactly EVER: pop_top counts a reuse without
+ * reading the record) and marked as held there (check_blocks counts the
+ * marked ones against nstk, so the array holds every marked block).  Duplicates are found with the
  * per-call mark, which is clear between calls and cleared again here. */
 static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
 {
@@ -189,13 +192,13 @@ static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
         b = st->stk[j];
         ok = b < p->top && p->blocks[b].state == KVP_BLOCK_VACANT &&
              p->blocks[b].stream == s && p->blocks[b].next == KVP__STACKED &&
-             !(p->blocks[b].flags & KVP__F_MARK);
+             p->blocks[b].flags == KVP__F_EVER;
         if (ok)
             p->blocks[b].flags |= KVP__F_MARK;
     }
     for (uint32_t i = 0; i < j - !ok; i++)
         p->blocks[st->stk[i]].flags &= ~KVP__F_MARK;
-    CHECK(ok, "stream %d: stack array entry %u (block %u) is not a vacant block held there once",
+    CHECK(ok, "stream %d: stack array entry %u (block %u) is not a used vacant block held there once",
           s, j - 1, b);
     return KVP_OK;
 }

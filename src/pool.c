@@ -18,7 +18,10 @@
  * - A fresh block's record is all zero (reads as vacant, no flags).
  * - q lists are doubly linked except for the head's prev, which is not kept.
  * - LIFO: a vacant block is in the stack's array (stk, nstk; marked by
- *   next == KVP__STACKED), in the q list below it, or fresh.
+ *   next == KVP__STACKED), in the q list below it, or fresh.  Those in the
+ *   array have been handed out before (flag EVER).
+ * - A vacant block's fill is 0 and its flags at most EVER: handing it out
+ *   then only stores into its record (hand_out_vacant).
  *
  * Why this shape: allocation and free are the hottest calls of an engine's
  * scheduler, so each is a handful of array accesses.  Reuse orders differ
@@ -604,6 +607,20 @@ static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int
     }
 }
 
+/* Make the blocks a call frees on stream s with `cur` go to the head of the
+ * q list, in the order given, instead of onto the LIFO stack's array, which
+ * is spilled there first: the reuse order is the one the array would have
+ * given.  For blocks never handed out (kvp__grow's), which the array does
+ * not hold, so that pop_top need not read a record to count a reuse.
+ * O(blocks in the array), amortized over the frees that put them there. */
+void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur)
+{
+    if (p->cfg.reuse != KVP_REUSE_LIFO)
+        return;
+    stack_spill(p, &p->st[s]);
+    cur->w[s] = KVP__LISTED;
+}
+
 /* The end of a call that freed blocks: the array's new entries lie from w
  * up to the room reserved, and move down onto the old top when fewer than
  * `max` blocks were freed (blocks still referenced, or cached).  O(1), or
@@ -787,6 +804,7 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
         return;
     }
     blk->state = KVP_BLOCK_VACANT;
+    blk->fill = 0;
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO)
@@ -814,6 +832,7 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
     kvp__fset_del(p, &st->cached, b);
     st->ncached--;
     blk->state = KVP_BLOCK_VACANT;
+    blk->fill = 0;
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) /* behind freed vacant, ahead of never-used */
@@ -824,18 +843,27 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
                        b);
 }
 
-/* Hand out block b, which holds no content (vacant, already removed from the
- * free structures): one reference goes to `oslot`.  The pool-wide counts
- * are the caller's, once per call (count_out). */
-static void hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
+/* Hand out block b of stream s, which holds no content (vacant, already
+ * removed from the free structures): one reference goes to `oslot`.  `ever`
+ * says whether b was handed out before (the caller knows, or has read the
+ * record anyway).  The pool-wide counts are the caller's, once per call
+ * (count_out).
+ *
+ * Only stores, no read of the record: a vacant block's fill is 0 and its
+ * flags at most EVER (checked by check.c), so nothing in it needs keeping.
+ * At 1M blocks the record of the block on top of the stack is often not in
+ * cache; a read there stalled the take (perf: its costliest instruction),
+ * stores do not wait for the line. */
+static void hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, bool ever,
+                            int s)
 {
     kvp__block *blk = &p->blocks[b];
-    p->ctr.reused += (blk->flags & KVP__F_EVER) != 0;
-    blk->flags |= KVP__F_EVER;
+    p->ctr.reused += ever;
+    blk->flags = KVP__F_EVER;
     blk->state = KVP_BLOCK_IN_USE;
     blk->prev = blk->next = KVP__NONE;
-    blk->fill = 0;
     blk->format = (uint8_t)format;
+    blk->stream = (unsigned)s;
     kvp__ref_first(p, b, oslot);
 }
 
@@ -852,9 +880,12 @@ static void count_out(kvp_pool *p, uint32_t n)
  * content: its old content is evicted, and one reference goes to `oslot`. */
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 {
-    if (p->blocks[b].flags & KVP__F_PUBLISHED)
+    kvp__block *blk = &p->blocks[b];
+    if (blk->flags & KVP__F_PUBLISHED) { /* cached: now as if vacant */
         kvp__unindex(p, b);
-    hand_out_vacant(p, b, oslot, format);
+        blk->fill = 0;
+    }
+    hand_out_vacant(p, b, oslot, format, blk->flags & KVP__F_EVER, blk->stream);
     count_out(p, 1);
 }
 
@@ -926,12 +957,15 @@ uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
     return b;
 }
 
-/* Hand out the block on top of the LIFO stack's array (not empty). */
-static inline uint32_t pop_top(kvp_pool *p, kvp__stream *st, uint32_t oslot, unsigned format)
+/* Hand out the block on top of stream s's LIFO stack array (not empty):
+ * one handed out before, since only kvp__release_block puts blocks there
+ * (see kvp__free_listed), so its record need not be read. */
+static inline uint32_t pop_top(kvp_pool *p, int s, uint32_t oslot, unsigned format)
 {
+    kvp__stream *st = &p->st[s];
     uint32_t b = st->stk[--st->nstk];
     kvp__fset_del(p, &st->vacant, b);
-    hand_out_vacant(p, b, oslot, format);
+    hand_out_vacant(p, b, oslot, format, true, s);
     return b;
 }
 
@@ -954,22 +988,23 @@ static inline void popped(kvp_pool *p, kvp__stream *st, uint32_t i, uint32_t nex
  * ahead in the array; a list is a chain of dependent loads, so there only
  * its new head is prefetched, for the next call.  Returns how many blocks
  * it took. */
-static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t oslot,
+static uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
                            unsigned format, uint32_t *ids)
 {
+    kvp__stream *st = &p->st[s];
     if (p->cfg.reuse == KVP_REUSE_LOWEST ||
         (p->cfg.reuse == KVP_REUSE_FIFO && st->fresh_lo < st->fresh_hi))
         return 0;
     uint32_t i = 0;
     for (; i < n && st->nstk; i++)
-        ids[i] = pop_top(p, st, oslot, format);
+        ids[i] = pop_top(p, s, oslot, format);
     uint32_t from_list = i, b = st->qhead;
     for (; i < n && b != KVP__NONE && p->blocks[b].state == KVP_BLOCK_VACANT; i++) {
         uint32_t next = p->blocks[b].next;
         if (b == st->fresh_mark)
             st->fresh_mark = next;
         kvp__fset_del(p, &st->vacant, b);
-        hand_out_vacant(p, b, oslot, format);
+        hand_out_vacant(p, b, oslot, format, p->blocks[b].flags & KVP__F_EVER, s);
         ids[i] = b;
         b = next;
     }
@@ -987,7 +1022,7 @@ static uint32_t pop_vacant(kvp_pool *p, kvp__stream *st, uint32_t n, uint32_t os
 void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
                       uint32_t *ids)
 {
-    for (uint32_t i = pop_vacant(p, &p->st[s], n, oslot, format, ids); i < n; i++)
+    for (uint32_t i = pop_vacant(p, s, n, oslot, format, ids); i < n; i++)
         ids[i] = kvp__take_block(p, s, oslot, format);
 }
 
@@ -1115,7 +1150,7 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
                                                       kvp_stream stream, kvp_owner owner,
                                                       uint32_t *hint, kvp_block *out)
 {
-    if (!pop_vacant(p, &p->st[kvp__stream_index(p, stream)], 1, slot, KVP_FMT_FP16, out))
+    if (!pop_vacant(p, kvp__stream_index(p, stream), 1, slot, KVP_FMT_FP16, out))
         return take_one(p, stream, owner, hint, out);
     take_done(p, slot, hint);
     return KVP_OK;
@@ -1133,7 +1168,7 @@ static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner
     kvp__stream *st = &pool->st[s];
     if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
         return take_list(pool, slot, stream, owner, hint, out);
-    *out = pop_top(pool, st, slot, KVP_FMT_FP16);
+    *out = pop_top(pool, s, slot, KVP_FMT_FP16);
     popped(pool, st, 1, st->qhead);
     take_done(pool, slot, hint);
     return KVP_OK;

@@ -92,6 +92,7 @@ KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
     if (rc)
         return rc;
     kvp__cursor cur = KVP__CURSOR(n);
+    kvp__free_listed(p, s, &cur);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b;
         if (p->nretired) {
