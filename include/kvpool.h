@@ -501,7 +501,7 @@ typedef struct kvp_block_info {
     uint32_t ref_count;
     uint32_t anon_refs;       /* references without an owner */
     uint32_t seq_refs;        /* references held by sequences */
-    uint32_t fill;
+    uint32_t fill;            /* tokens used; 0 for a vacant block */
     int published;            /* has a content hash */
     int ever_allocated;       /* handed out at least once */
     int is_null;

@@ -1283,6 +1283,16 @@ static void test_block_get(void **state)
     assert_memory_equal(info.hash.b, h.b, 32);
     KVP_ASSERT_EQ(info.ref_count, 0);
     KVP_ASSERT_EQ(info.ever_allocated, 1);
+    KVP_ASSERT_EQ(info.fill, 4); /* a cached block keeps its content */
+
+    /* A vacant block holds nothing: its fill reads 0 once freed. */
+    kvp_block c = kvptest_take(pool, KVP_STREAM_SHARED, 9);
+    KVP_ASSERT_OK(kvp_set_fill(pool, c, 5));
+    kvptest_free1(pool, c, 9);
+    info = kvptest_info(pool, c);
+    KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(info.fill, 0);
+    KVP_ASSERT_EQ(info.ever_allocated, 1);
 
     uint32_t nret = 0;
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 2, &nret));
