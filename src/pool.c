@@ -214,11 +214,13 @@ uint32_t kvp__max_blocks(const kvp_pool *p)
  * and at 1M blocks, where the blocks below the top were freed long ago,
  * takes waited on the record.  The list holds what must go below the
  * blocks freed so far: cached blocks turned vacant, fresh blocks given a
- * record, and the array's own blocks when they must move (stack_spill:
- * a block taken by id from below the top, or a free call reserving more
- * room than is left).  A spill moves each block once per push that put it
- * there, so every call stays O(1) amortized.  A block in the array is
- * marked by next == KVP__STACKED.
+ * record, blocks kvp__grow adds (never handed out: the array holds only
+ * used blocks, so a take counts a reuse without reading the record), and
+ * the array's own blocks when they must move (stack_spill: a block taken
+ * by id from below the top, a free call reserving more room than is left,
+ * or a growth, whose blocks go on top).  A spill moves each block once per
+ * push that put it there, so every call stays O(1) amortized.  A block in
+ * the array is marked by next == KVP__STACKED.
  *
  * The array has room for every block of its stream (4 bytes per block),
  * and grows with the stream (kvp__stk_reserve), so only a call that
