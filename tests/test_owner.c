@@ -526,6 +526,62 @@ static void test_take_hinted(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* The same on the take's common path, where the block comes off the LIFO
+ * stack's array (blocks freed before): two pools given the same calls, one
+ * through kvp_take and one through kvp_take_hinted with the owner's hint,
+ * another owner's, garbage and none, hand out the same blocks to the same
+ * owners, and each hinted take leaves the owner's own hint behind. */
+static void test_take_hinted_stack(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(16);
+    kvp_pool *plain = kvptest_create(&cfg), *hinted = kvptest_create(&cfg);
+    kvp_pool *both[2] = {plain, hinted};
+    kvp_block x, y;
+    uint32_t h3 = KVP_HINT_NONE, h5 = KVP_HINT_NONE;
+    for (int i = 0; i < 8; i++) { /* the array holds them once 3 leaves */
+        KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 3, &x));
+        KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, 3, &h3, &y));
+        KVP_ASSERT_EQ(x, y);
+    }
+    for (int k = 0; k < 2; k++)
+        KVP_ASSERT_OK(kvp_free_owner(both[k], 3, NULL));
+    KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 5, &x)); /* 5 is new */
+    KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, 5, &h5, &y));
+    KVP_ASSERT_EQ(x, y);
+    KVP_ASSERT_EQ(h5 != KVP_HINT_NONE, 1);
+    const uint32_t own = h5, tries[] = {own, h3, 0, 12345, UINT32_MAX - 1, KVP_HINT_NONE};
+    for (size_t i = 0; i < ARRAY_LEN(tries); i++) {
+        uint32_t h = tries[i];
+        KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 5, &x));
+        KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, 5, &h, &y));
+        KVP_ASSERT_EQ(x, y);
+        KVP_ASSERT_EQ(h, own);
+        kvptest_check(hinted);
+    }
+    /* Anonymous on the same path: the hint is not touched. */
+    uint32_t ha = 77;
+    KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, KVP_ANON, &x));
+    KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, KVP_ANON, &ha, &y));
+    KVP_ASSERT_EQ(x, y);
+    KVP_ASSERT_EQ(ha, 77);
+    kvp_block ep[8], eh[8];
+    size_t np = 0, nh = 0;
+    KVP_ASSERT_OK(kvp_owner_blocks(plain, 5, ep, 8, &np));
+    KVP_ASSERT_OK(kvp_owner_blocks(hinted, 5, eh, 8, &nh));
+    KVP_ASSERT_EQ(np, 7);
+    KVP_ASSERT_EQ(nh, np);
+    assert_memory_equal(ep, eh, np * sizeof *ep);
+    kvp_stats sp = kvptest_stats(plain), sh = kvptest_stats(hinted);
+    KVP_ASSERT_EQ(sh.in_use, sp.in_use);
+    KVP_ASSERT_EQ(sh.reused, sp.reused);
+    KVP_ASSERT_EQ(sh.reused, 8); /* every take after the free came off the array */
+    for (int k = 0; k < 2; k++) {
+        kvptest_check(both[k]);
+        kvp_pool_destroy(both[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -539,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_owner_auto_retire),
         cmocka_unit_test(test_many_owners),
         cmocka_unit_test(test_take_hinted),
+        cmocka_unit_test(test_take_hinted_stack),
     };
     return cmocka_run_group_tests_name("owner", tests, NULL, NULL);
 }
