@@ -662,6 +662,8 @@ static void reentry_cb(void *user, const kvp_hash *hash, kvp_block block)
     uint64_t fp;
     note(r, "kvp_alloc", kvp_alloc(p, KVP_STREAM_SHARED, 16, 1, 0, ids, 16, &n));
     note(r, "kvp_take", kvp_take(p, KVP_STREAM_SHARED, 1, &b0));
+    uint32_t hint = KVP_HINT_NONE;
+    note(r, "kvp_take_hinted", kvp_take_hinted(p, KVP_STREAM_SHARED, 1, &hint, &b0));
     note(r, "kvp_take_id", kvp_take_id(p, 1, 1));
     b0 = 0;
     note(r, "kvp_free", kvp_free(p, &b0, 1, 1));
@@ -754,7 +756,7 @@ static void run_reentry(int thread_safe)
         fail_msg("thread_safe=%d: %zu of %zu re-entrant calls were not refused with "
                  "KVP_EBUSY; first: %s",
                  thread_safe, r.n_wrong, r.n_checked, r.first_wrong);
-    KVP_ASSERT_EQ(r.n_checked, 6 * 32);
+    KVP_ASSERT_EQ(r.n_checked, 6 * 33);
     /* Another pool is usable from the callback. */
     KVP_ASSERT_STATUS(r.other_take, KVP_OK);
     KVP_ASSERT_STATUS(r.other_free, KVP_OK);

@@ -477,7 +477,8 @@ static void try_everything(reenter *r)
     kvp_seq *q;
     char buf[64];
     kvp_status got[] = {
-        kvp_alloc(p, 0, 4, 1, 0, ids, 2, &n), kvp_take(p, 0, 1, &b), kvp_take_id(p, 3, 1),
+        kvp_alloc(p, 0, 4, 1, 0, ids, 2, &n), kvp_take(p, 0, 1, &b),
+        kvp_take_hinted(p, 0, 1, &(uint32_t){KVP_HINT_NONE}, &b), kvp_take_id(p, 3, 1),
         kvp_free(p, &b, 1, 1), kvp_free_owner(p, 1, &n), kvp_owner_register(p, 77),
         kvp_owner_release(p, 1), kvp_owner_blocks(p, 1, ids, 2, &n),
         kvp_free_count(p, 0, &u), kvp_set_fill(p, 1, 1), kvp_block_get(p, 1, &(kvp_block_info){0}),
