@@ -181,8 +181,9 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
 /* Stream s's stack array holds distinct vacant blocks of the stream, each
  * handed out before (flags exactly EVER: pop_top counts a reuse without
  * reading the record) and marked as held there (check_blocks counts the
- * marked ones against nstk, so the array holds every marked block).  Duplicates are found with the
- * per-call mark, which is clear between calls and cleared again here. */
+ * marked ones against nstk, so the array holds every marked block).
+ * Duplicates are found with the per-call mark, which is clear between
+ * calls and cleared again here. */
 static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
 {
     const kvp__stream *st = &p->st[s];
@@ -198,7 +199,9 @@ static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
     }
     for (uint32_t i = 0; i < j - !ok; i++)
         p->blocks[st->stk[i]].flags &= ~KVP__F_MARK;
-    CHECK(ok, "stream %d: stack array entry %u (block %u) is not a used vacant block held there once",
+    CHECK(ok,
+          "stream %d: stack array entry %u (block %u) is not a used vacant block held there "
+          "once",
           s, j - 1, b);
     return KVP_OK;
 }
