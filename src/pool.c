@@ -1097,8 +1097,9 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
  * history or callbacks to run), taken anonymously or by an existing owner
  * with room in its array.  take_ready checks that, finding the stream and
  * the owner's slot (hint: as kvp_take_hinted's, NONE for none); take_done
- * ends the call, updating the caller's hint if there is one.  They are the general path's own lookup (owner_slot) minus
- * the checks these conditions settle. */
+ * ends the call, updating the caller's hint if there is one.  They are the
+ * general path's own lookup (owner_slot) minus the checks these conditions
+ * settle. */
 static inline bool take_ready(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t hint,
                               int *s, uint32_t *slot)
 {
