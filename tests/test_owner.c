@@ -529,8 +529,9 @@ static void test_take_hinted(void **state)
 /* The same on the take's common path, where the block comes off the LIFO
  * stack's array (blocks freed before): two pools given the same calls, one
  * through kvp_take and one through kvp_take_hinted with the owner's hint,
- * another owner's, garbage and none, hand out the same blocks to the same
- * owners, and each hinted take leaves the owner's own hint behind. */
+ * a live owner's, a departed owner's, garbage and none, hand out the same
+ * blocks to the same owners, and each hinted take leaves the owner's own
+ * hint behind. */
 static void test_take_hinted_stack(void **state)
 {
     (void)state;
@@ -538,7 +539,10 @@ static void test_take_hinted_stack(void **state)
     kvp_pool *plain = kvptest_create(&cfg), *hinted = kvptest_create(&cfg);
     kvp_pool *both[2] = {plain, hinted};
     kvp_block x, y;
-    uint32_t h3 = KVP_HINT_NONE, h5 = KVP_HINT_NONE;
+    uint32_t h3 = KVP_HINT_NONE, h5 = KVP_HINT_NONE, h9 = KVP_HINT_NONE;
+    KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 9, &x)); /* 9 stays */
+    KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, 9, &h9, &y));
+    KVP_ASSERT_EQ(x, y);
     for (int i = 0; i < 8; i++) { /* the array holds them once 3 leaves */
         KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 3, &x));
         KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, 3, &h3, &y));
@@ -549,8 +553,9 @@ static void test_take_hinted_stack(void **state)
     KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 5, &x)); /* 5 is new */
     KVP_ASSERT_OK(kvp_take_hinted(hinted, KVP_STREAM_SHARED, 5, &h5, &y));
     KVP_ASSERT_EQ(x, y);
-    KVP_ASSERT_EQ(h5 != KVP_HINT_NONE, 1);
-    const uint32_t own = h5, tries[] = {own, h3, 0, 12345, UINT32_MAX - 1, KVP_HINT_NONE};
+    KVP_ASSERT_EQ(h5 != KVP_HINT_NONE && h5 != h9, 1);
+    /* the owner's own, a live owner's, the departed owner's, garbage, none */
+    const uint32_t own = h5, tries[] = {own, h9, h3, 12345, UINT32_MAX - 1, KVP_HINT_NONE};
     for (size_t i = 0; i < ARRAY_LEN(tries); i++) {
         uint32_t h = tries[i];
         KVP_ASSERT_OK(kvp_take(plain, KVP_STREAM_SHARED, 5, &x));
