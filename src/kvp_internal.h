@@ -25,7 +25,7 @@
  *   first time something asks (kvp__order), so LIFO and FIFO pools that never
  *   shrink do not pay for them on every take and free.
  * - A LIFO stream keeps the top of its vacant stack as an array of ids
- *   (pool.c, "The LIFO stack"): frees and takes touch no neighbour's
+ *   (freelist.c, "The LIFO stack's array"): frees and takes touch no neighbour's
  *   record, and a take can prefetch the record of the block it will hand
  *   out a few takes later.
  */
@@ -191,7 +191,8 @@ typedef struct kvp__stream {
     uint32_t nblocks;        /* managed blocks of this stream */
     uint32_t *stk;           /* LIFO: the top of the vacant stack, nstk ids,
                                 top last, above the q list (see "The LIFO
-                                stack" in pool.c); NULL in other orders */
+                                stack's array" in freelist.c); NULL in
+                                other orders */
     uint32_t nstk, stkcap;
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;
@@ -341,21 +342,23 @@ kvp_status kvp__enter_stream(kvp_pool *p, int stream, int *s);
 void kvp__leave(kvp_pool *p, bool changed);
 int kvp__stream_index(const kvp_pool *p, int stream);
 
-/* ---- block states and free structures (pool.c) ---- */
+/* ---- free structures (freelist.c) ---- */
+uint32_t kvp__pick(kvp_pool *p, int s);
+void kvp__free_remove(kvp_pool *p, uint32_t b);
+void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
+void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur);
+void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
+kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks);
+void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
+
+/* ---- block states (pool.c) ---- */
 bool kvp__is_fresh(const kvp_pool *p, uint32_t b);
 int kvp__stream_of(const kvp_pool *p, uint32_t b);
 int kvp__state(const kvp_pool *p, uint32_t b);
 kvp_status kvp__check_id(const kvp_pool *p, uint32_t b);
 kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b);
 void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state);
-uint32_t kvp__pick(kvp_pool *p, int s);
-void kvp__free_remove(kvp_pool *p, uint32_t b);
-void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
-void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur);
-void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
-kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks);
-void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
 kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);
 uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format);
@@ -488,7 +491,7 @@ static inline void kvp__fset_del(const kvp_pool *p, kvp__idset *set, uint32_t id
     if (p->ordered)
         kvp__idset_del(set, id);
 }
-void kvp__order(kvp_pool *p);
+void kvp__order(kvp_pool *p); /* freelist.c */
 bool kvp__idset_has(const kvp__idset *set, uint32_t id);
 uint32_t kvp__idset_min(const kvp__idset *set);
 uint32_t kvp__idset_max(const kvp__idset *set);

@@ -4,10 +4,10 @@
  * What it owns: kvp_stats assembly, the rate counters' reset, the history
  * ring, and the Prometheus and JSON writers.
  *
- * Every gauge is kept exactly by the code that changes it (pool.c, owner.c,
- * index.c, resize.c), so reading the stats is O(1).  Both renderers walk one
- * table of metrics, so a counter added to the table appears in both, with
- * the same name.
+ * Every gauge is kept exactly by the code that changes it (pool.c,
+ * freelist.c, owner.c, index.c, resize.c), so reading the stats is O(1).
+ * Both renderers walk one table of metrics, so a counter added to the table
+ * appears in both, with the same name.
  */
 #include "kvp_internal.h"
 
