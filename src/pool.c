@@ -7,9 +7,10 @@
  *
  * Invariants (checked by check.c):
  * - A block is in exactly one state.  A free block (vacant or cached) is in
- *   its stream's free structures (freelist.c).  A cached block is
- *   published.  A block in use has ref > 0 and is in no free structure.  A
- *   retired block is in the retired idset.
+ *   its stream's free structures, or a fresh one in its fresh range
+ *   (freelist.c).  A cached block is published.  A block in use has
+ *   ref > 0 and is in no free structure.  A retired block is in the
+ *   retired idset.
  * - ref == anon + sref + references held by owners.
  * - A fresh block's record is all zero (reads as vacant, no flags).
  * - A vacant block's fill is 0 and its flags at most EVER: handing it out
