@@ -7,8 +7,10 @@
  * What it owns: each stream's free structures (kvp__stream: qhead/qtail,
  * stk/nstk, lhead/ltail, the vacant and cached id sets, fresh_lo/fresh_hi,
  * fresh_mark) and its nvacant and ncached counts.  pool.c owns the blocks'
- * states and hands blocks out; its pop_vacant pops these structures itself
- * in the common case (the top of the LIFO array, or the q list's head).
+ * states and hands blocks out; two places there write these fields too:
+ * kvp__reset_blocks lays them out at creation and clear, and pop_vacant
+ * pops them itself in the common case (the top of the LIFO array, or the
+ * q list's head).
  *
  * Invariants (checked by check.c):
  * - A vacant block is in its stream's vacant id set (unless fresh) and, in
