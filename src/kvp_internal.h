@@ -283,6 +283,9 @@ struct kvp_pool {
     /* gauges kept exactly, so reading them is O(1) */
     uint64_t in_use, shared, fragmented, peak, fill_sum;
     kvp__counters ctr;
+    uint64_t untallied; /* blocks the take's fast path handed out since the
+                           last call; counted into ctr, in_use and peak on
+                           entry to the next (pool.c, tally) */
 
     /* history ring */
     kvp_stats *hist;

@@ -6,14 +6,16 @@
  * publish, lookup, unpublish, evict, ensure_free, clear_index,
  * reset_prefix_cache, extend, shrink, retire_top, pool_clear), good and bad
  * arguments, in every reuse order, with one shared free list and with
- * separate K/V lists, with and without the null block, growth on and off.
+ * separate K/V lists, with and without the null block, growth on and off,
+ * with an eviction callback and without one (then nothing is hooked and
+ * takes run the library's fast path).
  *
  * How: a deliberately naive reference model (plain arrays and linear scans,
  * written from kvpool.h and SPEC "Block lifecycle", not from src/; it lives
  * in tests/support/model.{h,c}, shared with fuzz/fuzz_pool.c) is driven
  * in lock step with a real pool by a seeded splitmix64 operation stream.
  * After every step the test compares the status, the ids returned, the
- * eviction callbacks (exact hashes, blocks and order), every kvp_stats
+ * eviction callbacks (exact hashes, blocks and order, where attached), every kvp_stats
  * field, every block (kvp_block_get), every owner's block list, and runs
  * kvp_pool_check; a refused call must leave kvp_pool_fingerprint unchanged.
  * Every WHOLE_EVERY steps it also compares every lookup and free count.
@@ -252,6 +254,8 @@ static void cmp_u64(ctx *x, const char *what, uint64_t exp, uint64_t got)
 static void cmp_events(ctx *x)
 {
     model *m = x->m;
+    if (x->c.unhooked) /* the count is still compared, as stats.evictions */
+        return;
     if (x->lg.overflow || m->nev > MAXEV)
         bad(x, "eviction log overflow (model %d, library %d)", m->nev, x->lg.n);
     int same = m->nev == x->lg.n;
@@ -1069,8 +1073,10 @@ static void run_config(const mcfg *c)
     cfg.null_block = c->nullb;
     cfg.prefix_caching = c->prefix;
     cfg.reuse = c->reuse;
-    cfg.on_evict = on_evict;
-    cfg.evict_user = &x->lg;
+    if (!c->unhooked) {
+        cfg.on_evict = on_evict;
+        cfg.evict_user = &x->lg;
+    }
     assert_int_equal(kvp_pool_create(&cfg, &x->p), KVP_OK);
     OPF("create");
     check_all(x);
@@ -1109,18 +1115,23 @@ static void run_config(const mcfg *c)
 #define BASE_STEPS 10000
 
 static const mcfg g_cfgs[] = {
-    /* name                    reuse             sep null grow pfx bs  n    max  */
-    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0},
-    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0},
-    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0},
-    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0},
-    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0},
-    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0},
-    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0},
-    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0},
-    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0},
-    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0},
-    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0},
+    /* name                    reuse             sep null grow pfx bs  n    max  seed  steps unhooked */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0},
+    /* Nothing hooked, so takes run the fast path (pool.c, take), which
+     * the configurations above, all with an eviction callback, never do. */
+    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1},
+    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1},
+    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])
@@ -1136,7 +1147,7 @@ static void run_index(size_t i, size_t weight)
     run_config(&c);
 }
 
-/* 11 configurations, weights 1 or 2: 16 x BASE_STEPS steps in all. */
+/* 14 configurations, weights 1 or 2: 19 x BASE_STEPS steps in all. */
 static void test_lifo_shared(void **s) { (void)s; run_index(0, 1); }
 static void test_lifo_shared_null_grow(void **s) { (void)s; run_index(1, 2); }
 static void test_lifo_kv_null_grow(void **s) { (void)s; run_index(2, 2); }
@@ -1148,6 +1159,9 @@ static void test_fifo_kv_null(void **s) { (void)s; run_index(7, 1); }
 static void test_fifo_kv_grow(void **s) { (void)s; run_index(8, 2); }
 static void test_lifo_noprefix_grow(void **s) { (void)s; run_index(9, 1); }
 static void test_lowest_unlimited(void **s) { (void)s; run_index(10, 1); }
+static void test_lifo_shared_unhooked(void **s) { (void)s; run_index(11, 1); }
+static void test_lifo_kv_grow_unhooked(void **s) { (void)s; run_index(12, 1); }
+static void test_fifo_shared_unhooked(void **s) { (void)s; run_index(13, 1); }
 
 static void test_total(void **s)
 {
@@ -1172,6 +1186,9 @@ int main(void)
         cmocka_unit_test(test_fifo_kv_grow),
         cmocka_unit_test(test_lifo_noprefix_grow),
         cmocka_unit_test(test_lowest_unlimited),
+        cmocka_unit_test(test_lifo_shared_unhooked),
+        cmocka_unit_test(test_lifo_kv_grow_unhooked),
+        cmocka_unit_test(test_fifo_shared_unhooked),
         cmocka_unit_test(test_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

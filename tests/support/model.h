@@ -79,6 +79,8 @@ typedef struct mcfg {
     uint32_t bs, nblocks, maxb; /* maxb 0: unlimited */
     uint64_t seed;
     size_t steps;
+    int unhooked; /* no eviction callback: with nothing else hooked, the
+                     library's take runs its fast path (pool.c, take) */
 } mcfg;
 
 typedef struct mctr {
