@@ -104,8 +104,8 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size)
  * allocation call, one block allocated, one reused (the stack's array holds
  * only blocks handed out before) and one more in use; the peak is where the
  * run of takes ended, since nothing but another call lowers in_use.  Five
- * counters and a compare left the take for one increment: 7% on the churn
- * row, 10% on the 1M scale row (PERFORMANCE.md, change 37). */
+ * counters and a compare left the take for one increment: 5% on the churn
+ * row, 6% on the 1M scale row (PERFORMANCE.md, change 37). */
 static inline void tally(kvp_pool *p)
 {
     uint64_t n = p->untallied;
