@@ -3,7 +3,8 @@
  *
  * Covers: every counter and gauge of kvp_stats through a scripted sequence of
  * calls (the whole struct is compared after each step; the prefix and COW
- * counters stay 0 without sequences), failed calls counting
+ * counters stay 0 without sequences), the take's fast path counted exactly
+ * (against a hooked twin, the peak across a stats reset), failed calls counting
  * only `exhausted`, stats_reset, the null block in in_use, the history ring
  * (oldest first, wrap, ESPACE, history_len 0 and 1, history_every_call only
  * for changing calls), the Prometheus renderer (HELP/TYPE before samples,
@@ -246,6 +247,63 @@ static void test_null_block_stats(void **state)
     KVP_ASSERT_OK(kvp_stats_reset(pool));
     EXPECT_STATS(pool, e, "reset with null block");
     kvp_pool_destroy(pool);
+}
+
+/* The take's fast path (nothing hooked, the LIFO stack's array not empty)
+ * counts its blocks in one tally that the next call folds in (pool.c,
+ * tally).  The counters must read as if counted at once: the same as a
+ * twin pool with an eviction callback, which is hooked and never takes
+ * that path, after every call.  Fast takes draw only blocks used before,
+ * so they raise the peak only after kvp_stats_reset has lowered it; the
+ * steps do that, and the free right after the run must not lose it. */
+#define STEP_RESET 9
+static void test_fast_take_counters(void **state)
+{
+    (void)state;
+    kvptest_evrec rec;
+    kvp_config cfg = kvptest_config(16);
+    kvp_pool *fast = kvptest_create(&cfg);
+    kvptest_evrec_attach(&rec, &cfg);
+    kvp_pool *hooked = kvptest_create(&cfg);
+    kvp_pool *pools[2] = {fast, hooked};
+    uint32_t hint[2][3];
+    for (int i = 0; i < 2; i++)
+        for (int o = 0; o < 3; o++)
+            hint[i][o] = KVP_HINT_NONE;
+    /* A take for owner o (1, 2), a free of owner -o, a stats reset; 0 ends.
+     * After the reset every take but each owner's first is a fast one. */
+    static const int steps[] = {1, 1, 1, 1, 1, 1, -1, STEP_RESET, 2, 1, 2, 2, 1, 1, -2,
+                                2, -1, 1, 0};
+    uint64_t in_use = 0, peak = 0;
+    for (size_t k = 0; steps[k]; k++) {
+        char what[32];
+        snprintf(what, sizeof what, "step %zu (%d)", k, steps[k]);
+        int o = steps[k] > 0 ? steps[k] : -steps[k];
+        for (int i = 0; i < 2; i++) {
+            kvp_block b;
+            if (steps[k] == STEP_RESET)
+                KVP_ASSERT_OK(kvp_stats_reset(pools[i]));
+            else if (steps[k] > 0)
+                KVP_ASSERT_OK(kvp_take_hinted(pools[i], KVP_STREAM_SHARED, (kvp_owner)o,
+                                              &hint[i][o], &b));
+            else
+                KVP_ASSERT_OK(kvp_free_owner(pools[i], (kvp_owner)o, NULL));
+        }
+        kvp_stats want = kvptest_stats(hooked);
+        EXPECT_STATS(fast, want, what);
+        if (steps[k] == STEP_RESET)
+            peak = in_use;
+        else if (steps[k] > 0)
+            peak = ++in_use > peak ? in_use : peak;
+        else
+            in_use = want.in_use;
+        KVP_ASSERT_EQ(want.in_use, in_use);
+        KVP_ASSERT_EQ(want.peak_in_use, peak);
+    }
+    /* The run after the reset reached 6 with fast takes. */
+    KVP_ASSERT_EQ(kvptest_stats(fast).peak_in_use, 6);
+    kvp_pool_destroy(fast);
+    kvp_pool_destroy(hooked);
 }
 
 /* ---- history ------------------------------------------------------------ */
@@ -853,6 +911,7 @@ static void test_json(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fast_take_counters),
         cmocka_unit_test(test_counters),
         cmocka_unit_test(test_null_block_stats),
         cmocka_unit_test(test_history_ring),
