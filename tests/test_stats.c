@@ -253,9 +253,10 @@ static void test_null_block_stats(void **state)
  * counts its blocks in one tally that the next call folds in (pool.c,
  * tally).  The counters must read as if counted at once: the same as a
  * twin pool with an eviction callback, which is hooked and never takes
- * that path, after every call.  Fast takes draw only blocks used before,
- * so they raise the peak only after kvp_stats_reset has lowered it; the
- * steps do that, and the free right after the run must not lose it. */
+ * that path, after every call.  In a one-stream pool fast takes draw only
+ * blocks used before, so they raise the peak only after kvp_stats_reset
+ * has lowered it; the steps do that, and the free right after the run must
+ * not lose it. */
 #define STEP_RESET 9
 static void test_fast_take_counters(void **state)
 {
