@@ -3,7 +3,9 @@
  * blocks out and take them back (alloc, take, claim, free).
  *
  * What it owns: every block's state, reference count and fill; the gauges
- * in_use, shared, fragmented, peak.  The free blocks' order is freelist.c's.
+ * in_use, shared, fragmented, peak, and the fast take's tally of the
+ * counters it leaves to the next call (tally).  The free blocks' order is
+ * freelist.c's.
  *
  * Invariants (checked by check.c):
  * - A block is in exactly one state.  A free block (vacant or cached) is in
