@@ -108,6 +108,8 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size)
  * run of takes ended, since nothing but another call lowers in_use.  Five
  * counters and a compare left the take for one increment: 5% on the churn
  * row, 6% on the 1M scale row (PERFORMANCE.md, change 37). */
+static void count_out(kvp_pool *p, uint64_t n);
+
 static inline void tally(kvp_pool *p)
 {
     uint64_t n = p->untallied;
@@ -115,11 +117,8 @@ static inline void tally(kvp_pool *p)
         return;
     p->untallied = 0;
     p->ctr.alloc_calls += n;
-    p->ctr.blocks_allocated += n;
     p->ctr.reused += n;
-    p->in_use += n;
-    if (p->in_use > p->peak)
-        p->peak = p->in_use;
+    count_out(p, n);
 }
 
 /* Every public call that reads or writes the pool goes through here: a call
@@ -538,8 +537,16 @@ static void hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned fo
     kvp__ref_first(p, b, oslot);
 }
 
-/* Count n blocks handed out. */
-static void count_out(kvp_pool *p, uint32_t n)
+/* hand_out_vacant for a block whose record the caller reads anyway: its
+ * EVER flag says whether this is a reuse. */
+static void hand_out_counted(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, int s)
+{
+    p->ctr.reused += (p->blocks[b].flags & KVP__F_EVER) != 0;
+    hand_out_vacant(p, b, oslot, format, s);
+}
+
+/* Count n blocks handed out (the call's, or the fast takes' in tally). */
+static void count_out(kvp_pool *p, uint64_t n)
 {
     p->ctr.blocks_allocated += n;
     p->in_use += n;
@@ -556,8 +563,7 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
         kvp__unindex(p, b);
         blk->fill = 0;
     }
-    p->ctr.reused += (blk->flags & KVP__F_EVER) != 0;
-    hand_out_vacant(p, b, oslot, format, blk->stream);
+    hand_out_counted(p, b, oslot, format, blk->stream);
     count_out(p, 1);
 }
 
@@ -675,8 +681,7 @@ static uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
         if (b == st->fresh_mark)
             st->fresh_mark = next;
         kvp__fset_del(p, &st->vacant, b);
-        p->ctr.reused += (p->blocks[b].flags & KVP__F_EVER) != 0;
-        hand_out_vacant(p, b, oslot, format, s);
+        hand_out_counted(p, b, oslot, format, s);
         ids[i] = b;
         b = next;
     }
