@@ -146,7 +146,8 @@ static void stack_spill(kvp_pool *p, kvp__stream *st)
  * gap.  A call finding too little room spills the array into the list
  * first, and one that cannot fit at all goes to the list, each block below
  * the call's previous one. */
-static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int s, uint32_t b)
+static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int s, uint32_t b,
+                             bool stacked)
 {
     if (cur->w[s] == KVP__NONE) {
         if (cur->max > st->stkcap - st->nstk)
@@ -155,7 +156,8 @@ static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int
     }
     if (cur->w[s] != KVP__LISTED) {
         st->stk[--cur->w[s]] = b;
-        p->blocks[b].next = KVP__STACKED;
+        if (!stacked)
+            p->blocks[b].next = KVP__STACKED;
     } else {
         q_insert_after(p, st, cur->at[s], b);
         cur->at[s] = b;
@@ -367,7 +369,7 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO)
-        stack_put(p, st, cur, blk->stream, b);
+        stack_put(p, st, cur, blk->stream, b, false);
     else if (p->cfg.reuse == KVP_REUSE_FIFO)
         q_insert_after(p, st, st->qtail, b);
 }
@@ -392,4 +394,18 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
                        : st->fresh_mark == st->qhead ? KVP__NONE
                                                      : p->blocks[st->fresh_mark].prev,
                        b);
+}
+
+/* Free a pending reference's block (pool.c, take_pending) like
+ * kvp__free_insert, for a record that already reads as the stack's array
+ * needs it (vacant, fill 0, next STACKED): nothing is written to it, and in
+ * a one-stream pool nothing read. */
+void kvp__free_pending(kvp_pool *p, uint32_t b, kvp__cursor *cur)
+{
+    int s = p->nstreams == 1 ? 0 : (int)p->blocks[b].stream;
+    kvp__stream *st = &p->st[s];
+    kvp__assert(p->cfg.reuse == KVP_REUSE_LIFO && !p->ordered);
+    p->in_use--;
+    st->nvacant++;
+    stack_put(p, st, cur, s, b, true);
 }

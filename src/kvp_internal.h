@@ -93,6 +93,8 @@
 #define KVP__F_VERIFIED 0x08u  /* published with tokens and parent recorded */
 #define KVP__F_ANNOUNCED 0x10u /* the indexed copy whose hash events announced */
 #define KVP__F_MARK 0x20u      /* per-call mark (admission), always clear between calls */
+#define KVP__F_PENDING 0x40u   /* kvp__check's mark on pending references' blocks, set
+                                  and cleared inside it */
 
 /* What a publisher knows about a block being indexed (for events): its
  * parent block (NONE if first or unknown), its tokens (or NULL), the
@@ -150,16 +152,21 @@ typedef struct kvp__xref {
 } kvp__xref;
 
 typedef struct kvp__owner {
+    /* what a take reads and writes, in the first 32 bytes */
     kvp_owner id;     /* KVP_ANON while the slot is unused */
     uint32_t *refs;   /* reference nodes, oldest first; NONE = removed */
     uint32_t len;     /* entries used in refs, tombstones included */
     unsigned cap : 31; /* capacity of refs (kept when the slot is reused) */
     unsigned registered : 1;
     uint32_t nrefs;   /* live entries */
+    uint32_t pend;    /* NONE: the slot is not on the dirty chain; else it is
+                         (once), and refs[pend, len) are pending references
+                         (pool.c, take), 0 while the slot is unused */
     uint32_t link;    /* in use: next slot in its index bucket, as slot + 1
                          (0 ends the chain); unused: next free slot */
+    uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */
 } kvp__owner;
-_Static_assert(sizeof(kvp__owner) == 32, "owner records fill half a cache line");
+_Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 8 for chains");
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest power of two cap can hold */
 #define KVP__LINE 64
 
@@ -286,6 +293,8 @@ struct kvp_pool {
     uint64_t untallied; /* blocks the take's fast path handed out since the
                            last call; counted into ctr, in_use and peak on
                            entry to the next (pool.c, tally) */
+    uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
+                           the owners that may hold pending references */
 
     /* history ring */
     kvp_stats *hist;
@@ -313,6 +322,16 @@ static inline void kvp__prefetch_record(const kvp_pool *p, uint32_t b)
 static inline void kvp__prefetch_block(const kvp_pool *p, uint32_t b)
 {
     kvp__prefetch_record(p, b < p->top ? b : 0);
+}
+
+/* A vacant block's record made that of a block in use (the caller adds its
+ * stream and references): stores only, no read (pool.c, hand_out_vacant). */
+static inline void kvp__record_in_use(kvp__block *blk, unsigned format)
+{
+    blk->flags = KVP__F_EVER;
+    blk->state = KVP_BLOCK_IN_USE;
+    blk->prev = blk->next = KVP__NONE;
+    blk->format = (uint8_t)format;
 }
 
 /* Hash of a caller's 64-bit id (owner, request) for a power-of-two table:
@@ -345,6 +364,7 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size);
 /* ---- entering and leaving the API (pool.c) ---- */
 extern __attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
 kvp_status kvp__enter(kvp_pool *p);
+kvp_status kvp__enter_lazy(kvp_pool *p);
 kvp_status kvp__enter_stream(kvp_pool *p, int stream, int *s);
 void kvp__leave(kvp_pool *p, bool changed);
 int kvp__stream_index(const kvp_pool *p, int stream);
@@ -355,6 +375,7 @@ void kvp__free_remove(kvp_pool *p, uint32_t b);
 void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur);
 void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
+void kvp__free_pending(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 
@@ -384,6 +405,7 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id);
 void kvp__owner_remove(kvp_pool *p, uint32_t slot);
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
 void kvp__ref_first(kvp_pool *p, uint32_t b, uint32_t oslot);
+void kvp__settle(kvp_pool *p);
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
 kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n);

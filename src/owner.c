@@ -55,9 +55,51 @@ static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
         p->blocks[node].opos = pos;
 }
 
-/* Append (room reserved by kvp__refs_reserve). */
+/* ------------------------------------------------------------------------ */
+/* Pending references                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Write the records of owner slot's pending references (pool.c,
+ * take_pending) as the take would have: in use, one reference, this owner
+ * at this position.  The slot stays on the dirty chain with none left. */
+static void settle_owner(kvp_pool *p, uint32_t slot)
+{
+    kvp__owner *o = &p->owners[slot];
+    for (uint32_t i = o->pend; i < o->len && i < o->pend + KVP__PREFETCH; i++)
+        kvp__prefetch_record(p, o->refs[i]);
+    for (uint32_t i = o->pend; i < o->len; i++) {
+        if (i + KVP__PREFETCH < o->len)
+            kvp__prefetch_record(p, o->refs[i + KVP__PREFETCH]);
+        kvp__block *blk = &p->blocks[o->refs[i]];
+        kvp__record_in_use(blk, KVP_FMT_FP16);
+        blk->opos = i;
+        blk->ref = 1;
+        blk->owner = slot;
+    }
+    o->pend = o->len;
+}
+
+/* Settle every pending reference and empty the dirty chain (kvp__enter):
+ * O(pending references + slots on the chain), each put there by a take. */
+void kvp__settle(kvp_pool *p)
+{
+    for (uint32_t l = p->dirty; l;) {
+        kvp__owner *o = &p->owners[l - 1];
+        settle_owner(p, l - 1);
+        o->pend = KVP__NONE;
+        l = o->dnext;
+    }
+    p->dirty = 0;
+}
+
+/* Append (room reserved by kvp__refs_reserve).  An owner with pending
+ * references has them settled first, so that they stay a suffix. */
 static void arr_append(kvp_pool *p, kvp__owner *o, uint32_t node)
 {
+    if (o->pend != KVP__NONE) {
+        settle_owner(p, (uint32_t)(o - p->owners));
+        o->pend++;
+    }
     set_pos(p, node, o->len);
     o->refs[o->len++] = node;
     o->nrefs++;
@@ -67,6 +109,7 @@ static void arr_append(kvp_pool *p, kvp__owner *o, uint32_t node)
  * compaction once half the array is dead (amortized O(1)). */
 static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
 {
+    kvp__assert(o->pend == KVP__NONE); /* only calls that settle remove */
     o->refs[pos] = KVP__NONE;
     o->nrefs--;
     while (o->len && o->refs[o->len - 1] == KVP__NONE)
@@ -154,6 +197,7 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
     for (uint32_t i = 0; i < ncap; i++) {
         if (i >= p->ocap) {
             no[i].id = KVP_ANON;
+            no[i].pend = KVP__NONE;
             no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
         } else if (no[i].id != KVP_ANON) {
             index_link(no, nb, ncap - 1, i);
@@ -191,7 +235,9 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
     return slot;
 }
 
-/* Remove an owner; its array keeps its capacity for the slot's next owner. */
+/* Remove an owner; its array keeps its capacity for the slot's next owner,
+ * and the slot its place on the dirty chain (so that a slot is there once
+ * however often it is reused between two settles). */
 void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 {
     kvp__owner *o = &p->owners[slot];
@@ -201,6 +247,8 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
     *l = o->link;
     o->id = KVP_ANON;
     o->len = o->nrefs = 0;
+    if (o->pend != KVP__NONE)
+        o->pend = 0;
     o->link = p->ofree;
     p->ofree = slot;
     p->nowners--;
@@ -216,9 +264,11 @@ void kvp__owners_reset(kvp_pool *p)
         kvp__owner *o = &p->owners[i];
         o->id = KVP_ANON;
         o->len = o->nrefs = 0;
+        o->pend = KVP__NONE;
         o->link = p->ofree;
         p->ofree = i;
     }
+    p->dirty = 0;
     p->nowners = 0;
     p->xfree = KVP__NONE;
     for (uint32_t i = p->xcap; i-- > 0;) {
@@ -423,7 +473,8 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
 {
     if (!pool || owner == KVP_ANON)
         return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    /* Lazy: no other owner's references are read */
+    kvp_status rc = kvp__enter_lazy(pool);
     if (rc)
         return rc;
     uint32_t slot = kvp__owner_find(pool, owner);
@@ -434,11 +485,16 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     kvp__owner *o = &pool->owners[slot];
     kvp__cursor cur = KVP__CURSOR(o->len);
     size_t n = o->nrefs;
+    uint32_t end = o->len;
+    if (o->pend != KVP__NONE) { /* the tail: back to the stack's array, records untouched */
+        for (; end > o->pend; end--)
+            kvp__free_pending(pool, o->refs[end - 1], &cur);
+    }
     /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses
      * are most of the cost of a free). */
-    for (uint32_t j = o->len; j-- > 0 && o->len - j <= KVP__PREFETCH;)
+    for (uint32_t j = end; j-- > 0 && end - j <= KVP__PREFETCH;)
         kvp__prefetch_block(pool, o->refs[j]);
-    for (uint32_t i = o->len; i-- > 0;) {
+    for (uint32_t i = end; i-- > 0;) {
         uint32_t node = o->refs[i];
         if (i >= KVP__PREFETCH)
             kvp__prefetch_block(pool, o->refs[i - KVP__PREFETCH]);

@@ -123,9 +123,12 @@ static inline void tally(kvp_pool *p)
 
 /* Every public call that reads or writes the pool goes through here: a call
  * from inside this pool's callback is refused (the lock is held, and the
- * state is mid-change), then the lock is taken if the pool has one, and
- * the fast takes since the last call are counted (tally). */
-kvp_status kvp__enter(kvp_pool *p)
+ * state is mid-change), then the lock is taken if the pool has one, the
+ * fast takes since the last call are counted (tally), and their blocks'
+ * records written (kvp__settle; see take_pending).  kvp__enter_lazy leaves
+ * the pending references as they are, for the calls that need no record
+ * of them: kvp_free_owner, the take's general path and kvp_pool_check. */
+kvp_status kvp__enter_lazy(kvp_pool *p)
 {
     if (!p)
         return KVP_EINVAL;
@@ -137,6 +140,14 @@ kvp_status kvp__enter(kvp_pool *p)
     }
     tally(p);
     return KVP_OK;
+}
+
+kvp_status kvp__enter(kvp_pool *p)
+{
+    kvp_status rc = kvp__enter_lazy(p);
+    if (!rc && p->dirty)
+        kvp__settle(p);
+    return rc;
 }
 
 /* Debug level 3: the whole pool checked after every call that changed it. */
@@ -529,10 +540,7 @@ void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur)
 static void hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, int s)
 {
     kvp__block *blk = &p->blocks[b];
-    blk->flags = KVP__F_EVER;
-    blk->state = KVP_BLOCK_IN_USE;
-    blk->prev = blk->next = KVP__NONE;
-    blk->format = (uint8_t)format;
+    kvp__record_in_use(blk, format);
     blk->stream = (unsigned)s;
     kvp__ref_first(p, b, oslot);
 }
@@ -811,8 +819,13 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream
 {
     if (!pool || !out)
         return KVP_EINVAL;
-    int s;
-    kvp_status rc = kvp__enter_stream(pool, stream, &s);
+    int s = kvp__stream_index(pool, stream);
+    if (s < 0)
+        return KVP_EINVAL;
+    /* Lazy: other owners' pending references stay so (the new owner of
+     * a decode step's first take would otherwise settle them all), and
+     * this owner's are settled by the append (owner.c, arr_append). */
+    kvp_status rc = kvp__enter_lazy(pool);
     if (rc)
         return rc;
     rc = alloc_locked(pool, s, 1, owner, hint, KVP_FMT_FP16, out);
@@ -837,8 +850,37 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
     return KVP_OK;
 }
 
+/* The fast take's hand-out to an owner: the block on top of the stack's
+ * array becomes a pending reference, appended to the owner's array with
+ * nothing written to its record, which still reads as a block held in the
+ * array (vacant, used before, next STACKED).  The slot joins the dirty
+ * chain with its first pending reference.
+ *
+ * Why: in a decode loop the record was the take's one cold line, and
+ * kvp_free_owner's, which read it back; at 1M blocks one miss per block
+ * cycle was most of the cost (PERFORMANCE.md, change 38).  A block whose
+ * owner frees it before any other call goes back to the array with its
+ * record untouched (kvp__free_pending).  Every other call that could see
+ * it writes the records first (kvp__enter, kvp__settle), as hand_out_vacant
+ * would have, and so does any other append to the same owner, which keeps
+ * the pending references a suffix of its array (owner.c, arr_append). */
+static inline uint32_t take_pending(kvp_pool *p, kvp__stream *st, uint32_t slot)
+{
+    uint32_t b = st->stk[--st->nstk];
+    kvp__owner *o = &p->owners[slot];
+    if (o->pend == KVP__NONE) {
+        o->pend = o->len;
+        o->dnext = p->dirty;
+        p->dirty = slot + 1;
+    }
+    o->refs[o->len++] = b;
+    o->nrefs++;
+    return b;
+}
+
 /* kvp_take (hint NULL) and kvp_take_hinted.  The common case, the top of
- * the LIFO stack's array, is handled inline. */
+ * the LIFO stack's array, is handled inline: to an owner as a pending
+ * reference, anonymously with its record written. */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                               uint32_t *hint, kvp_block *out)
 {
@@ -849,8 +891,12 @@ static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner
     kvp__stream *st = &pool->st[s];
     if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
         return take_list(pool, slot, stream, owner, hint, out);
-    *out = pop_top(pool, s, slot, KVP_FMT_FP16);
-    prefetch_ahead(pool, st, st->qhead);
+    if (slot != KVP__NONE) {
+        *out = take_pending(pool, st, slot);
+    } else {
+        *out = pop_top(pool, s, slot, KVP_FMT_FP16);
+        prefetch_ahead(pool, st, st->qhead);
+    }
     st->nvacant--;
     pool->untallied++; /* its reuse, call, block and gauges: see tally */
     take_done(pool, slot, hint);

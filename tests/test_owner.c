@@ -8,8 +8,14 @@
  * references, automatic retirement of an unregistered owner when its last
  * reference goes, the owner table growing to many owners, and
  * kvp_take_hinted with good, wrong, stale and garbage hints.
+ *
+ * Pending references (pool.c, take_pending): the fast take leaves the
+ * block's record unwritten until another call settles it; the tests look
+ * inside the pool (kvp_internal.h) to see what is pending, and compare
+ * every outcome with a hooked twin pool, whose takes write records at once.
  */
 #include "kvptest.h"
+#include "kvp_internal.h" /* what is pending: internal state */
 
 #include <stdlib.h>
 #include <string.h>
@@ -587,6 +593,287 @@ static void test_take_hinted_stack(void **state)
     }
 }
 
+/* ---- pending references ------------------------------------------------ */
+
+static void no_evict(void *user, const kvp_hash *h, kvp_block b)
+{
+    (void)user;
+    (void)h;
+    (void)b;
+}
+
+/* A pool and its twin, which differs only in an eviction callback: that
+ * hooks it, so its takes never leave a reference pending. */
+static void twins(kvp_config cfg, kvp_pool **lazy, kvp_pool **eager)
+{
+    *lazy = kvptest_create(&cfg);
+    cfg.on_evict = no_evict;
+    *eager = kvptest_create(&cfg);
+}
+
+/* Pending references owner `o` holds (kvp_pool_check vouches for the rest). */
+static uint32_t pending_of(const kvp_pool *p, kvp_owner o)
+{
+    uint32_t slot = kvp__owner_find(p, o);
+    if (slot == KVP__NONE || p->owners[slot].pend == KVP__NONE)
+        return 0;
+    return p->owners[slot].len - p->owners[slot].pend;
+}
+
+/* Take on both twins (hinted on the lazy one, plain on the other) and
+ * require the same block; check the lazy one without settling it. */
+static kvp_block take_both(kvp_pool *lazy, kvp_pool *eager, kvp_stream s, kvp_owner o,
+                           uint32_t *hint)
+{
+    kvp_block a = KVP_NO_BLOCK, b = KVP_NO_BLOCK;
+    KVP_ASSERT_OK(kvp_take_hinted(lazy, s, o, hint, &a));
+    KVP_ASSERT_OK(kvp_take(eager, s, o, &b));
+    KVP_ASSERT_EQ(a, b);
+    kvptest_check(lazy);
+    return a;
+}
+
+static void free_both(kvp_pool *lazy, kvp_pool *eager, kvp_owner o)
+{
+    size_t na = 0, nb = 0;
+    KVP_ASSERT_OK(kvp_free_owner(lazy, o, &na));
+    KVP_ASSERT_OK(kvp_free_owner(eager, o, &nb));
+    KVP_ASSERT_EQ(na, nb);
+    kvptest_check(lazy);
+}
+
+/* Fast takes leave the records alone; kvp_free_owner puts the blocks back
+ * on the stack's array in the order it would have with records written,
+ * and other owners' pending references stay pending through it. */
+static void test_pending_take_free(void **state)
+{
+    (void)state;
+    kvp_pool *lazy, *eager;
+    twins(kvptest_config(32), &lazy, &eager);
+    uint32_t h[4] = {KVP_HINT_NONE, KVP_HINT_NONE, KVP_HINT_NONE, KVP_HINT_NONE};
+    for (int i = 0; i < 12; i++) /* never used: from the list, recorded */
+        take_both(lazy, eager, KVP_STREAM_SHARED, 9, &h[0]);
+    KVP_ASSERT_EQ(lazy->dirty, 0);
+    free_both(lazy, eager, 9); /* which fills the stack's array */
+    kvp_block first = take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h[1]);
+    KVP_ASSERT_EQ(pending_of(lazy, 1), 0); /* a new owner: the general path */
+    KVP_ASSERT_EQ(lazy->blocks[first].state, KVP_BLOCK_IN_USE);
+    kvp_block b1[3], b2[3];
+    for (int i = 0; i < 3; i++) {
+        b1[i] = take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h[1]);
+        b2[i] = take_both(lazy, eager, KVP_STREAM_SHARED, 2, &h[2]);
+    }
+    KVP_ASSERT_EQ(pending_of(lazy, 1), 3);
+    KVP_ASSERT_EQ(pending_of(lazy, 2), 2); /* its first take made it */
+    for (int i = 0; i < 3; i++)
+        KVP_ASSERT_EQ(lazy->blocks[b1[i]].state, KVP_BLOCK_VACANT); /* not written */
+    free_both(lazy, eager, 1);
+    KVP_ASSERT_EQ(pending_of(lazy, 2), 2);
+    KVP_ASSERT_EQ(lazy->blocks[b2[1]].state, KVP_BLOCK_VACANT);
+    KVP_ASSERT_EQ(lazy->dirty != 0, 1); /* 1's slot stays on the chain, unused */
+    /* LIFO as with records written: 1's blocks come back newest first */
+    for (int i = 0; i < 4; i++)
+        take_both(lazy, eager, KVP_STREAM_SHARED, 3, &h[3]);
+    uint64_t before = lazy->ctr.free_calls;
+    kvp_stats sl = kvptest_stats(lazy), se = kvptest_stats(eager); /* settles */
+    KVP_ASSERT_EQ(lazy->dirty, 0);
+    KVP_ASSERT_EQ(pending_of(lazy, 2) + pending_of(lazy, 3), 0);
+    KVP_ASSERT_EQ(lazy->ctr.free_calls, before);
+    KVP_ASSERT_EQ(sl.in_use, se.in_use);
+    KVP_ASSERT_EQ(sl.blocks_freed, se.blocks_freed);
+    KVP_ASSERT_EQ(sl.reused, se.reused);
+    KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager));
+    kvp_pool_destroy(lazy);
+    kvp_pool_destroy(eager);
+}
+
+/* Any other call sees the pending blocks as in use by their owner, in
+ * allocation order: block info, owner_blocks, a single free. */
+static void test_pending_settled_on_read(void **state)
+{
+    (void)state;
+    kvp_pool *lazy, *eager;
+    twins(kvptest_config(16), &lazy, &eager);
+    uint32_t h = KVP_HINT_NONE, h2 = KVP_HINT_NONE;
+    for (int i = 0; i < 8; i++)
+        take_both(lazy, eager, KVP_STREAM_SHARED, 5, &h);
+    free_both(lazy, eager, 5);
+    kvp_block ids[5];
+    for (int i = 0; i < 5; i++)
+        ids[i] = take_both(lazy, eager, KVP_STREAM_SHARED, 6, &h2);
+    KVP_ASSERT_EQ(pending_of(lazy, 6), 4);
+    kvp_block_info bi = kvptest_info(lazy, ids[3]);
+    KVP_ASSERT_EQ(bi.state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(bi.ref_count, 1);
+    KVP_ASSERT_EQ(pending_of(lazy, 6), 0);
+    EXPECT_BLOCKS(lazy, 6, ids[0], ids[1], ids[2], ids[3], ids[4]);
+    /* pending again, then freed one by one through kvp_free */
+    kvp_block more = take_both(lazy, eager, KVP_STREAM_SHARED, 6, &h2);
+    KVP_ASSERT_EQ(pending_of(lazy, 6), 1);
+    KVP_ASSERT_OK(kvp_free(lazy, &ids[2], 1, 6));
+    KVP_ASSERT_OK(kvp_free(eager, &ids[2], 1, 6));
+    EXPECT_BLOCKS(lazy, 6, ids[0], ids[1], ids[3], ids[4], more);
+    KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager));
+    kvp_pool_destroy(lazy);
+    kvp_pool_destroy(eager);
+}
+
+/* A take by the general path appends a recorded reference: the owner's
+ * pending ones are settled first (they stay a suffix), another owner's stay
+ * pending.  Here the array is full (8 entries), so the take grows it. */
+static void test_pending_general_append(void **state)
+{
+    (void)state;
+    kvp_pool *lazy, *eager;
+    twins(kvptest_config(40), &lazy, &eager);
+    uint32_t h[4] = {KVP_HINT_NONE, KVP_HINT_NONE, KVP_HINT_NONE, KVP_HINT_NONE};
+    for (int i = 0; i < 12; i++) /* an array of 16 */
+        take_both(lazy, eager, KVP_STREAM_SHARED, 4, &h[0]);
+    for (int i = 0; i < 18; i++) /* an array of 32 */
+        take_both(lazy, eager, KVP_STREAM_SHARED, 5, &h[1]);
+    free_both(lazy, eager, 5);
+    free_both(lazy, eager, 4); /* 4's slot is reused first */
+    kvp_block ids[16];
+    for (int i = 0; i < 16; i++)
+        ids[i] = take_both(lazy, eager, KVP_STREAM_SHARED, 7, &h[2]);
+    KVP_ASSERT_EQ(pending_of(lazy, 7), 15); /* all but the first, which made 7 */
+    for (int i = 0; i < 3; i++)
+        take_both(lazy, eager, KVP_STREAM_SHARED, 8, &h[3]);
+    KVP_ASSERT_EQ(pending_of(lazy, 8), 2);
+    kvp_block grown = take_both(lazy, eager, KVP_STREAM_SHARED, 7, &h[2]); /* 17th: grows */
+    KVP_ASSERT_EQ(pending_of(lazy, 7), 0);
+    KVP_ASSERT_EQ(pending_of(lazy, 8), 2);
+    KVP_ASSERT_EQ(lazy->blocks[ids[4]].state, KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(lazy->blocks[grown].state, KVP_BLOCK_IN_USE);
+    take_both(lazy, eager, KVP_STREAM_SHARED, 7, &h[2]); /* pending after recorded ones */
+    KVP_ASSERT_EQ(pending_of(lazy, 7), 1);
+    free_both(lazy, eager, 7);
+    KVP_ASSERT_EQ(pending_of(lazy, 8), 2);
+    for (int i = 0; i < 20; i++)
+        take_both(lazy, eager, KVP_STREAM_SHARED, 9, &h[0]);
+    KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager));
+    kvp_pool_destroy(lazy);
+    kvp_pool_destroy(eager);
+}
+
+/* Separate K and V streams: kvp_free_owner returns each pending block to
+ * its own stream's array. */
+static void test_pending_kv(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(32);
+    cfg.separate_kv = true;
+    kvp_pool *lazy, *eager;
+    twins(cfg, &lazy, &eager);
+    uint32_t h = KVP_HINT_NONE;
+    for (int i = 0; i < 6; i++) { /* at most 16 per free: the arrays' room */
+        take_both(lazy, eager, KVP_STREAM_K, 2, &h);
+        take_both(lazy, eager, KVP_STREAM_V, 2, &h);
+    }
+    free_both(lazy, eager, 2);
+    for (int round = 0; round < 3; round++) {
+        take_both(lazy, eager, KVP_STREAM_V, 3, &h);
+        for (int i = 0; i < 6; i++)
+            take_both(lazy, eager, i % 3 ? KVP_STREAM_K : KVP_STREAM_V, 3, &h);
+        KVP_ASSERT_EQ(pending_of(lazy, 3), 6);
+        free_both(lazy, eager, 3);
+        KVP_ASSERT_EQ(kvptest_free_count(lazy, KVP_STREAM_K),
+                      kvptest_free_count(eager, KVP_STREAM_K));
+        KVP_ASSERT_EQ(kvptest_free_count(lazy, KVP_STREAM_V), 16);
+    }
+    KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager));
+    kvp_pool_destroy(lazy);
+    kvp_pool_destroy(eager);
+}
+
+/* kvp_pool_check reads the pending references as they are and refuses
+ * each way they can be wrong; it leaves them pending. */
+static void test_pending_check(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(16);
+    kvp_pool *p = kvptest_create(&cfg);
+    kvp_block b[6];
+    for (int i = 0; i < 6; i++)
+        b[i] = kvptest_take(p, KVP_STREAM_SHARED, 1);
+    KVP_ASSERT_OK(kvp_free_owner(p, 1, NULL));
+    for (int i = 0; i < 3; i++)
+        b[i] = kvptest_take(p, KVP_STREAM_SHARED, i ? 2 : 3);
+    b[3] = kvptest_take(p, KVP_STREAM_SHARED, 2);
+    uint32_t slot = kvp__owner_find(p, 2);
+    kvp__owner *o = &p->owners[slot];
+    KVP_ASSERT_EQ(o->len - o->pend, 2);
+    char msg[256];
+    KVP_ASSERT_OK(kvp_pool_check(p, msg, sizeof msg));
+    KVP_ASSERT_EQ(o->len - o->pend, 2);
+    kvp__block *k = &p->blocks[b[3]], saved = *k;
+    k->state = KVP_BLOCK_IN_USE; /* written behind the pending mark */
+    KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
+    KVP_ASSERT_EQ(strstr(msg, "pending block") != NULL, 1);
+    *k = saved;
+    o->refs[o->len - 2] = b[3]; /* named twice */
+    KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
+    o->refs[o->len - 2] = b[2];
+    KVP_ASSERT_OK(kvp_pool_check(p, msg, sizeof msg));
+    kvp__stream *st = &p->st[0];
+    st->stk[st->nstk++] = b[3]; /* also in the stack's array */
+    KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
+    st->nstk--;
+    uint32_t head = p->dirty;
+    p->dirty = o->dnext; /* flagged, off the chain */
+    KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
+    p->dirty = head;
+    o->pend = o->len + 1; /* past the end */
+    KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
+    o->pend = o->len - 2;
+    for (uint32_t i = 0; i < p->top; i++) /* no mark left behind by a refusal */
+        KVP_ASSERT_EQ(p->blocks[i].flags & (KVP__F_PENDING | KVP__F_MARK), 0);
+    KVP_ASSERT_OK(kvp_pool_check(p, msg, sizeof msg));
+    KVP_ASSERT_EQ(o->len - o->pend, 2);
+    kvp_pool_destroy(p);
+}
+
+/* Random decode-like traffic on twins (takes to a few owners, whole-owner
+ * frees, now and then a call that settles): the same blocks, and the same
+ * state whenever it is compared. */
+static void test_pending_twin_churn(void **state)
+{
+    (void)state;
+    kvp_pool *lazy, *eager;
+    twins(kvptest_config(64), &lazy, &eager);
+    uint32_t hint[6], len[6] = {0};
+    for (int i = 0; i < 6; i++)
+        hint[i] = KVP_HINT_NONE;
+    uint64_t rng = 0x9e3779b97f4a7c15u, next_owner = 100;
+    kvp_owner own[6];
+    for (int i = 0; i < 6; i++)
+        own[i] = (kvp_owner)i + 1;
+    size_t steps = kvptest_steps(4000);
+    for (size_t step = 0; step < steps; step++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        unsigned r = (unsigned)(rng >> 33), i = r % 6;
+        if (len[i] >= 10 + (r >> 8) % 8 || (r >> 4) % 29 == 0) {
+            if (len[i])
+                free_both(lazy, eager, own[i]);
+            own[i] = next_owner++;
+            hint[i] = KVP_HINT_NONE;
+            len[i] = 0;
+        } else if ((r >> 12) % 97 == 0) {
+            KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager)); /* settles */
+        } else {
+            take_both(lazy, eager, KVP_STREAM_SHARED, own[i], &hint[i]);
+            len[i]++;
+        }
+    }
+    kvp_stats sl = kvptest_stats(lazy), se = kvptest_stats(eager);
+    KVP_ASSERT_EQ(sl.in_use, se.in_use);
+    KVP_ASSERT_EQ(sl.peak_in_use, se.peak_in_use);
+    KVP_ASSERT_EQ(sl.blocks_freed, se.blocks_freed);
+    KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager));
+    kvp_pool_destroy(lazy);
+    kvp_pool_destroy(eager);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -601,6 +888,12 @@ int main(void)
         cmocka_unit_test(test_many_owners),
         cmocka_unit_test(test_take_hinted),
         cmocka_unit_test(test_take_hinted_stack),
+        cmocka_unit_test(test_pending_take_free),
+        cmocka_unit_test(test_pending_settled_on_read),
+        cmocka_unit_test(test_pending_general_append),
+        cmocka_unit_test(test_pending_kv),
+        cmocka_unit_test(test_pending_check),
+        cmocka_unit_test(test_pending_twin_churn),
     };
     return cmocka_run_group_tests_name("owner", tests, NULL, NULL);
 }

@@ -442,16 +442,22 @@ static kvp_stats mdl_expected(const model *m)
 /* Compare `got` with the model's expected counters; `bad` hears of each
  * field that differs (name, expected, got).  Returns the number of fields
  * that differ.  One table serves the model test and the fuzzer.  Also moves
- * the model's peak up to the blocks in use now, and judges `reused` only
+ * the model's peak up to the blocks in use now (mdl_note_peak, which steps
+ * not followed by a comparison call themselves), and judges `reused` only
  * while no id was added again after retirement (whether such an id "had
  * been handed out" is open; the model then takes the library's count). */
-int mdl_stats_diff(model *m, const kvp_stats *got,
-                   void (*bad)(void *user, const char *field, uint64_t exp, uint64_t got),
-                   void *user)
+void mdl_note_peak(model *m)
 {
     kvp_stats in_use = mdl_gauges(m);
     if (in_use.in_use > m->k.peak)
         m->k.peak = in_use.in_use;
+}
+
+int mdl_stats_diff(model *m, const kvp_stats *got,
+                   void (*bad)(void *user, const char *field, uint64_t exp, uint64_t got),
+                   void *user)
+{
+    mdl_note_peak(m);
     int reborn = 0;
     for (uint32_t i = 0; i < m->top; i++)
         reborn |= m->b[i].reborn;

@@ -139,6 +139,9 @@ uint32_t mdl_n_state(const model *m, int L, int state);
 uint32_t mdl_n_free(const model *m, int L);
 void mdl_init(model *m, const mcfg *c);
 kvp_stats mdl_gauges(const model *m);
+/* Move the model's peak up to the blocks in use now (the library keeps it
+ * at every change; the model only when told). */
+void mdl_note_peak(model *m);
 int mdl_stats_diff(model *m, const kvp_stats *got,
                    void (*bad)(void *user, const char *field, uint64_t exp, uint64_t got),
                    void *user);
