@@ -367,6 +367,11 @@ KVP_API kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
  * Take one block from `stream` for fresh content, held by `owner` (or
  * KVP_ANON): the same choice and rules as kvp_alloc for one block, with fill
  * 0 and format KVP_FMT_FP16.  Errors as kvp_alloc.  O(1).
+ * In a pool with nothing attached (no thread_safe, events, per-call history
+ * or callbacks) a take by an owner defers part of its bookkeeping: the next
+ * call other than a take, kvp_free_owner or kvp_pool_check completes it
+ * (O(1) per deferred take), and a kvp_free_owner of the same owner before
+ * then skips it.  No call can observe the difference.
  */
 KVP_API kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                             kvp_block *out);
@@ -972,6 +977,8 @@ KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t 
  * records, the index, every counter) and verify every invariant.  On the first
  * broken one returns KVP_ECORRUPT and writes a message naming it into
  * msg[0..cap) (msg may be NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
+ * It checks deferred take bookkeeping (kvp_take) as it stands and leaves it
+ * deferred, so that tests can check between takes and kvp_free_owner.
  * O(size of the pool + owners): for tests and debugging, never hot paths.
  */
 KVP_API kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap);

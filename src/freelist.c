@@ -23,7 +23,9 @@
  * - q lists are doubly linked except for the head's prev, which is not kept.
  * - LIFO: a vacant block is in the stack's array (stk, nstk; marked by
  *   next == KVP__STACKED), in the q list below it, or fresh.  Those in the
- *   array have been handed out before (flag EVER).
+ *   array have been handed out before (flag EVER).  A pending reference's
+ *   block (pool.c, take_pending) is in use though its record still reads
+ *   as in the array; it is in none of these structures.
  *
  * The fresh range [fresh_lo, fresh_hi) holds vacant blocks never given a
  * record, taken lowest id first: in LIFO order after every freed vacant

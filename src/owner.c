@@ -14,7 +14,7 @@
  * owners of the same block get xref nodes.  Dropping one reference leaves a
  * tombstone, so it is O(1); an array compacts once half of it is dead.
  *
- * Invariants:
+ * Invariants (a pending reference, below, excepted):
  * - ref == anon + sref + (owner != NONE) + length of the xref chain.
  * - owner == NONE implies xhead == NONE (dropping the inline reference
  *   promotes the oldest xref into its place), so a block with one owner never
@@ -24,6 +24,15 @@
  * - An owner slot is chained in the owner index iff its id != KVP_ANON; an
  *   owner with nrefs == 0 exists only while registered or inside
  *   kvp_free_owner.
+ *
+ * Pending references: the fast take (pool.c, take_pending) appends a block
+ * to its owner's array and writes nothing to the block's record.  They are
+ * a suffix of the array, refs[pend, len), and every slot that may hold some
+ * is on the dirty chain (p->dirty, through dnext) exactly once, pend != NONE
+ * saying so.  kvp__settle writes their records and empties the chain on the
+ * next call that could read them; kvp_free_owner frees them without reading
+ * them (freelist.c, kvp__free_pending).  A removed slot stays on the chain
+ * with pend 0, so that reusing it between settles never chains it twice.
  *
  * The owner index chains through the slots themselves (a bucket array of
  * slot + 1 links, one bucket per slot), like the block index: a lookup reads

@@ -3,9 +3,10 @@
  * blocks out and take them back (alloc, take, claim, free).
  *
  * What it owns: every block's state, reference count and fill; the gauges
- * in_use, shared, fragmented, peak, and the fast take's tally of the
- * counters it leaves to the next call (tally).  The free blocks' order is
- * freelist.c's.
+ * in_use, shared, fragmented, peak, and what the fast take leaves to the
+ * next call: the tally of its counters (tally) and the records of the
+ * blocks it hands to owners (take_pending; owner.c settles them).  The
+ * free blocks' order is freelist.c's.
  *
  * Invariants (checked by check.c):
  * - A block is in exactly one state.  A free block (vacant or cached) is in
@@ -17,6 +18,8 @@
  * - A fresh block's record is all zero (reads as vacant, no flags).
  * - A vacant block's fill is 0 and its flags at most EVER: handing it out
  *   then only stores into its record (hand_out_vacant).
+ * - Except a pending reference's block: in use, but its record still as it
+ *   was in the stack's array, until the next call that settles (kvp__enter).
  *
  * Why this shape: allocation and free are the hottest calls of an engine's
  * scheduler, so each is a handful of array accesses.  Their common case,
