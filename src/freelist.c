@@ -398,16 +398,24 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
                        b);
 }
 
-/* Free a pending reference's block (pool.c, take_pending) like
- * kvp__free_insert, for a record that already reads as the stack's array
- * needs it (vacant, fill 0, next STACKED): nothing is written to it, and in
- * a one-stream pool nothing read. */
-void kvp__free_pending(kvp_pool *p, uint32_t b, kvp__cursor *cur)
+/* Free the blocks of the pending references refs[0, n) (pool.c,
+ * take_pending), last first, like kvp__free_insert: their records already
+ * read as the stack's array needs them (vacant, fill 0, next STACKED), so
+ * nothing is written to them, and in a one-stream pool nothing read. */
+void kvp__free_pending(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur)
 {
-    int s = p->nstreams == 1 ? 0 : (int)p->blocks[b].stream;
-    kvp__stream *st = &p->st[s];
     kvp__assert(p->cfg.reuse == KVP_REUSE_LIFO && !p->ordered);
-    p->in_use--;
-    st->nvacant++;
-    stack_put(p, st, cur, s, b, true);
+    p->in_use -= n;
+    if (p->nstreams == 1) {
+        kvp__stream *st = &p->st[0];
+        st->nvacant += n;
+        for (uint32_t i = n; i-- > 0;)
+            stack_put(p, st, cur, 0, refs[i], true);
+        return;
+    }
+    for (uint32_t i = n; i-- > 0;) {
+        int s = p->blocks[refs[i]].stream;
+        p->st[s].nvacant++;
+        stack_put(p, &p->st[s], cur, s, refs[i], true);
+    }
 }

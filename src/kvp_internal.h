@@ -375,7 +375,7 @@ void kvp__free_remove(kvp_pool *p, uint32_t b);
 void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur);
 void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
-void kvp__free_pending(kvp_pool *p, uint32_t b, kvp__cursor *cur);
+void kvp__free_pending(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur);
 kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 

@@ -496,8 +496,8 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     size_t n = o->nrefs;
     uint32_t end = o->len;
     if (o->pend != KVP__NONE) { /* the tail: back to the stack's array, records untouched */
-        for (; end > o->pend; end--)
-            kvp__free_pending(pool, o->refs[end - 1], &cur);
+        kvp__free_pending(pool, o->refs + o->pend, o->len - o->pend, &cur);
+        end = o->pend;
     }
     /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses
      * are most of the cost of a free). */
