@@ -66,7 +66,7 @@ static uint32_t set_size(const kvp__idset *set)
     return n;
 }
 
-/* Pending references (pool.c, take_pending): every slot with pend set is
+/* Pending references (pool.c, take_deferred): every slot with pend set is
  * on the dirty chain once; an unused one holds nothing; each pending entry
  * names a block whose record still reads as held in the stack's array
  * (vacant, used before, next STACKED, no references), in no array (check_stack
@@ -102,6 +102,10 @@ static kvp_status mark_pending(kvp_pool *p, ctx *c)
     for (uint32_t slot = 0; slot < p->ocap; slot++)
         flagged += p->owners[slot].pend != KVP__NONE;
     CHECK(flagged == chained, "%u slots flagged dirty, %u on the chain", flagged, chained);
+    /* only a run of takes defers (pool.c, take), and a settle ends it */
+    CHECK(p->run >= KVP__DEFER_AFTER || !p->dirty,
+          "%u slots on the dirty chain after a run of %llu takes", chained,
+          (unsigned long long)p->run);
     return KVP_OK;
 }
 

@@ -167,6 +167,9 @@ typedef struct kvp__owner {
     uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */
 } kvp__owner;
 _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 8 for chains");
+/* Takes in a row, with no call between them but takes and owner frees,
+ * before a take defers its record (pool.c, take). */
+#define KVP__DEFER_AFTER 64u
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest power of two cap can hold */
 #define KVP__LINE 64
 
@@ -295,6 +298,8 @@ struct kvp_pool {
                            entry to the next (pool.c, tally) */
     uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
                            the owners that may hold pending references */
+    uint64_t run;       /* takes since the last call that settled (pool.c,
+                           take; 64 bits, so that it never wraps) */
 
     /* history ring */
     kvp_stats *hist;
@@ -406,6 +411,7 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot);
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
 void kvp__ref_first(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__settle(kvp_pool *p);
+void kvp__owner_settle(kvp_pool *p, uint32_t slot);
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
 kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n);

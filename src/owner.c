@@ -25,13 +25,14 @@
  *   owner with nrefs == 0 exists only while registered or inside
  *   kvp_free_owner.
  *
- * Pending references: the fast take (pool.c, take_pending) appends a block
+ * Pending references: the fast take (pool.c, take_deferred) appends a block
  * to its owner's array and writes nothing to the block's record.  They are
  * a suffix of the array, refs[pend, len), and every slot that may hold some
  * is on the dirty chain (p->dirty, through dnext) exactly once, pend != NONE
  * saying so.  kvp__settle writes their records and empties the chain on the
- * next call that could read them; kvp_free_owner frees them without reading
- * them (freelist.c, kvp__free_pending).  A removed slot stays on the chain
+ * next call that could read them (kvp__owner_settle, one owner's, before an
+ * append by a call that does not); kvp_free_owner frees them without
+ * reading them (freelist.c, kvp__free_pending).  A removed slot stays on the chain
  * with pend 0, so that reusing it between settles never chains it twice.
  *
  * The owner index chains through the slots themselves (a bucket array of
@@ -69,28 +70,34 @@ static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
 /* ------------------------------------------------------------------------ */
 
 /* Write the records of owner slot's pending references (pool.c,
- * take_pending) as the take would have: in use, one reference, this owner
+ * take_deferred) as the take would have: in use, one reference, this owner
  * at this position.  The slot stays on the dirty chain with none left. */
-static void settle_owner(kvp_pool *p, uint32_t slot)
+/* Out of line, as kvp__settle: inlined, they made every call's prologue
+ * save more registers. */
+static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
 {
     kvp__owner *o = &p->owners[slot];
-    for (uint32_t i = o->pend; i < o->len && i < o->pend + KVP__PREFETCH; i++)
-        kvp__prefetch_record(p, o->refs[i]);
-    for (uint32_t i = o->pend; i < o->len; i++) {
-        if (i + KVP__PREFETCH < o->len)
-            kvp__prefetch_record(p, o->refs[i + KVP__PREFETCH]);
-        kvp__block *blk = &p->blocks[o->refs[i]];
+    /* locals: a record store may alias the array and its length */
+    const uint32_t *refs = o->refs;
+    uint32_t from = o->pend, len = o->len;
+    /* the first is written at once; a settle after each take has only it */
+    for (uint32_t i = from + 1; i < len && i <= from + KVP__PREFETCH; i++)
+        kvp__prefetch_record(p, refs[i]);
+    for (uint32_t i = from; i < len; i++) {
+        if (i + KVP__PREFETCH < len)
+            kvp__prefetch_record(p, refs[i + KVP__PREFETCH]);
+        kvp__block *blk = &p->blocks[refs[i]];
         kvp__record_in_use(blk, KVP_FMT_FP16);
         blk->opos = i;
         blk->ref = 1;
         blk->owner = slot;
     }
-    o->pend = o->len;
+    o->pend = len;
 }
 
 /* Settle every pending reference and empty the dirty chain (kvp__enter):
  * O(pending references + slots on the chain), each put there by a take. */
-void kvp__settle(kvp_pool *p)
+KVP__NOINLINE void kvp__settle(kvp_pool *p)
 {
     for (uint32_t l = p->dirty; l;) {
         kvp__owner *o = &p->owners[l - 1];
@@ -101,17 +108,26 @@ void kvp__settle(kvp_pool *p)
     p->dirty = 0;
 }
 
-/* Append (room reserved by kvp__refs_reserve).  An owner with pending
- * references has them settled first, so that they stay a suffix. */
+/* Settle owner slot's pending references, for a call that appends to its
+ * array without settling all (pool.c: the take's general path and its list
+ * path), so that they stay a suffix.  The slot stays on the chain. */
+void kvp__owner_settle(kvp_pool *p, uint32_t slot)
+{
+    const kvp__owner *o = &p->owners[slot];
+    if (o->pend != KVP__NONE && o->pend < o->len)
+        settle_owner(p, slot);
+}
+
+/* Append (room reserved by kvp__refs_reserve; pending references settled,
+ * by kvp__enter or kvp__owner_settle). */
 static void arr_append(kvp_pool *p, kvp__owner *o, uint32_t node)
 {
-    if (o->pend != KVP__NONE) {
-        settle_owner(p, (uint32_t)(o - p->owners));
-        o->pend++;
-    }
+    kvp__assert(o->pend == KVP__NONE || o->pend == o->len);
     set_pos(p, node, o->len);
     o->refs[o->len++] = node;
     o->nrefs++;
+    if (o->pend != KVP__NONE) /* on the dirty chain, with none pending */
+        o->pend = o->len;
 }
 
 /* Remove the entry at pos: a tombstone, trailing tombstones trimmed, and a

@@ -5,7 +5,7 @@
  * What it owns: every block's state, reference count and fill; the gauges
  * in_use, shared, fragmented, peak, and what the fast take leaves to the
  * next call: the tally of its counters (tally) and the records of the
- * blocks it hands to owners (take_pending; owner.c settles them).  The
+ * blocks it hands to owners (take_deferred; owner.c settles them).  The
  * free blocks' order is freelist.c's.
  *
  * Invariants (checked by check.c):
@@ -128,7 +128,7 @@ static inline void tally(kvp_pool *p)
  * from inside this pool's callback is refused (the lock is held, and the
  * state is mid-change), then the lock is taken if the pool has one, the
  * fast takes since the last call are counted (tally), and their blocks'
- * records written (kvp__settle; see take_pending).  kvp__enter_lazy leaves
+ * records written (kvp__settle; see take_deferred).  kvp__enter_lazy leaves
  * the pending references as they are, for the calls that need no record
  * of them: kvp_free_owner, the take's general path and kvp_pool_check. */
 kvp_status kvp__enter_lazy(kvp_pool *p)
@@ -148,9 +148,12 @@ kvp_status kvp__enter_lazy(kvp_pool *p)
 kvp_status kvp__enter(kvp_pool *p)
 {
     kvp_status rc = kvp__enter_lazy(p);
-    if (!rc && p->dirty)
+    if (rc)
+        return rc;
+    if (p->dirty)
         kvp__settle(p);
-    return rc;
+    p->run = 0;
+    return KVP_OK;
 }
 
 /* Debug level 3: the whole pool checked after every call that changed it. */
@@ -749,6 +752,8 @@ static kvp_status alloc_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner,
         return rc;
     if (create)
         slot = kvp__owner_add(p, owner);
+    else if (slot != KVP__NONE)
+        kvp__owner_settle(p, slot); /* take_one enters lazily */
     kvp__take_blocks(p, s, nb, slot, format, ids);
     p->ctr.alloc_calls++;
     if (hint && slot != KVP__NONE)
@@ -808,6 +813,7 @@ static inline void take_done(kvp_pool *p, uint32_t slot, uint32_t *hint)
 {
     if (hint && slot != KVP__NONE)
         *hint = slot;
+    p->run++;
     /* kvp__leave, for a pool take_ready found unhooked: nothing to close,
      * record or unlock (and no call left in the take to save registers
      * for), only the debug self-check */
@@ -827,11 +833,13 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream
         return KVP_EINVAL;
     /* Lazy: other owners' pending references stay so (the new owner of
      * a decode step's first take would otherwise settle them all), and
-     * this owner's are settled by the append (owner.c, arr_append). */
+     * this owner's are settled before its append (alloc_locked). */
     kvp_status rc = kvp__enter_lazy(pool);
     if (rc)
         return rc;
     rc = alloc_locked(pool, s, 1, owner, hint, KVP_FMT_FP16, out);
+    if (!rc)
+        pool->run++;
     kvp__leave(pool, rc == KVP_OK);
     return rc;
 }
@@ -846,6 +854,8 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
                                                       kvp_stream stream, kvp_owner owner,
                                                       uint32_t *hint, kvp_block *out)
 {
+    if (slot != KVP__NONE)
+        kvp__owner_settle(p, slot);
     if (!pop_vacant(p, kvp__stream_index(p, stream), 1, slot, KVP_FMT_FP16, out))
         return take_one(p, stream, owner, hint, out);
     p->ctr.alloc_calls++;
@@ -853,11 +863,11 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
     return KVP_OK;
 }
 
-/* The fast take's hand-out to an owner: the block on top of the stack's
- * array becomes a pending reference, appended to the owner's array with
- * nothing written to its record, which still reads as a block held in the
- * array (vacant, used before, next STACKED).  The slot joins the dirty
- * chain with its first pending reference.
+/* The fast take's hand-out to an owner, deferred: the block on top of the
+ * stack's array becomes a pending reference, appended to the owner's array
+ * with nothing written to its record, which still reads as a block held
+ * in the array (vacant, used before, next STACKED).  The slot joins the
+ * dirty chain with its first pending reference.
  *
  * Why: in a decode loop the record was the take's one cold line, and
  * kvp_free_owner's, which read it back; at 1M blocks one miss per block
@@ -865,9 +875,15 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
  * owner frees it before any other call goes back to the array with its
  * record untouched (kvp__free_pending).  Every other call that could see
  * it writes the records first (kvp__enter, kvp__settle), as hand_out_vacant
- * would have, and so does any other append to the same owner, which keeps
- * the pending references a suffix of its array (owner.c, arr_append). */
-static inline uint32_t take_pending(kvp_pool *p, kvp__stream *st, uint32_t slot)
+ * would have, and so do the take's other paths for the owner they append
+ * to, which keeps the pending references a suffix of its array
+ * (kvp__owner_settle in take_list and alloc_locked).
+ *
+ * Out of line, called in tail position: inlined, it made the take that
+ * writes the record save two more registers, 1 ns of the 14 that a step of
+ * takes and fills costs (change 38). */
+static KVP__NOINLINE kvp_status take_deferred(kvp_pool *p, kvp__stream *st, uint32_t slot,
+                                              uint32_t *hint, kvp_block *out)
 {
     uint32_t b = st->stk[--st->nstk];
     kvp__owner *o = &p->owners[slot];
@@ -878,12 +894,24 @@ static inline uint32_t take_pending(kvp_pool *p, kvp__stream *st, uint32_t slot)
     }
     o->refs[o->len++] = b;
     o->nrefs++;
-    return b;
+    *out = b;
+    st->nvacant--;
+    p->untallied++; /* as in take */
+    take_done(p, slot, hint);
+    return KVP_OK;
 }
 
 /* kvp_take (hint NULL) and kvp_take_hinted.  The common case, the top of
- * the LIFO stack's array, is handled inline: to an owner as a pending
- * reference, anonymously with its record written. */
+ * the LIFO stack's array, is handled inline, with the block's record
+ * written; once KVP__DEFER_AFTER takes have come in a row with no call
+ * between them but takes and owner frees (p->run), a take by an owner
+ * defers the record instead (take_deferred).  Deferring pays when the
+ * owner frees the block before anything settles it, and costs when a
+ * settle comes first: that writes the same record later, colder, at a
+ * fixed cost per owner.  An engine that makes another call every step (a
+ * fill, a publish) runs a few takes between them and never defers; a
+ * decode loop of takes and owner frees alone defers after its first few
+ * dozen (change 38). */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                               uint32_t *hint, kvp_block *out)
 {
@@ -894,12 +922,10 @@ static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner
     kvp__stream *st = &pool->st[s];
     if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
         return take_list(pool, slot, stream, owner, hint, out);
-    if (slot != KVP__NONE) {
-        *out = take_pending(pool, st, slot);
-    } else {
-        *out = pop_top(pool, s, slot, KVP_FMT_FP16);
-        prefetch_ahead(pool, st, st->qhead);
-    }
+    if (slot != KVP__NONE && pool->run >= KVP__DEFER_AFTER)
+        return take_deferred(pool, st, slot, hint, out);
+    *out = pop_top(pool, s, slot, KVP_FMT_FP16);
+    prefetch_ahead(pool, st, st->qhead);
     st->nvacant--;
     pool->untallied++; /* its reuse, call, block and gauges: see tally */
     take_done(pool, slot, hint);

@@ -1103,9 +1103,14 @@ static void run_config(const mcfg *c)
         x->sync_owner = -1;
         if (getenv("KVP_MODEL_DUMP"))
             g_pre = m;
-        if (c->unhooked && !x->quiet && chance(x, 4))
-            x->quiet = 1 + rn(x, 60);
-        do_step(x, x->quiet ? (chance(x, 85) ? OP_TAKE : OP_FREE_OWNER) : pick_op(x));
+        /* long enough for takes to start deferring (KVP__DEFER_AFTER, 64),
+         * with owner frees often enough that most takes succeed */
+        if (c->unhooked && !x->quiet && chance(x, c->decode ? 8 : 3))
+            x->quiet = 100 + rn(x, 400);
+        int op = x->quiet ? (chance(x, 70) ? OP_TAKE : OP_FREE_OWNER) : pick_op(x);
+        if (c->decode && (op == OP_SHRINK || op == OP_RETIRE_TOP))
+            op = OP_TAKE;
+        do_step(x, op);
         if (getenv("KVP_MODEL_TRACE"))
             fprintf(stderr, "  #%zu %s%s\n", x->step, x->op, x->quiet ? " (quiet)" : "");
         mdl_note_peak(&m);
@@ -1135,23 +1140,27 @@ static void run_config(const mcfg *c)
 #define BASE_STEPS 10000
 
 static const mcfg g_cfgs[] = {
-    /* name                    reuse             sep null grow pfx bs  n    max  seed  steps unhooked */
-    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0},
-    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0},
-    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0},
-    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0},
-    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0},
-    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0},
-    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0},
-    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0},
-    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0},
-    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0},
-    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0},
+    /* name                    reuse             sep null grow pfx bs  n    max  seed  steps unhooked decode */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0},
     /* Nothing hooked, so takes run the fast path (pool.c, take), which
      * the configurations above, all with an eviction callback, never do. */
-    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1},
-    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1},
-    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1},
+    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0},
+    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0},
+    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0},
+    /* Decode-like: quiet runs of takes and owner frees, long enough for
+     * takes to defer, and nothing that turns the fast path off. */
+    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1},
+    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])
@@ -1167,7 +1176,7 @@ static void run_index(size_t i, size_t weight)
     run_config(&c);
 }
 
-/* 14 configurations, weights 1 or 2: 19 x BASE_STEPS steps in all. */
+/* 16 configurations, weights 1 or 2: 21 x BASE_STEPS steps in all. */
 static void test_lifo_shared(void **s) { (void)s; run_index(0, 1); }
 static void test_lifo_shared_null_grow(void **s) { (void)s; run_index(1, 2); }
 static void test_lifo_kv_null_grow(void **s) { (void)s; run_index(2, 2); }
@@ -1182,6 +1191,8 @@ static void test_lowest_unlimited(void **s) { (void)s; run_index(10, 1); }
 static void test_lifo_shared_unhooked(void **s) { (void)s; run_index(11, 1); }
 static void test_lifo_kv_grow_unhooked(void **s) { (void)s; run_index(12, 1); }
 static void test_fifo_shared_unhooked(void **s) { (void)s; run_index(13, 1); }
+static void test_lifo_decode(void **s) { (void)s; run_index(14, 1); }
+static void test_lifo_kv_decode(void **s) { (void)s; run_index(15, 1); }
 
 static void test_total(void **s)
 {
@@ -1209,6 +1220,8 @@ int main(void)
         cmocka_unit_test(test_lifo_shared_unhooked),
         cmocka_unit_test(test_lifo_kv_grow_unhooked),
         cmocka_unit_test(test_fifo_shared_unhooked),
+        cmocka_unit_test(test_lifo_decode),
+        cmocka_unit_test(test_lifo_kv_decode),
         cmocka_unit_test(test_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

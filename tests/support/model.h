@@ -81,6 +81,9 @@ typedef struct mcfg {
     size_t steps;
     int unhooked; /* no eviction callback: with nothing else hooked, the
                      library's take runs its fast path (pool.c, take) */
+    int decode;   /* test_model: no shrink or retire_top (the first keeps the
+                     free sets, which turns that fast path off for good) and
+                     more quiet runs, for the takes that defer */
 } mcfg;
 
 typedef struct mctr {
