@@ -813,6 +813,31 @@ static void test_pending_kv(void **state)
     kvp_pool_destroy(eager);
 }
 
+/* The run: after a call that settles, the first KVP__DEFER_AFTER takes
+ * write their records, whichever path they take, and the next defers. */
+static void test_pending_run_length(void **state)
+{
+    (void)state;
+    kvp_pool *lazy, *eager;
+    twins(kvptest_config(200), &lazy, &eager);
+    uint32_t h = KVP_HINT_NONE;
+    for (int i = 0; i < 150; i++)
+        take_both(lazy, eager, KVP_STREAM_SHARED, 9, &h);
+    free_both(lazy, eager, 9); /* the stack's array holds 150 */
+    kvptest_stats(lazy);        /* settles: a new run */
+    KVP_ASSERT_EQ(lazy->run, 0);
+    h = KVP_HINT_NONE;
+    for (uint32_t i = 0; i < KVP__DEFER_AFTER; i++) /* the general path, then fast */
+        take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
+    KVP_ASSERT_EQ(pending_of(lazy, 1), 0);
+    KVP_ASSERT_EQ(lazy->run, KVP__DEFER_AFTER);
+    take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
+    KVP_ASSERT_EQ(pending_of(lazy, 1), 1);
+    KVP_ASSERT_EQ(kvptest_fp(lazy), kvptest_fp(eager));
+    kvp_pool_destroy(lazy);
+    kvp_pool_destroy(eager);
+}
+
 /* kvp_pool_check reads the pending references as they are and refuses
  * each way they can be wrong; it leaves them pending. */
 static void test_pending_check(void **state)
@@ -920,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_pending_settled_on_read),
         cmocka_unit_test(test_pending_general_append),
         cmocka_unit_test(test_pending_kv),
+        cmocka_unit_test(test_pending_run_length),
         cmocka_unit_test(test_pending_check),
         cmocka_unit_test(test_pending_twin_churn),
     };
