@@ -66,7 +66,7 @@ static uint32_t set_size(const kvp__idset *set)
     return n;
 }
 
-/* Pending references (pool.c, take_deferred): every slot with pend set is
+/* Pending references (pool.c, take_to_owner): every slot with pend set is
  * on the dirty chain once; an unused one holds nothing; each pending entry
  * names a block whose record still reads as held in the stack's array
  * (vacant, used before, next STACKED, no references), in no array (check_stack

@@ -24,7 +24,7 @@
  * - LIFO: a vacant block is in the stack's array (stk, nstk; marked by
  *   next == KVP__STACKED), in the q list below it, or fresh.  Those in the
  *   array have been handed out before (flag EVER).  A pending reference's
- *   block (pool.c, take_deferred) is in use though its record still reads
+ *   block (pool.c, take_to_owner) is in use though its record still reads
  *   as in the array; it is in none of these structures.
  *
  * The fresh range [fresh_lo, fresh_hi) holds vacant blocks never given a
@@ -399,7 +399,7 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
 }
 
 /* Free the blocks of the pending references refs[0, n) (pool.c,
- * take_deferred), last first, like kvp__free_insert: their records already
+ * take_to_owner), last first, like kvp__free_insert: their records already
  * read as the stack's array needs them (vacant, fill 0, next STACKED), so
  * nothing is written to them, and in a one-stream pool nothing read. */
 void kvp__free_pending(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur)

@@ -339,6 +339,18 @@ static inline void kvp__record_in_use(kvp__block *blk, unsigned format)
     blk->format = (uint8_t)format;
 }
 
+/* Block b's record as a take by owner slot `slot` leaves it, at position
+ * pos of the owner's array: in use, one reference, format FP16; stores
+ * only.  The fast take writes it, or kvp__settle for a deferred one. */
+static inline void kvp__record_owned(kvp_pool *p, uint32_t b, uint32_t slot, uint32_t pos)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__record_in_use(blk, KVP_FMT_FP16);
+    blk->opos = pos;
+    blk->ref = 1;
+    blk->owner = slot;
+}
+
 /* Hash of a caller's 64-bit id (owner, request) for a power-of-two table:
  * the top half folded into the bottom, so sequential ids spread. */
 static inline uint32_t kvp__id_hash(uint64_t key)

@@ -25,7 +25,7 @@
  *   owner with nrefs == 0 exists only while registered or inside
  *   kvp_free_owner.
  *
- * Pending references: the fast take (pool.c, take_deferred) appends a block
+ * Pending references: the fast take (pool.c, take_to_owner) appends a block
  * to its owner's array and writes nothing to the block's record.  They are
  * a suffix of the array, refs[pend, len), and every slot that may hold some
  * is on the dirty chain (p->dirty, through dnext) exactly once, pend != NONE
@@ -70,7 +70,7 @@ static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
 /* ------------------------------------------------------------------------ */
 
 /* Write the records of owner slot's pending references (pool.c,
- * take_deferred) as the take would have: in use, one reference, this owner
+ * take_to_owner) as the take would have: in use, one reference, this owner
  * at this position.  The slot stays on the dirty chain with none left. */
 /* Out of line, as kvp__settle: inlined, they made every call's prologue
  * save more registers. */
@@ -86,11 +86,7 @@ static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
     for (uint32_t i = from; i < len; i++) {
         if (i + KVP__PREFETCH < len)
             kvp__prefetch_record(p, refs[i + KVP__PREFETCH]);
-        kvp__block *blk = &p->blocks[refs[i]];
-        kvp__record_in_use(blk, KVP_FMT_FP16);
-        blk->opos = i;
-        blk->ref = 1;
-        blk->owner = slot;
+        kvp__record_owned(p, refs[i], slot, i);
     }
     o->pend = len;
 }

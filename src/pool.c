@@ -5,7 +5,7 @@
  * What it owns: every block's state, reference count and fill; the gauges
  * in_use, shared, fragmented, peak, and what the fast take leaves to the
  * next call: the tally of its counters (tally) and the records of the
- * blocks it hands to owners (take_deferred; owner.c settles them).  The
+ * blocks it hands to owners (take_to_owner; owner.c settles them).  The
  * free blocks' order is freelist.c's.
  *
  * Invariants (checked by check.c):
@@ -128,7 +128,7 @@ static inline void tally(kvp_pool *p)
  * from inside this pool's callback is refused (the lock is held, and the
  * state is mid-change), then the lock is taken if the pool has one, the
  * fast takes since the last call are counted (tally), and their blocks'
- * records written (kvp__settle; see take_deferred).  kvp__enter_lazy leaves
+ * records written (kvp__settle; see take_to_owner).  kvp__enter_lazy leaves
  * the pending references as they are, for the calls that need no record
  * of them: kvp_free_owner, the take's general path and kvp_pool_check. */
 kvp_status kvp__enter_lazy(kvp_pool *p)
@@ -863,55 +863,48 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
     return KVP_OK;
 }
 
-/* The fast take's hand-out to an owner, deferred: the block on top of the
- * stack's array becomes a pending reference, appended to the owner's array
- * with nothing written to its record, which still reads as a block held
- * in the array (vacant, used before, next STACKED).  The slot joins the
- * dirty chain with its first pending reference.
+/* The fast take's hand-out to an owner: the block on top of the stack's
+ * array, appended to the owner's array.  Its record is written here, as
+ * kvp__hand_out would (its stream is already right: the array holds only
+ * its stream's blocks), or, once KVP__DEFER_AFTER takes have come in a row
+ * with no call between them but takes and owner frees (p->run), deferred:
+ * the block becomes a pending reference, its record still that of a block
+ * held in the array (vacant, used before, next STACKED), and the owner's
+ * slot joins the dirty chain with its first one.
  *
- * Why: in a decode loop the record was the take's one cold line, and
+ * Why defer: in a decode loop the record was the take's one cold line, and
  * kvp_free_owner's, which read it back; at 1M blocks one miss per block
  * cycle was most of the cost (PERFORMANCE.md, change 38).  A block whose
  * owner frees it before any other call goes back to the array with its
  * record untouched (kvp__free_pending).  Every other call that could see
- * it writes the records first (kvp__enter, kvp__settle), as hand_out_vacant
- * would have, and so do the take's other paths for the owner they append
- * to, which keeps the pending references a suffix of its array
- * (kvp__owner_settle in take_list and alloc_locked).
- *
- * Out of line, called in tail position: inlined, it made the take that
- * writes the record save two more registers, 1 ns of the 14 that a step of
- * takes and fills costs (change 38). */
-static KVP__NOINLINE kvp_status take_deferred(kvp_pool *p, kvp__stream *st, uint32_t slot,
-                                              uint32_t *hint, kvp_block *out)
+ * it writes the records first (kvp__enter, kvp__settle), and so do the
+ * take's other paths for the owner they append to, which keeps the pending
+ * references a suffix of its array (kvp__owner_settle in take_list and
+ * alloc_locked).  Why only in a run: a settle writes the same record later,
+ * colder, at a fixed cost per owner, so deferring costs when a settle
+ * comes first.  An engine that makes another call every step (a fill, a
+ * publish) runs a few takes between them and never defers; a decode loop
+ * of takes and owner frees alone defers after its first few dozen. */
+static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot)
 {
     uint32_t b = st->stk[--st->nstk];
     kvp__owner *o = &p->owners[slot];
-    if (o->pend == KVP__NONE) {
+    if (p->run < KVP__DEFER_AFTER) {
+        kvp__record_owned(p, b, slot, o->len);
+        prefetch_ahead(p, st, st->qhead);
+    } else if (o->pend == KVP__NONE) {
         o->pend = o->len;
         o->dnext = p->dirty;
         p->dirty = slot + 1;
     }
     o->refs[o->len++] = b;
     o->nrefs++;
-    *out = b;
-    st->nvacant--;
-    p->untallied++; /* as in take */
-    take_done(p, slot, hint);
-    return KVP_OK;
+    return b;
 }
 
 /* kvp_take (hint NULL) and kvp_take_hinted.  The common case, the top of
- * the LIFO stack's array, is handled inline, with the block's record
- * written; once KVP__DEFER_AFTER takes have come in a row with no call
- * between them but takes and owner frees (p->run), a take by an owner
- * defers the record instead (take_deferred).  Deferring pays when the
- * owner frees the block before anything settles it, and costs when a
- * settle comes first: that writes the same record later, colder, at a
- * fixed cost per owner.  An engine that makes another call every step (a
- * fill, a publish) runs a few takes between them and never defers; a
- * decode loop of takes and owner frees alone defers after its first few
- * dozen (change 38). */
+ * the LIFO stack's array, is handled inline (take_to_owner, or pop_top for
+ * an anonymous take). */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                               uint32_t *hint, kvp_block *out)
 {
@@ -922,10 +915,12 @@ static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner
     kvp__stream *st = &pool->st[s];
     if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
         return take_list(pool, slot, stream, owner, hint, out);
-    if (slot != KVP__NONE && pool->run >= KVP__DEFER_AFTER)
-        return take_deferred(pool, st, slot, hint, out);
-    *out = pop_top(pool, s, slot, KVP_FMT_FP16);
-    prefetch_ahead(pool, st, st->qhead);
+    if (slot != KVP__NONE) {
+        *out = take_to_owner(pool, st, slot);
+    } else {
+        *out = pop_top(pool, s, slot, KVP_FMT_FP16);
+        prefetch_ahead(pool, st, st->qhead);
+    }
     st->nvacant--;
     pool->untallied++; /* its reuse, call, block and gauges: see tally */
     take_done(pool, slot, hint);

@@ -9,7 +9,7 @@
  * reference goes, the owner table growing to many owners, and
  * kvp_take_hinted with good, wrong, stale and garbage hints.
  *
- * Pending references (pool.c, take_deferred): the fast take leaves the
+ * Pending references (pool.c, take_to_owner): the fast take leaves the
  * block's record unwritten until another call settles it; the tests look
  * inside the pool (kvp_internal.h) to see what is pending, and compare
  * every outcome with a hooked twin pool, whose takes write records at once.
