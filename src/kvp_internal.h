@@ -167,9 +167,9 @@ typedef struct kvp__owner {
     uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */
 } kvp__owner;
 _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 8 for chains");
-/* Takes in a row, with no call between them but takes and owner frees,
- * before a take defers its record (pool.c, take). */
-#define KVP__DEFER_AFTER 64u
+/* Owner frees and general-path takes (p->run) since the last call that
+ * settled, before a take defers its record (pool.c, take_to_owner). */
+#define KVP__DEFER_AFTER 8u
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest power of two cap can hold */
 #define KVP__LINE 64
 
@@ -298,8 +298,9 @@ struct kvp_pool {
                            entry to the next (pool.c, tally) */
     uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
                            the owners that may hold pending references */
-    uint64_t run;       /* takes since the last call that settled (pool.c,
-                           take; 64 bits, so that it never wraps) */
+    uint64_t run;       /* owner frees and general-path takes since the last
+                           call that settled (pool.c, take_to_owner; 64 bits,
+                           so that it never wraps) */
 
     /* history ring */
     kvp_stats *hist;

@@ -528,6 +528,7 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     }
     kvp__free_end(pool, &cur);
     kvp__owner_remove(pool, slot);
+    pool->run++; /* see pool.c, take_to_owner */
     pool->ctr.free_calls++;
     pool->ctr.blocks_freed += n;
     if (n_freed)

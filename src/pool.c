@@ -813,7 +813,6 @@ static inline void take_done(kvp_pool *p, uint32_t slot, uint32_t *hint)
 {
     if (hint && slot != KVP__NONE)
         *hint = slot;
-    p->run++;
     /* kvp__leave, for a pool take_ready found unhooked: nothing to close,
      * record or unlock (and no call left in the take to save registers
      * for), only the debug self-check */
@@ -866,8 +865,9 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
 /* The fast take's hand-out to an owner: the block on top of the stack's
  * array, appended to the owner's array.  Its record is written here, as
  * kvp__hand_out would (its stream is already right: the array holds only
- * its stream's blocks), or, once KVP__DEFER_AFTER takes have come in a row
- * with no call between them but takes and owner frees (p->run), deferred:
+ * its stream's blocks), or, in a run of takes and owner frees long enough
+ * to hold KVP__DEFER_AFTER owner frees or general-path takes (p->run: the
+ * fast take itself counts nothing), deferred:
  * the block becomes a pending reference, its record still that of a block
  * held in the array (vacant, used before, next STACKED), and the owner's
  * slot joins the dirty chain with its first one.
@@ -884,7 +884,7 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
  * colder, at a fixed cost per owner, so deferring costs when a settle
  * comes first.  An engine that makes another call every step (a fill, a
  * publish) runs a few takes between them and never defers; a decode loop
- * of takes and owner frees alone defers after its first few dozen. */
+ * of takes and owner frees alone defers once a few sequences have ended. */
 static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot)
 {
     uint32_t b = st->stk[--st->nstk];

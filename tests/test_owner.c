@@ -642,9 +642,9 @@ static void free_both(kvp_pool *lazy, kvp_pool *eager, kvp_owner o)
     kvptest_check(lazy);
 }
 
-/* Make the takes that follow defer (pool.c, take): KVP__DEFER_AFTER takes
- * in a row, a scratch owner taking one block of stream s and freeing it
- * each time, on both twins (eager may be NULL). */
+/* Make the takes that follow defer (pool.c, take_to_owner): a run long
+ * enough, a scratch owner taking one block of stream s and freeing it
+ * KVP__DEFER_AFTER times, on both twins (eager may be NULL). */
 static void start_run(kvp_pool *lazy, kvp_pool *eager, kvp_stream s)
 {
     kvp_pool *both[2] = {lazy, eager};
@@ -813,23 +813,34 @@ static void test_pending_kv(void **state)
     kvp_pool_destroy(eager);
 }
 
-/* The run: after a call that settles, the first KVP__DEFER_AFTER takes
- * write their records, whichever path they take, and the next defers. */
+/* The run: after a call that settles, takes write their records until
+ * KVP__DEFER_AFTER owner frees and general-path takes have come (fast takes
+ * count nothing), and the next take by an owner defers. */
 static void test_pending_run_length(void **state)
 {
     (void)state;
     kvp_pool *lazy, *eager;
     twins(kvptest_config(200), &lazy, &eager);
-    uint32_t h = KVP_HINT_NONE;
+    uint32_t h = KVP_HINT_NONE, hs = KVP_HINT_NONE;
     for (int i = 0; i < 150; i++)
         take_both(lazy, eager, KVP_STREAM_SHARED, 9, &h);
     free_both(lazy, eager, 9); /* the stack's array holds 150 */
     kvptest_stats(lazy);        /* settles: a new run */
     KVP_ASSERT_EQ(lazy->run, 0);
     h = KVP_HINT_NONE;
-    for (uint32_t i = 0; i < KVP__DEFER_AFTER; i++) /* the general path, then fast */
+    take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h); /* a new owner: general */
+    KVP_ASSERT_EQ(lazy->run, 1);
+    for (int i = 0; i < 40; i++) /* fast, and not counted */
         take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
+    KVP_ASSERT_EQ(lazy->run, 1);
+    while (lazy->run + 2 < KVP__DEFER_AFTER) { /* a general take and a free: +2 */
+        take_both(lazy, eager, KVP_STREAM_SHARED, 2, &hs);
+        free_both(lazy, eager, 2);
+    }
+    KVP_ASSERT_EQ(lazy->run, KVP__DEFER_AFTER - 1);
+    take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
     KVP_ASSERT_EQ(pending_of(lazy, 1), 0);
+    take_both(lazy, eager, KVP_STREAM_SHARED, 2, &hs); /* the run is long enough */
     KVP_ASSERT_EQ(lazy->run, KVP__DEFER_AFTER);
     take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
     KVP_ASSERT_EQ(pending_of(lazy, 1), 1);
