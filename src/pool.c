@@ -671,6 +671,46 @@ static inline void prefetch_ahead(const kvp_pool *p, const kvp__stream *st, uint
         kvp__prefetch_record(p, ahead);
 }
 
+/* The fast take's hand-out to an owner: the block on top of the stack's
+ * array, appended to the owner's array.  Its record is written here, as
+ * kvp__hand_out would (its stream is already right: the array holds only
+ * its stream's blocks), or, in a run of takes and owner frees long enough
+ * to hold KVP__DEFER_AFTER owner frees or general-path takes (p->run: the
+ * fast take itself counts nothing), deferred:
+ * the block becomes a pending reference, its record still that of a block
+ * held in the array (vacant, used before, next STACKED), and the owner's
+ * slot joins the dirty chain with its first one.
+ *
+ * Why defer: in a decode loop the record was the take's one cold line, and
+ * kvp_free_owner's, which read it back; at 1M blocks one miss per block
+ * cycle was most of the cost (PERFORMANCE.md, change 38).  A block whose
+ * owner frees it before any other call goes back to the array with its
+ * record untouched (kvp__free_pending).  Every other call that could see
+ * it writes the records first (kvp__enter, kvp__settle), and so do the
+ * take's other paths for the owner they append to, which keeps the pending
+ * references a suffix of its array (kvp__owner_settle in take_list and
+ * alloc_locked).  Why only in a run: a settle writes the same record later,
+ * colder, at a fixed cost per owner, so deferring costs when a settle
+ * comes first.  An engine that makes another call every step (a fill, a
+ * publish) runs a few takes between them and never defers; a decode loop
+ * of takes and owner frees alone defers once a few sequences have ended. */
+static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot)
+{
+    uint32_t b = st->stk[--st->nstk];
+    kvp__owner *o = &p->owners[slot];
+    if (p->run < KVP__DEFER_AFTER) {
+        kvp__record_owned(p, b, slot, o->len);
+        prefetch_ahead(p, st, st->qhead);
+    } else if (o->pend == KVP__NONE) {
+        o->pend = o->len;
+        o->dnext = p->dirty;
+        p->dirty = slot + 1;
+    }
+    o->refs[o->len++] = b;
+    o->nrefs++;
+    return b;
+}
+
 /* The common case of kvp__take_block, for up to n blocks at once: pop the
  * LIFO stack's array, then, while the next block in reuse order is the
  * head of the q list and vacant (LIFO, or FIFO once the never-used range
@@ -686,6 +726,11 @@ static uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
         (p->cfg.reuse == KVP_REUSE_FIFO && st->fresh_lo < st->fresh_hi))
         return 0;
     uint32_t i = 0;
+    /* in a run, a single take by an owner defers as the fast one does (a
+     * sequence's first block is taken here, as its owner is new) */
+    if (n == 1 && oslot < KVP__SEQ && format == KVP_FMT_FP16 && !p->ordered &&
+        p->run >= KVP__DEFER_AFTER && st->nstk)
+        ids[i++] = take_to_owner(p, st, oslot);
     for (; i < n && st->nstk; i++)
         ids[i] = pop_top(p, s, oslot, format);
     p->ctr.reused += i;
@@ -860,46 +905,6 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
     p->ctr.alloc_calls++;
     take_done(p, slot, hint);
     return KVP_OK;
-}
-
-/* The fast take's hand-out to an owner: the block on top of the stack's
- * array, appended to the owner's array.  Its record is written here, as
- * kvp__hand_out would (its stream is already right: the array holds only
- * its stream's blocks), or, in a run of takes and owner frees long enough
- * to hold KVP__DEFER_AFTER owner frees or general-path takes (p->run: the
- * fast take itself counts nothing), deferred:
- * the block becomes a pending reference, its record still that of a block
- * held in the array (vacant, used before, next STACKED), and the owner's
- * slot joins the dirty chain with its first one.
- *
- * Why defer: in a decode loop the record was the take's one cold line, and
- * kvp_free_owner's, which read it back; at 1M blocks one miss per block
- * cycle was most of the cost (PERFORMANCE.md, change 38).  A block whose
- * owner frees it before any other call goes back to the array with its
- * record untouched (kvp__free_pending).  Every other call that could see
- * it writes the records first (kvp__enter, kvp__settle), and so do the
- * take's other paths for the owner they append to, which keeps the pending
- * references a suffix of its array (kvp__owner_settle in take_list and
- * alloc_locked).  Why only in a run: a settle writes the same record later,
- * colder, at a fixed cost per owner, so deferring costs when a settle
- * comes first.  An engine that makes another call every step (a fill, a
- * publish) runs a few takes between them and never defers; a decode loop
- * of takes and owner frees alone defers once a few sequences have ended. */
-static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot)
-{
-    uint32_t b = st->stk[--st->nstk];
-    kvp__owner *o = &p->owners[slot];
-    if (p->run < KVP__DEFER_AFTER) {
-        kvp__record_owned(p, b, slot, o->len);
-        prefetch_ahead(p, st, st->qhead);
-    } else if (o->pend == KVP__NONE) {
-        o->pend = o->len;
-        o->dnext = p->dirty;
-        p->dirty = slot + 1;
-    }
-    o->refs[o->len++] = b;
-    o->nrefs++;
-    return b;
 }
 
 /* kvp_take (hint NULL) and kvp_take_hinted.  The common case, the top of
