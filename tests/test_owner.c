@@ -908,7 +908,7 @@ static void test_pending_twin_churn(void **state)
 {
     (void)state;
     kvp_pool *lazy, *eager;
-    twins(kvptest_config(64), &lazy, &eager);
+    twins(kvptest_config(128), &lazy, &eager); /* 6 owners of up to 17 blocks */
     uint32_t hint[6], len[6] = {0};
     for (int i = 0; i < 6; i++)
         hint[i] = KVP_HINT_NONE;
