@@ -141,22 +141,28 @@ static void stack_spill(kvp_pool *p, kvp__stream *st)
     st->nstk = 0;
 }
 
-/* Put vacant block b on top of stream s's stack where cur says: blocks
+/* Put vacant block b on top of stream s's stack where cur says (stack_room
+ * reserves the call's room, or sends it to the list): blocks
  * freed together are reused in the order given, so the array is filled
  * downwards from room reserved, at the call's first block on the stream,
  * for every block the call could free (cur->max); kvp__free_end closes the
  * gap.  A call finding too little room spills the array into the list
  * first, and one that cannot fit at all goes to the list, each block below
  * the call's previous one. */
-static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int s, uint32_t b,
-                             bool stacked)
+static inline bool stack_room(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int s)
 {
     if (cur->w[s] == KVP__NONE) {
         if (cur->max > st->stkcap - st->nstk)
             stack_spill(p, st);
         cur->w[s] = cur->max <= st->stkcap ? st->nstk + cur->max : KVP__LISTED;
     }
-    if (cur->w[s] != KVP__LISTED) {
+    return cur->w[s] != KVP__LISTED;
+}
+
+static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int s, uint32_t b,
+                             bool stacked)
+{
+    if (stack_room(p, st, cur, s)) {
         st->stk[--cur->w[s]] = b;
         if (!stacked)
             p->blocks[b].next = KVP__STACKED;
@@ -409,6 +415,13 @@ void kvp__free_pending(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__curso
     if (p->nstreams == 1) {
         kvp__stream *st = &p->st[0];
         st->nvacant += n;
+        if (n && stack_room(p, st, cur, 0)) {
+            /* stack_put of refs[n-1] down to refs[0], in one copy: they are
+             * the call's first blocks, so the room below w holds them */
+            cur->w[0] -= n;
+            memcpy(st->stk + cur->w[0], refs, (size_t)n * sizeof *refs);
+            return;
+        }
         for (uint32_t i = n; i-- > 0;)
             stack_put(p, st, cur, 0, refs[i], true);
         return;
