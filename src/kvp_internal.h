@@ -342,11 +342,15 @@ static inline void kvp__record_in_use(kvp__block *blk, unsigned format)
 
 /* Block b's record as a take by owner slot `slot` leaves it, at position
  * pos of the owner's array: in use, one reference, format FP16; stores
- * only.  The fast take writes it, or kvp__settle for a deferred one. */
-static inline void kvp__record_owned(kvp_pool *p, uint32_t b, uint32_t slot, uint32_t pos)
+ * only.  The fast take writes it, or kvp__settle for a deferred one.  The
+ * stream s is stored though the record holds it already: without it GCC 12
+ * merged the byte-wide stores into a read-modify-write of their word, a
+ * read of a cold record (change 34). */
+static inline void kvp__record_owned(kvp_pool *p, uint32_t b, uint32_t slot, uint32_t pos, int s)
 {
     kvp__block *blk = &p->blocks[b];
     kvp__record_in_use(blk, KVP_FMT_FP16);
+    blk->stream = (unsigned)s;
     blk->opos = pos;
     blk->ref = 1;
     blk->owner = slot;

@@ -86,7 +86,7 @@ static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
     for (uint32_t i = from; i < len; i++) {
         if (i + KVP__PREFETCH < len)
             kvp__prefetch_record(p, refs[i + KVP__PREFETCH]);
-        kvp__record_owned(p, refs[i], slot, i);
+        kvp__record_owned(p, refs[i], slot, i, p->nstreams == 1 ? 0 : p->blocks[refs[i]].stream);
     }
     o->pend = len;
 }

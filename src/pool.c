@@ -673,8 +673,7 @@ static inline void prefetch_ahead(const kvp_pool *p, const kvp__stream *st, uint
 
 /* The fast take's hand-out to an owner: the block on top of the stack's
  * array, appended to the owner's array.  Its record is written here, as
- * kvp__hand_out would (its stream is already right: the array holds only
- * its stream's blocks), or, in a run of takes and owner frees long enough
+ * kvp__hand_out would, or, in a run of takes and owner frees long enough
  * to hold KVP__DEFER_AFTER owner frees or general-path takes (p->run: the
  * fast take itself counts nothing), deferred:
  * the block becomes a pending reference, its record still that of a block
@@ -694,12 +693,13 @@ static inline void prefetch_ahead(const kvp_pool *p, const kvp__stream *st, uint
  * comes first.  An engine that makes another call every step (a fill, a
  * publish) runs a few takes between them and never defers; a decode loop
  * of takes and owner frees alone defers once a few sequences have ended. */
-static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot)
+static inline uint32_t take_to_owner(kvp_pool *p, int s, uint32_t slot)
 {
+    kvp__stream *st = &p->st[s];
     uint32_t b = st->stk[--st->nstk];
     kvp__owner *o = &p->owners[slot];
     if (p->run < KVP__DEFER_AFTER) {
-        kvp__record_owned(p, b, slot, o->len);
+        kvp__record_owned(p, b, slot, o->len, s);
         prefetch_ahead(p, st, st->qhead);
     } else if (o->pend == KVP__NONE) {
         o->pend = o->len;
@@ -730,7 +730,7 @@ static uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
      * sequence's first block is taken here, as its owner is new) */
     if (n == 1 && oslot < KVP__SEQ && format == KVP_FMT_FP16 && !p->ordered &&
         p->run >= KVP__DEFER_AFTER && st->nstk)
-        ids[i++] = take_to_owner(p, st, oslot);
+        ids[i++] = take_to_owner(p, s, oslot);
     for (; i < n && st->nstk; i++)
         ids[i] = pop_top(p, s, oslot, format);
     p->ctr.reused += i;
@@ -921,7 +921,7 @@ static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner
     if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
         return take_list(pool, slot, stream, owner, hint, out);
     if (slot != KVP__NONE) {
-        *out = take_to_owner(pool, st, slot);
+        *out = take_to_owner(pool, s, slot);
     } else {
         *out = pop_top(pool, s, slot, KVP_FMT_FP16);
         prefetch_ahead(pool, st, st->qhead);

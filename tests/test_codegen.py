@@ -55,3 +55,22 @@ def test_prefetch_survives_compilation(fn):
     assert fn in bodies, f"{fn} not found in {KVPOOL}"
     prefetches = [l for l in bodies[fn] if re.search(r"\sprefetch\w*\s", l)]
     assert prefetches, f"{fn}: no prefetch instruction in {len(bodies[fn])} instructions"
+
+
+# The take's fast path stores the block record's byte-wide fields (format,
+# stream, state, flags at offsets 0x2a-0x2d) without reading it: at 1M blocks
+# the record is cold, and a read there was the take's costliest instruction
+# (PERFORMANCE.md, change 34).  GCC merges those stores into one
+# read-modify-write of their word when any of the four is left out (change
+# 38 left out the stream once), so the fast path must not load from there.
+RECORD_WORD_READ = re.compile(
+    r"\s(?:mov\w*|and\w*|or\w*|xor\w*|cmp\w*|test\w*)\s+0x2[a-d]\(%r(?!sp)\w+\)"
+    r"|\s(?:and|or|xor|add|sub)\w*\s+[^,\s]+,0x2[a-d]\(%r(?!sp)\w+\)")
+
+
+@pytest.mark.parametrize("fn", ["kvp_take", "kvp_take_hinted"])
+def test_take_does_not_read_the_record_word(fn):
+    bodies = function_bodies(KVPOOL)
+    assert fn in bodies, f"{fn} not found in {KVPOOL}"
+    reads = [l.strip() for l in bodies[fn] if RECORD_WORD_READ.search(l)]
+    assert not reads, f"{fn} reads the record's flag word: {reads}"
