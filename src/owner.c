@@ -32,8 +32,9 @@
  * saying so.  kvp__settle writes their records and empties the chain on the
  * next call that could read them (kvp__owner_settle, one owner's, before an
  * append by a call that does not); kvp_free_owner frees them without
- * reading them (freelist.c, kvp__free_pending).  A removed slot stays on the chain
- * with pend 0, so that reusing it between settles never chains it twice.
+ * reading them (freelist.c, kvp__free_pending).  A removed slot stays on
+ * the chain with pend 0, so that reusing it between settles never chains
+ * it twice.
  *
  * The owner index chains through the slots themselves (a bucket array of
  * slot + 1 links, one bucket per slot), like the block index: a lookup reads
@@ -71,8 +72,8 @@ static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
 
 /* Write the records of owner slot's pending references (pool.c,
  * take_to_owner) as the take would have: in use, one reference, this owner
- * at this position.  The slot stays on the dirty chain with none left. */
-/* Out of line, as kvp__settle: inlined, they made every call's prologue
+ * at this position.  The slot stays on the dirty chain with none left.
+ * Out of line, as kvp__settle: inlined, they made every call's prologue
  * save more registers. */
 static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
 {
@@ -86,7 +87,8 @@ static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
     for (uint32_t i = from; i < len; i++) {
         if (i + KVP__PREFETCH < len)
             kvp__prefetch_record(p, refs[i + KVP__PREFETCH]);
-        kvp__record_owned(p, refs[i], slot, i, p->nstreams == 1 ? 0 : p->blocks[refs[i]].stream);
+        int s = p->nstreams == 1 ? 0 : (int)p->blocks[refs[i]].stream;
+        kvp__record_owned(p, refs[i], slot, i, s);
     }
     o->pend = len;
 }
