@@ -102,10 +102,10 @@ static kvp_status mark_pending(kvp_pool *p, ctx *c)
     for (uint32_t slot = 0; slot < p->ocap; slot++)
         flagged += p->owners[slot].pend != KVP__NONE;
     CHECK(flagged == chained, "%u slots flagged dirty, %u on the chain", flagged, chained);
-    /* only a run of takes defers (pool.c, take), and a settle ends it */
+    /* only a long enough run defers (pool.c, take_to_owner); a settle ends it */
     CHECK(p->run >= KVP__DEFER_AFTER || !p->dirty,
-          "%u slots on the dirty chain after a run of %llu takes", chained,
-          (unsigned long long)p->run);
+          "%u slots on the dirty chain in a run of %llu owner frees and general takes",
+          chained, (unsigned long long)p->run);
     return KVP_OK;
 }
 
