@@ -902,6 +902,10 @@ static void test_pending_check(void **state)
     o->pend = o->len + 1; /* past the end */
     KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
     o->pend = pend;
+    uint64_t run = p->run;
+    p->run = 0; /* pending, yet no run to defer in */
+    KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
+    p->run = run;
     for (uint32_t i = 0; i < p->top; i++) /* no mark left behind by a refusal */
         KVP_ASSERT_EQ(p->blocks[i].flags & (KVP__F_PENDING | KVP__F_MARK), 0);
     KVP_ASSERT_OK(kvp_pool_check(p, msg, sizeof msg));
