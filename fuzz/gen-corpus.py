@@ -22,10 +22,11 @@ OWNER_OPS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 18]
 
 def seed(rng, b0, b1, b2, b3, mix, n_ops):
     out = bytearray([b0, b1, b2, b3])
-    # Without the eviction callback (bit 4), a run of 64 takes with nothing
-    # between them but takes and owner frees makes the next takes defer
-    # (pool.c, take): such seeds end with a burst of quiet ones (mostly
-    # takes) long enough for kvp_free_owner to meet pending references.
+    # Without the eviction callback (bit 4), a run of takes and owner frees
+    # with 8 owner frees or new owners in it makes the next takes defer
+    # (pool.c, take_to_owner): such seeds end with a burst of quiet ones
+    # (mostly takes), long enough for kvp_free_owner to meet pending
+    # references.
     quiet = b3 & 0x10
     burst = rng.randrange(110, 150) if quiet else 0
     if quiet:

@@ -161,7 +161,7 @@ typedef struct kvp__owner {
     uint32_t nrefs;   /* live entries */
     uint32_t pend;    /* NONE: the slot is not on the dirty chain; else it is
                          (once), and refs[pend, len) are pending references
-                         (pool.c, take), 0 while the slot is unused */
+                         (pool.c, take_to_owner), 0 while the slot is unused */
     uint32_t link;    /* in use: next slot in its index bucket, as slot + 1
                          (0 ends the chain); unused: next free slot */
     uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */

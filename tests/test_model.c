@@ -1103,8 +1103,9 @@ static void run_config(const mcfg *c)
         x->sync_owner = -1;
         if (getenv("KVP_MODEL_DUMP"))
             g_pre = m;
-        /* long enough for takes to start deferring (KVP__DEFER_AFTER, 64),
-         * with owner frees often enough that most takes succeed */
+        /* long enough for takes to start deferring (KVP__DEFER_AFTER: 8
+         * owner frees or new owners), with owner frees often enough that
+         * most takes succeed */
         if (c->unhooked && !x->quiet && chance(x, c->decode ? 8 : 3))
             x->quiet = 100 + rn(x, 400);
         int op = x->quiet ? (chance(x, 70) ? OP_TAKE : OP_FREE_OWNER) : pick_op(x);

@@ -711,7 +711,7 @@ static void test_pending_take_free(void **state)
 
 /* Any other call sees the pending blocks as in use by their owner, in
  * allocation order: block info, owner_blocks, a single free; and it ends
- * the run of takes (pool.c, take). */
+ * the run of takes (pool.c, take_to_owner). */
 static void test_pending_settled_on_read(void **state)
 {
     (void)state;
