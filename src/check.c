@@ -351,7 +351,7 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
         active++;
         CHECK(kvp__owner_find(p, o->id) == slot, "owner %llu not found in the map",
               (unsigned long long)o->id);
-        CHECK(o->nrefs > 0 || o->registered, "owner %llu holds nothing and is not registered",
+        CHECK(kvp__owner_live(o) > 0 || o->registered, "owner %llu holds nothing and is not registered",
               (unsigned long long)o->id);
         uint32_t n = 0, end = o->pend == KVP__NONE ? o->len : o->pend;
         CHECK(o->len <= o->cap && (o->len == 0 || o->refs[o->len - 1] != KVP__NONE),
@@ -372,8 +372,8 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
             else
                 CHECK(p->blocks[b].owner == slot, "block %u: inline owner mismatch", b);
         }
-        CHECK(n == o->nrefs, "owner %llu: %u live entries, nrefs %u", (unsigned long long)o->id,
-              n, o->nrefs);
+        CHECK(n == kvp__owner_live(o), "owner %llu: %u live entries, %u by its count",
+              (unsigned long long)o->id, n, kvp__owner_live(o));
         refs += n;
     }
     CHECK(active == p->nowners && mapped == active, "owners: %u active, %u mapped, kept %u",

@@ -318,6 +318,7 @@ void kvp__order(kvp_pool *p)
             kvp__idset_add(&st->cached, b);
     }
     p->ordered = true;
+    kvp__fast_reset(p);
 }
 
 /* Take free block b out of every free structure, keeping its content.  A

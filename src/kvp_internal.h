@@ -156,9 +156,10 @@ typedef struct kvp__owner {
     kvp_owner id;     /* KVP_ANON while the slot is unused */
     uint32_t *refs;   /* reference nodes, oldest first; NONE = removed */
     uint32_t len;     /* entries used in refs, tombstones included */
-    unsigned cap : 31; /* capacity of refs (kept when the slot is reused) */
+    uint32_t cap;     /* capacity of refs (kept when the slot is reused) */
+    unsigned dead : 31; /* tombstones in refs[0, len): live entries are len -
+                           dead (kvp__owner_live), so an append counts one */
     unsigned registered : 1;
-    uint32_t nrefs;   /* live entries */
     uint32_t pend;    /* NONE: the slot is not on the dirty chain; else it is
                          (once), and refs[pend, len) are pending references
                          (pool.c, take_to_owner), 0 while the slot is unused */
@@ -166,6 +167,11 @@ typedef struct kvp__owner {
                          (0 ends the chain); unused: next free slot */
     uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */
 } kvp__owner;
+/* Live entries (references) in an owner's array. */
+static inline uint32_t kvp__owner_live(const kvp__owner *o)
+{
+    return o->len - o->dead;
+}
 _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 8 for chains");
 /* Owner frees and general-path takes (p->run) since the last call that
  * settled, before a take defers its record (pool.c, take_to_owner). */
@@ -208,6 +214,10 @@ typedef struct kvp__stream {
                                 stack's array" in freelist.c); NULL in
                                 other orders */
     uint32_t nstk, stkcap;
+    uint32_t untallied;      /* blocks the take's fast path handed out since
+                                the last call, not yet in nvacant or the
+                                pool's counters (pool.c, tally); fewer than
+                                the stream's blocks, as a free tallies */
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;
 } kvp__stream;
@@ -243,6 +253,9 @@ struct kvp_pool {
     bool ordered; /* the streams' vacant and cached id sets are kept (kvp__order) */
     bool hooked; /* any of: ts, an event queue, per-call history, a callback
                     (on_evict, copy); without them enter and leave are a test */
+    kvp__stream *fast[3]; /* per public stream value, the stream the take's
+                             fast path may serve, or NULL: a refused value,
+                             or a pool hooked or ordered (kvp__fast_reset) */
     pthread_mutex_t lock;
 
     /* blocks */
@@ -293,9 +306,6 @@ struct kvp_pool {
     /* gauges kept exactly, so reading them is O(1) */
     uint64_t in_use, shared, fragmented, peak, fill_sum;
     kvp__counters ctr;
-    uint64_t untallied; /* blocks the take's fast path handed out since the
-                           last call; counted into ctr, in_use and peak on
-                           entry to the next (pool.c, tally) */
     uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
                            the owners that may hold pending references */
     uint64_t run;       /* owner frees and general-path takes since the last
@@ -390,6 +400,7 @@ kvp_status kvp__enter_lazy(kvp_pool *p);
 kvp_status kvp__enter_stream(kvp_pool *p, int stream, int *s);
 void kvp__leave(kvp_pool *p, bool changed);
 int kvp__stream_index(const kvp_pool *p, int stream);
+void kvp__fast_reset(kvp_pool *p);
 
 /* ---- free structures (freelist.c) ---- */
 uint32_t kvp__pick(kvp_pool *p, int s);

@@ -20,9 +20,9 @@
  *   promotes the oldest xref into its place), so a block with one owner never
  *   costs an xref.
  * - Every live node sits at the position it records, in its owner's array;
- *   nrefs counts the live entries; refs[len-1] is live when len > 0.
+ *   dead counts the tombstones; refs[len-1] is live when len > 0.
  * - An owner slot is chained in the owner index iff its id != KVP_ANON; an
- *   owner with nrefs == 0 exists only while registered or inside
+ *   owner with no live entry exists only while registered or inside
  *   kvp_free_owner.
  *
  * Pending references: the fast take (pool.c, take_to_owner) appends a block
@@ -123,7 +123,6 @@ static void arr_append(kvp_pool *p, kvp__owner *o, uint32_t node)
     kvp__assert(o->pend == KVP__NONE || o->pend == o->len);
     set_pos(p, node, o->len);
     o->refs[o->len++] = node;
-    o->nrefs++;
     if (o->pend != KVP__NONE) /* on the dirty chain, with none pending */
         o->pend = o->len;
 }
@@ -134,10 +133,12 @@ static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
 {
     kvp__assert(o->pend == KVP__NONE); /* only calls that settle remove */
     o->refs[pos] = KVP__NONE;
-    o->nrefs--;
-    while (o->len && o->refs[o->len - 1] == KVP__NONE)
+    o->dead++;
+    while (o->len && o->refs[o->len - 1] == KVP__NONE) {
         o->len--;
-    if (o->len >= 32 && o->len - o->nrefs > o->len / 2) {
+        o->dead--;
+    }
+    if (o->len >= 32 && o->dead > o->len / 2) {
         uint32_t j = 0;
         for (uint32_t i = 0; i < o->len; i++)
             if (o->refs[i] != KVP__NONE) {
@@ -145,6 +146,7 @@ static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
                 o->refs[j++] = o->refs[i];
             }
         o->len = j;
+        o->dead = 0;
     }
 }
 
@@ -251,7 +253,7 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
     kvp__owner *o = &p->owners[slot];
     p->ofree = o->link;
     o->id = id;
-    o->len = o->nrefs = 0;
+    o->len = o->dead = 0;
     o->registered = 0;
     index_link(p->owners, p->obuckets, p->obmask, slot);
     p->nowners++;
@@ -269,7 +271,7 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
         l = &p->owners[*l - 1].link;
     *l = o->link;
     o->id = KVP_ANON;
-    o->len = o->nrefs = 0;
+    o->len = o->dead = 0;
     if (o->pend != KVP__NONE)
         o->pend = 0;
     o->link = p->ofree;
@@ -286,7 +288,7 @@ void kvp__owners_reset(kvp_pool *p)
     for (uint32_t i = p->ocap; i-- > 0;) {
         kvp__owner *o = &p->owners[i];
         o->id = KVP_ANON;
-        o->len = o->nrefs = 0;
+        o->len = o->dead = 0;
         o->pend = KVP__NONE;
         o->link = p->ofree;
         p->ofree = i;
@@ -507,7 +509,7 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     }
     kvp__owner *o = &pool->owners[slot];
     kvp__cursor cur = KVP__CURSOR(o->len);
-    size_t n = o->nrefs;
+    size_t n = kvp__owner_live(o);
     uint32_t end = o->len;
     if (o->pend != KVP__NONE) { /* the tail: back to the stack's array, records untouched */
         kvp__free_pending(pool, o->refs + o->pend, o->len - o->pend, &cur);
@@ -566,7 +568,7 @@ kvp_status kvp_owner_release(kvp_pool *pool, kvp_owner owner)
     uint32_t slot = kvp__owner_find(pool, owner);
     if (slot == KVP__NONE)
         rc = KVP_ENOTFOUND;
-    else if (pool->owners[slot].nrefs)
+    else if (kvp__owner_live(&pool->owners[slot]))
         rc = KVP_EBUSY;
     else
         kvp__owner_remove(pool, slot);
@@ -587,8 +589,8 @@ kvp_status kvp_owner_blocks(kvp_pool *pool, kvp_owner owner, kvp_block *ids, siz
         rc = KVP_ENOTFOUND;
     } else {
         const kvp__owner *o = &pool->owners[slot];
-        *n_out = o->nrefs;
-        if (ids_cap < o->nrefs) {
+        *n_out = kvp__owner_live(o);
+        if (ids_cap < *n_out) {
             rc = KVP_ESPACE;
         } else {
             size_t n = 0;

@@ -104,21 +104,27 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size)
 /* ------------------------------------------------------------------------ */
 
 /* The take's fast path (take, below) counts the blocks it hands out in
- * p->untallied alone, and every other call adds them to the counters on
- * entry, so whatever reads a counter sees it exact.  Each such block is one
- * allocation call, one block allocated, one reused (the stack's array holds
- * only blocks handed out before) and one more in use; the peak is where the
- * run of takes ended, since nothing but another call lowers in_use.  Five
- * counters and a compare left the take for one increment: 5% on the churn
- * row, 6% on the 1M scale row (PERFORMANCE.md, change 37). */
+ * their stream's untallied alone, and every other call adds them to the
+ * counters on entry, so whatever reads a counter sees it exact.  Each such
+ * block is one allocation call, one block allocated, one reused (the
+ * stack's array holds only blocks handed out before), one vacant block
+ * less and one more in use; the peak is where the run of takes ended,
+ * since nothing but another call lowers in_use.  Six counters and a
+ * compare left the take for one increment (PERFORMANCE.md, changes 37 and
+ * 39). */
 static void count_out(kvp_pool *p, uint64_t n);
 
 static inline void tally(kvp_pool *p)
 {
-    uint64_t n = p->untallied;
+    uint64_t n = 0;
+    for (int s = 0; s < p->nstreams; s++) {
+        kvp__stream *st = &p->st[s];
+        st->nvacant -= st->untallied;
+        n += st->untallied;
+        st->untallied = 0;
+    }
     if (!n)
         return;
-    p->untallied = 0;
     p->ctr.alloc_calls += n;
     p->ctr.reused += n;
     count_out(p, n);
@@ -204,6 +210,19 @@ int kvp__stream_index(const kvp_pool *p, int stream)
     return stream == KVP_STREAM_SHARED ? -1 : stream - 1;
 }
 
+/* Set p->fast from the stream map, hooked and ordered: the take's fast path
+ * (take) then answers "may I serve this stream value" with one load, where
+ * it made four tests.  hooked is fixed at creation; ordered changes at
+ * creation, in kvp_pool_clear (both through kvp__reset_blocks) and in
+ * kvp__order, each of which calls this. */
+void kvp__fast_reset(kvp_pool *p)
+{
+    for (int v = KVP_STREAM_SHARED; v <= KVP_STREAM_V; v++) {
+        int s = kvp__stream_index(p, v);
+        p->fast[v] = s < 0 || p->hooked || p->ordered ? NULL : &p->st[s];
+    }
+}
+
 /* Callbacks run with a thread-local marker set, which is what makes a call
  * back into the same pool detectable in both locking modes. */
 void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b)
@@ -260,13 +279,14 @@ void kvp__reset_blocks(kvp_pool *p)
         st->fresh_hi = st->fresh_lo + initial_blocks(p, s);
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
         st->ncached = 0;
-        st->nstk = 0;
+        st->nstk = st->untallied = 0;
     }
     p->ordered = p->cfg.reuse == KVP_REUSE_LOWEST; /* free sets kept from the start
                                                        (else from kvp__order on) */
+    kvp__fast_reset(p);
     p->nretired = 0;
     p->top = p->hwm = n;
-    p->in_use = p->shared = p->fragmented = p->peak = p->fill_sum = p->untallied = 0;
+    p->in_use = p->shared = p->fragmented = p->peak = p->fill_sum = 0;
     p->nindexed = 0;
     if (p->cfg.null_block) {
         p->st[0].fresh_lo = 1;
@@ -673,10 +693,10 @@ static inline void prefetch_ahead(const kvp_pool *p, const kvp__stream *st, uint
 
 /* The fast take's hand-out to an owner: the block on top of the stack's
  * array, appended to the owner's array.  Its record is written here, as
- * kvp__hand_out would, or, in a run of takes and owner frees long enough
- * to hold KVP__DEFER_AFTER owner frees or general-path takes (p->run: the
- * fast take itself counts nothing), deferred:
- * the block becomes a pending reference, its record still that of a block
+ * kvp__hand_out would, or, with `defer` (the callers pass it in a run of
+ * takes and owner frees long enough to hold KVP__DEFER_AFTER owner frees
+ * or general-path takes; p->run: the fast take itself counts nothing),
+ * deferred: the block becomes a pending reference, its record still that of a block
  * held in the array (vacant, used before, next STACKED), and the owner's
  * slot joins the dirty chain with its first one.
  *
@@ -693,13 +713,12 @@ static inline void prefetch_ahead(const kvp_pool *p, const kvp__stream *st, uint
  * comes first.  An engine that makes another call every step (a fill, a
  * publish) runs a few takes between them and never defers; a decode loop
  * of takes and owner frees alone defers once a few sequences have ended. */
-static inline uint32_t take_to_owner(kvp_pool *p, int s, uint32_t slot)
+static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot, bool defer)
 {
-    kvp__stream *st = &p->st[s];
     uint32_t b = st->stk[--st->nstk];
     kvp__owner *o = &p->owners[slot];
-    if (p->run < KVP__DEFER_AFTER) {
-        kvp__record_owned(p, b, slot, o->len, s);
+    if (!defer) {
+        kvp__record_owned(p, b, slot, o->len, (int)(st - p->st));
         prefetch_ahead(p, st, st->qhead);
     } else if (o->pend == KVP__NONE) {
         o->pend = o->len;
@@ -707,7 +726,6 @@ static inline uint32_t take_to_owner(kvp_pool *p, int s, uint32_t slot)
         p->dirty = slot + 1;
     }
     o->refs[o->len++] = b;
-    o->nrefs++;
     return b;
 }
 
@@ -730,7 +748,7 @@ static uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
      * sequence's first block is taken here, as its owner is new) */
     if (n == 1 && oslot < KVP__SEQ && format == KVP_FMT_FP16 && !p->ordered &&
         p->run >= KVP__DEFER_AFTER && st->nstk)
-        ids[i++] = take_to_owner(p, s, oslot);
+        ids[i++] = take_to_owner(p, st, oslot, true);
     for (; i < n && st->nstk; i++)
         ids[i] = pop_top(p, s, oslot, format);
     p->ctr.reused += i;
@@ -832,35 +850,13 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
     return rc;
 }
 
-/* The decode step's take: a pool with nothing hooked (no lock, events,
- * history or callbacks to run), taken anonymously or by an existing owner
- * with room in its array.  take_ready checks that, finding the stream and
- * the owner's slot (hint: as kvp_take_hinted's, NONE for none); take_done
- * ends the call, updating the caller's hint if there is one.  They are the
- * general path's own lookup (owner_slot) minus the checks these conditions
- * settle. */
-static inline bool take_ready(kvp_pool *p, kvp_stream stream, kvp_owner owner, uint32_t hint,
-                              int *s, uint32_t *slot)
-{
-    *s = kvp__stream_index(p, stream);
-    if (p->hooked || *s < 0)
-        return false;
-    *slot = KVP__NONE;
-    if (owner == KVP_ANON)
-        return true;
-    *slot = owner_slot(p, owner, hint);
-    /* kvp__refs_reserve's room test, for an owner known to exist; a new
-     * owner, or its array full, is take_one's (which grows it) */
-    return *slot != KVP__NONE && p->owners[*slot].len < p->owners[*slot].cap;
-}
-
+/* The end of a fast take (below), updating the caller's hint if there is
+ * one: kvp__leave for a pool the fast path serves, which has nothing to
+ * close, record or unlock, only the debug self-check. */
 static inline void take_done(kvp_pool *p, uint32_t slot, uint32_t *hint)
 {
     if (hint && slot != KVP__NONE)
         *hint = slot;
-    /* kvp__leave, for a pool take_ready found unhooked: nothing to close,
-     * record or unlock (and no call left in the take to save registers
-     * for), only the debug self-check */
     self_check(p, true);
 }
 
@@ -890,10 +886,9 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream
 
 /* The decode step's take when the next block is not on the LIFO stack's
  * array: from the q list (FIFO order, or LIFO once the array is empty),
- * else the general path.  Out of line, so that take below calls nothing
- * but in tail position and saves two registers, not six as with the list
- * loop inlined (six arguments at most, all in registers, keep the call a
- * tail call; the stream is found again). */
+ * else the general path.  Out of line, as is take_top, so that take below
+ * calls nothing but in tail position (six arguments at most, all in
+ * registers, keep the call a tail call; the stream is found again). */
 static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slot,
                                                       kvp_stream stream, kvp_owner owner,
                                                       uint32_t *hint, kvp_block *out)
@@ -907,27 +902,52 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
     return KVP_OK;
 }
 
-/* kvp_take (hint NULL) and kvp_take_hinted.  The common case, the top of
- * the LIFO stack's array, is handled inline (take_to_owner, or pop_top for
- * an anonymous take). */
+/* The fast take from the top of the LIFO stack's array when it writes the
+ * block's record: an anonymous take, or one outside a run (take_to_owner).
+ * Out of line: the deferring take, the decode loop's, then saves no
+ * registers (six saved and restored took 12 of its 75 instructions). */
+static KVP__NOINLINE kvp_status take_top(kvp_pool *p, kvp__stream *st, uint32_t slot,
+                                         uint32_t *hint, kvp_block *out)
+{
+    if (slot != KVP__NONE) {
+        *out = take_to_owner(p, st, slot, false);
+    } else {
+        *out = pop_top(p, (int)(st - p->st), slot, KVP_FMT_FP16);
+        prefetch_ahead(p, st, st->qhead);
+    }
+    st->untallied++;
+    take_done(p, slot, hint);
+    return KVP_OK;
+}
+
+/* kvp_take (hint NULL) and kvp_take_hinted.  The decode step's case is
+ * handled here: a stream the fast path may serve (p->fast: nothing hooked,
+ * so no lock, events, history or callbacks to run, and no free sets kept),
+ * an anonymous taker or an existing owner with room in its array, and a
+ * block on top of the LIFO stack's array.  That is the general path's own
+ * lookup (owner_slot) minus the checks these conditions settle; the block
+ * counts only in st->untallied (tally).  Inline, the take in a run, which
+ * defers the record, and nothing else. */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                               uint32_t *hint, kvp_block *out)
 {
-    int s;
-    uint32_t slot;
-    if (!pool || !out || !take_ready(pool, stream, owner, hint ? *hint : KVP__NONE, &s, &slot))
+    kvp__stream *st;
+    if (!pool || !out || (unsigned)stream > KVP_STREAM_V || !(st = pool->fast[stream]))
         return take_one(pool, stream, owner, hint, out);
-    kvp__stream *st = &pool->st[s];
-    if (!st->nstk || pool->ordered) /* (free sets kept: an idset call to make) */
-        return take_list(pool, slot, stream, owner, hint, out);
-    if (slot != KVP__NONE) {
-        *out = take_to_owner(pool, s, slot);
-    } else {
-        *out = pop_top(pool, s, slot, KVP_FMT_FP16);
-        prefetch_ahead(pool, st, st->qhead);
+    uint32_t slot = KVP__NONE;
+    if (owner != KVP_ANON) {
+        slot = owner_slot(pool, owner, hint ? *hint : KVP__NONE);
+        /* kvp__refs_reserve's room test, for an owner known to exist; a
+         * new owner, or its array full, is take_one's (which grows it) */
+        if (slot == KVP__NONE || pool->owners[slot].len >= pool->owners[slot].cap)
+            return take_one(pool, stream, owner, hint, out);
     }
-    st->nvacant--;
-    pool->untallied++; /* its reuse, call, block and gauges: see tally */
+    if (!st->nstk)
+        return take_list(pool, slot, stream, owner, hint, out);
+    if (slot == KVP__NONE || pool->run < KVP__DEFER_AFTER)
+        return take_top(pool, st, slot, hint, out);
+    *out = take_to_owner(pool, st, slot, true);
+    st->untallied++;
     take_done(pool, slot, hint);
     return KVP_OK;
 }
@@ -1071,7 +1091,7 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
                 kvp__release_block(pool, b, &cur);
         }
         kvp__free_end(pool, &cur);
-        if (slot != KVP__NONE && pool->owners[slot].nrefs == 0 &&
+        if (slot != KVP__NONE && kvp__owner_live(&pool->owners[slot]) == 0 &&
             !pool->owners[slot].registered)
             kvp__owner_remove(pool, slot);
         pool->ctr.free_calls++;
