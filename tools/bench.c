@@ -247,17 +247,19 @@ static inline __attribute__((always_inline)) double churn_run(churn *c, bool loo
         owner[s] = s;
         hint[s] = KVP_HINT_NONE;
     }
-    const uint32_t *ops = c->ops;
-    size_t n = (size_t)c->spec.allocations;
+    const uint32_t *op = c->ops, *end = op + c->spec.allocations;
     kvp_status rc = KVP_OK;
+    kvp_block b;
     double t0 = kvpt_now();
-    for (size_t i = 0; i < n && rc == KVP_OK; i++) {
-        uint32_t op = ops[i], s = op & ~OP_DONE;
-        kvp_block b;
+    for (; op < end; op++) {
+        uint32_t s = *op & ~OP_DONE;
         rc = lookup ? kvp_take(pool, KVP_STREAM_SHARED, owner[s], &b)
                     : kvp_take_hinted(pool, KVP_STREAM_SHARED, owner[s], &hint[s], &b);
-        if (rc == KVP_OK && (op & OP_DONE)) {
-            rc = kvp_free_owner(pool, owner[s], NULL);
+        if (rc != KVP_OK)
+            break;
+        if (*op & OP_DONE) {
+            if ((rc = kvp_free_owner(pool, owner[s], NULL)) != KVP_OK)
+                break;
             owner[s] = next++;
             hint[s] = KVP_HINT_NONE;
         }
