@@ -400,6 +400,29 @@ KVP_API kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner 
                                    uint32_t *hint, kvp_block *out);
 
 /*
+ * A decode step's takes in one call: take k gives one block to owners[r],
+ * r = rows[k] (rows NULL: r = k), with hints[r] as its kvp_take_hinted
+ * hint (hints NULL: found by lookup, as kvp_take), and stores the block in
+ * out[k].  The takes run in order, each exactly as that kvp_take_hinted (or
+ * kvp_take) call would, hint updates included, so a row may appear more
+ * than once and the pool ends in the state the n calls would leave.  The
+ * caller owns every array: owners and hints (when given) must hold every
+ * row that rows names, out n entries.
+ * *n_taken receives the takes done: n on KVP_OK.  Else the status is that
+ * of the first take that failed (KVP_EEXHAUSTED, KVP_ENOMEM, ...), which
+ * changed nothing; the *n_taken takes before it stand, their blocks in
+ * out.  KVP_EINVAL (NULL pool or n_taken, NULL owners or out with n > 0,
+ * unknown stream or KVP_STREAM_SHARED with separate lists) is returned
+ * before any take.  O(n).  One call instead of n saves each call's checks,
+ * which in a decode loop cost about as much as the takes themselves
+ * (docs/PERFORMANCE.md).  Thread rules as kvp_take; a pool with a lock
+ * takes it for each take, so other threads' calls may come between them.
+ */
+KVP_API kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
+                                 uint32_t *hints, const uint32_t *rows, size_t n,
+                                 kvp_block *out, size_t *n_taken);
+
+/*
  * Take the specific free block `id` (vacant or cached) for fresh content,
  * held by `owner`, with fill 0 and format KVP_FMT_FP16; a cached block's
  * content is evicted (callback, counted).

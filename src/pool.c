@@ -691,6 +691,18 @@ static inline void prefetch_ahead(const kvp_pool *p, const kvp__stream *st, uint
         kvp__prefetch_record(p, ahead);
 }
 
+/* Before a deferred take appends to owner slot `slot` (o): its pending
+ * references start at the end of its array if it has none yet, and the
+ * slot joins the dirty chain (once: a slot already there has pend set). */
+static inline void defer_chain(kvp_pool *p, kvp__owner *o, uint32_t slot)
+{
+    if (o->pend == KVP__NONE) {
+        o->pend = o->len;
+        o->dnext = p->dirty;
+        p->dirty = slot + 1;
+    }
+}
+
 /* The fast take's hand-out to an owner: the block on top of the stack's
  * array, appended to the owner's array.  Its record is written here, as
  * kvp__hand_out would, or, with `defer` (the callers pass it in a run of
@@ -720,10 +732,8 @@ static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot
     if (!defer) {
         kvp__record_owned(p, b, slot, o->len, (int)(st - p->st));
         prefetch_ahead(p, st, st->qhead);
-    } else if (o->pend == KVP__NONE) {
-        o->pend = o->len;
-        o->dnext = p->dirty;
-        p->dirty = slot + 1;
+    } else {
+        defer_chain(p, o, slot);
     }
     o->refs[o->len++] = b;
     return b;
@@ -886,8 +896,8 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_one(kvp_pool *pool, kvp_stream
 
 /* The decode step's take when the next block is not on the LIFO stack's
  * array: from the q list (FIFO order, or LIFO once the array is empty),
- * else the general path.  Out of line, as is take_top, so that take below
- * calls nothing but in tail position (six arguments at most, all in
+ * else the general path.  Out of line, as is take_other, so that take
+ * below calls nothing but in tail position (six arguments at most, all in
  * registers, keep the call a tail call; the stream is found again). */
 static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slot,
                                                       kvp_stream stream, kvp_owner owner,
@@ -902,30 +912,12 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_list(kvp_pool *p, uint32_t slo
     return KVP_OK;
 }
 
-/* The fast take from the top of the LIFO stack's array when it writes the
- * block's record: an anonymous take, or one outside a run (take_to_owner).
- * Out of line: the deferring take, the decode loop's, then saves no
- * registers (six saved and restored took 12 of its 75 instructions). */
-static KVP__NOINLINE kvp_status take_top(kvp_pool *p, kvp__stream *st, uint32_t slot,
-                                         uint32_t *hint, kvp_block *out)
-{
-    if (slot != KVP__NONE) {
-        *out = take_to_owner(p, st, slot, false);
-    } else {
-        *out = pop_top(p, (int)(st - p->st), slot, KVP_FMT_FP16);
-        prefetch_ahead(p, st, st->qhead);
-    }
-    st->untallied++;
-    take_done(p, slot, hint);
-    return KVP_OK;
-}
-
 /* The fast take's first block for an owner the pool does not hold yet, as
  * at the start of every sequence in a decode loop: when a free owner slot
  * has kept an array (its last owner's) and the stack's array a block, the
  * owner is added and the block handed out as the fast take would, counted
  * in p->run as the general path counts it.  Else the general path, which
- * makes room.  Out of line, as take_top.  This was the general path's
+ * makes room.  Out of line, as take_other.  This was the general path's
  * costliest case in a decode loop: a second owner lookup, the room checks,
  * and entering and leaving (about 250 instructions against 60). */
 static KVP__NOINLINE kvp_status take_new(kvp_pool *p, kvp_stream stream, kvp_owner owner,
@@ -942,37 +934,82 @@ static KVP__NOINLINE kvp_status take_new(kvp_pool *p, kvp_stream stream, kvp_own
     return KVP_OK;
 }
 
-/* kvp_take (hint NULL) and kvp_take_hinted.  The decode step's case is
- * handled here: a stream the fast path may serve (p->fast: nothing hooked,
- * so no lock, events, history or callbacks to run, and no free sets kept),
- * an anonymous taker or an existing owner with room in its array, and a
- * block on top of the LIFO stack's array.  That is the general path's own
- * lookup (owner_slot) minus the checks these conditions settle; the block
- * counts only in st->untallied (tally).  Inline, the take in a run, which
- * defers the record, and nothing else. */
+/* The decode step's take, inline in kvp_take, kvp_take_hinted and
+ * kvp_take_each, for a stream the fast path may serve (p->fast: nothing
+ * hooked, so no lock, events, history or callbacks to run, and no free
+ * sets kept): an existing owner, found by its hint (or, without one, by
+ * lookup), with room in its array, in a run (its record deferred, as
+ * take_to_owner does), and a block on top of the LIFO stack's array, whose
+ * size the caller keeps in *nstk (st->nstk itself, or kvp_take_each's
+ * copy).  That is the general path's own lookup (owner_slot) minus the
+ * checks these conditions settle.  Returns whether it took the block; if
+ * not, *slot is
+ * the owner's slot if it found it (else NONE) for take_other, which does
+ * the rest.  Counting the block is the caller's (st->untallied). */
+static inline bool take_quick(kvp_pool *pool, kvp__stream *st, uint32_t *nstk, kvp_owner owner,
+                              uint32_t *hint, uint32_t *slot, kvp_block *out)
+{
+    *slot = KVP__NONE;
+    if (owner == KVP_ANON)
+        return false;
+    if (!hint)
+        *slot = kvp__owner_find(pool, owner);
+    else if (*hint < pool->ocap && pool->owners[*hint].id == owner)
+        *slot = *hint;
+    /* kvp__refs_reserve's room test, for an owner known to exist */
+    if (*slot == KVP__NONE || pool->owners[*slot].len >= pool->owners[*slot].cap || !*nstk ||
+        pool->run < KVP__DEFER_AFTER)
+        return false;
+    kvp__owner *o = &pool->owners[*slot];
+    uint32_t b = st->stk[--*nstk];
+    defer_chain(pool, o, *slot);
+    o->refs[o->len++] = b;
+    *out = b;
+    return true;
+}
+
+/* Every take take_quick declines, on a stream the fast path serves (its
+ * st->nstk current), with the owner's slot if take_quick found it: an
+ * owner known only by lookup, a new owner (take_new), a full array
+ * (take_one, which grows it), an empty stack's array (take_list), else the
+ * top of the stack's array with its record written, taken anonymously or
+ * outside a run.  Out of line, so that the takes that inline take_quick
+ * save no registers for it (six saved and restored took 12 of the take's
+ * 75 instructions). */
+static KVP__NOINLINE kvp_status take_other(kvp_pool *p, kvp_stream stream, kvp_owner owner,
+                                           uint32_t slot, uint32_t *hint, kvp_block *out)
+{
+    kvp__stream *st = p->fast[stream];
+    if (owner != KVP_ANON && slot == KVP__NONE &&
+        (slot = kvp__owner_find(p, owner)) == KVP__NONE)
+        return take_new(p, stream, owner, hint, out);
+    if (slot != KVP__NONE && p->owners[slot].len >= p->owners[slot].cap)
+        return take_one(p, stream, owner, hint, out);
+    if (!st->nstk)
+        return take_list(p, slot, stream, owner, hint, out);
+    if (slot != KVP__NONE) {
+        *out = take_to_owner(p, st, slot, p->run >= KVP__DEFER_AFTER);
+    } else {
+        *out = pop_top(p, (int)(st - p->st), slot, KVP_FMT_FP16);
+        prefetch_ahead(p, st, st->qhead);
+    }
+    st->untallied++;
+    take_done(p, slot, hint);
+    return KVP_OK;
+}
+
+/* kvp_take and kvp_take_hinted: take_quick when p->fast allows it. */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                               uint32_t *hint, kvp_block *out)
 {
     kvp__stream *st;
     if (!pool || !out || (unsigned)stream > KVP_STREAM_V || !(st = pool->fast[stream]))
         return take_one(pool, stream, owner, hint, out);
-    uint32_t slot = KVP__NONE;
-    if (owner != KVP_ANON) {
-        slot = owner_slot(pool, owner, hint ? *hint : KVP__NONE);
-        if (slot == KVP__NONE)
-            return take_new(pool, stream, owner, hint, out);
-        /* kvp__refs_reserve's room test, for an owner known to exist; its
-         * array full is take_one's (which grows it) */
-        if (pool->owners[slot].len >= pool->owners[slot].cap)
-            return take_one(pool, stream, owner, hint, out);
-    }
-    if (!st->nstk)
-        return take_list(pool, slot, stream, owner, hint, out);
-    if (slot == KVP__NONE || pool->run < KVP__DEFER_AFTER)
-        return take_top(pool, st, slot, hint, out);
-    *out = take_to_owner(pool, st, slot, true);
+    uint32_t slot;
+    if (!take_quick(pool, st, &st->nstk, owner, hint, &slot, out))
+        return take_other(pool, stream, owner, slot, hint, out);
     st->untallied++;
-    take_done(pool, slot, hint);
+    self_check(pool, true);
     return KVP_OK;
 }
 
@@ -988,6 +1025,68 @@ KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_o
     if (!hint)
         return KVP_EINVAL;
     return take(pool, stream, owner, hint, out);
+}
+
+/* kvp_take_each's loop on a stream the fast path serves, inlined for the
+ * usual arguments (hints and rows given: then each take tests neither) and
+ * once for the rest.  The stack's size and the count of takes stay in
+ * registers between takes, and go back to the stream only around
+ * take_other: stored and reloaded by every take, the size made a chain of
+ * dependent memory operations through the whole decode loop.  Returns the
+ * first failure's status, *k the takes done. */
+static inline __attribute__((always_inline)) kvp_status
+take_loop(kvp_pool *pool, kvp__stream *st, kvp_stream stream, const kvp_owner *owners,
+          uint32_t *hints, const uint32_t *rows, size_t n, kvp_block *out, size_t *k)
+{
+    uint32_t nstk = st->nstk, quick = 0;
+    kvp_status rc = KVP_OK;
+    size_t i = 0;
+    for (; i < n; i++) {
+        size_t r = rows ? rows[i] : i;
+        uint32_t *hint = hints ? &hints[r] : NULL, slot;
+        if (take_quick(pool, st, &nstk, owners[r], hint, &slot, &out[i])) {
+            quick++;
+            continue;
+        }
+        st->nstk = nstk;
+        st->untallied += quick;
+        quick = 0;
+        rc = take_other(pool, stream, owners[r], slot, hint, &out[i]);
+        nstk = st->nstk;
+        if (rc != KVP_OK)
+            break;
+    }
+    st->nstk = nstk;
+    st->untallied += quick;
+    self_check(pool, quick > 0);
+    *k = i;
+    return rc;
+}
+
+/* A decode step's takes in one call: each is the take kvp_take_hinted
+ * makes, so a batch and the same calls one by one leave the pool in the
+ * same state; the arguments and the fast path's stream are checked once.
+ * A pool the fast path does not serve takes through the general path, one
+ * take at a time. */
+KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
+                                      uint32_t *hints, const uint32_t *rows, size_t n,
+                                      kvp_block *out, size_t *n_taken)
+{
+    if (!pool || !n_taken || (n && (!owners || !out)) || kvp__stream_index(pool, stream) < 0)
+        return KVP_EINVAL;
+    kvp__stream *st = pool->fast[stream];
+    if (st && hints && rows)
+        return take_loop(pool, st, stream, owners, hints, rows, n, out, n_taken);
+    if (st)
+        return take_loop(pool, st, stream, owners, hints, rows, n, out, n_taken);
+    size_t i = 0;
+    kvp_status rc = KVP_OK;
+    for (; i < n && rc == KVP_OK; i++) {
+        size_t r = rows ? rows[i] : i;
+        rc = take_one(pool, stream, owners[r], hints ? &hints[r] : NULL, &out[i]);
+    }
+    *n_taken = rc == KVP_OK ? i : i - 1;
+    return rc;
 }
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)

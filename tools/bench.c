@@ -146,6 +146,11 @@ typedef struct churn_spec {
 typedef struct churn {
     churn_spec spec;
     uint32_t *ops;           /* slot | OP_DONE, one per allocation */
+    uint32_t *rows;          /* the same slots without OP_DONE */
+    size_t *done;            /* indexes in ops of the OP_DONE entries */
+    size_t ndone;
+    kvp_block *out;          /* library: kvp_take_each's blocks, for the
+                                longest run of takes between two frees */
     uint32_t max_seq;        /* blocks of the longest possible sequence */
     kvp_pool *pool;
     kvp_owner *owner;        /* library: owner id of each slot's sequence */
@@ -167,6 +172,9 @@ static void churn_free(churn *c)
 {
     kvp_pool_destroy(c->pool);
     free(c->ops);
+    free(c->rows);
+    free(c->done);
+    free(c->out);
     free(c->owner);
     free(c->hint);
     free(c->stack);
@@ -184,13 +192,16 @@ static int churn_init(churn *c, const churn_spec *sp)
     c->spec = *sp;
     c->max_seq = (sp->max_tokens + BENCH_BLOCK_TOKENS - 1) / BENCH_BLOCK_TOKENS;
     c->ops = malloc(sp->allocations * sizeof *c->ops);
+    c->rows = malloc(sp->allocations * sizeof *c->rows);
+    c->done = malloc(sp->allocations * sizeof *c->done);
     c->owner = calloc(sp->live, sizeof *c->owner);
     c->hint = calloc(sp->live, sizeof *c->hint);
     c->stack = malloc((size_t)sp->blocks * sizeof *c->stack);
     c->seq = malloc((size_t)sp->live * c->max_seq * sizeof *c->seq);
     c->len = calloc(sp->live, sizeof *c->len);
     uint32_t *need = malloc(sp->live * sizeof *need);
-    if (!c->ops || !c->owner || !c->hint || !c->stack || !c->seq || !c->len || !need) {
+    if (!c->ops || !c->rows || !c->done || !c->owner || !c->hint || !c->stack || !c->seq ||
+        !c->len || !need) {
         free(need);
         churn_free(c);
         kvpt_error("out of memory");
@@ -206,16 +217,27 @@ static int churn_init(churn *c, const churn_spec *sp)
         need[s] = draw_target(&rng, sp);
         c->len[s] = 0;
     }
+    size_t batch = 0, longest = 1;
     for (uint64_t i = 0; i < sp->allocations; i++) {
         uint32_t s = (uint32_t)bench_rng_range(&rng, 0, sp->live - 1);
-        c->ops[i] = s;
+        c->ops[i] = c->rows[i] = s;
+        if (++batch > longest)
+            longest = batch;
         if (++c->len[s] == need[s]) {
             c->ops[i] |= OP_DONE;
+            c->done[c->ndone++] = (size_t)i;
+            batch = 0;
             c->len[s] = 0;
             need[s] = draw_target(&rng, sp);
         }
     }
     free(need);
+    c->out = malloc(longest * sizeof *c->out);
+    if (!c->out) {
+        churn_free(c);
+        kvpt_error("out of memory");
+        return -1;
+    }
     return 0;
 }
 
@@ -233,12 +255,21 @@ static kvp_status churn_pool_create(const churn_spec *sp, const kvp_allocator *m
     return kvp_pool_create(&cfg, out);
 }
 
-/* Library side: one kvp_take_hinted per allocation to the sequence's owner
- * (kvp_take when `lookup`), kvp_free_owner when a sequence completes and
- * for every live sequence at the end (so each allocation is timed with its
- * free).  Inline with `lookup` a constant, so each timed loop is only its
- * own calls, as an engine's would be. */
-static inline __attribute__((always_inline)) double churn_run(churn *c, bool lookup)
+/* How the library side gives each allocation its block. */
+typedef enum churn_call {
+    CALL_EACH,   /* kvp_take_each: the takes between two frees in one call */
+    CALL_HINTED, /* kvp_take_hinted, one call per block */
+    CALL_LOOKUP  /* kvp_take, one call per block, the owner found by lookup */
+} churn_call;
+
+/* Library side: every allocation a take for its sequence's owner (the hint
+ * kept beside the owner id, as an engine would keep it in its request
+ * record), kvp_free_owner when a sequence completes and for every live
+ * sequence at the end (so each allocation is timed with its free).  With
+ * CALL_EACH the takes between two completions are one kvp_take_each, as a
+ * decode step's takes would be.  Inline with `call` a constant, so each
+ * timed loop is only its own calls, as an engine's would be. */
+static inline __attribute__((always_inline)) double churn_run(churn *c, churn_call call)
 {
     kvp_pool *pool = c->pool;
     kvp_owner *owner = c->owner, next = c->spec.live;
@@ -247,21 +278,39 @@ static inline __attribute__((always_inline)) double churn_run(churn *c, bool loo
         owner[s] = s;
         hint[s] = KVP_HINT_NONE;
     }
-    const uint32_t *op = c->ops, *end = op + c->spec.allocations;
     kvp_status rc = KVP_OK;
-    kvp_block b;
     double t0 = kvpt_now();
-    for (; op < end; op++) {
-        uint32_t s = *op & ~OP_DONE;
-        rc = lookup ? kvp_take(pool, KVP_STREAM_SHARED, owner[s], &b)
-                    : kvp_take_hinted(pool, KVP_STREAM_SHARED, owner[s], &hint[s], &b);
-        if (rc != KVP_OK)
-            break;
-        if (*op & OP_DONE) {
+    if (call == CALL_EACH) {
+        size_t a = 0, n = (size_t)c->spec.allocations;
+        for (size_t d = 0; d <= c->ndone; d++) {
+            size_t e = d < c->ndone ? c->done[d] + 1 : n, got;
+            rc = kvp_take_each(pool, KVP_STREAM_SHARED, owner, hint, c->rows + a, e - a, c->out,
+                               &got);
+            if (rc != KVP_OK || d == c->ndone)
+                break;
+            uint32_t s = c->rows[e - 1];
             if ((rc = kvp_free_owner(pool, owner[s], NULL)) != KVP_OK)
                 break;
             owner[s] = next++;
             hint[s] = KVP_HINT_NONE;
+            a = e;
+        }
+    } else {
+        const uint32_t *op = c->ops, *end = op + c->spec.allocations;
+        kvp_block b;
+        for (; op < end; op++) {
+            uint32_t s = *op & ~OP_DONE;
+            rc = call == CALL_LOOKUP
+                     ? kvp_take(pool, KVP_STREAM_SHARED, owner[s], &b)
+                     : kvp_take_hinted(pool, KVP_STREAM_SHARED, owner[s], &hint[s], &b);
+            if (rc != KVP_OK)
+                break;
+            if (*op & OP_DONE) {
+                if ((rc = kvp_free_owner(pool, owner[s], NULL)) != KVP_OK)
+                    break;
+                owner[s] = next++;
+                hint[s] = KVP_HINT_NONE;
+            }
         }
     }
     for (uint32_t s = 0; s < c->spec.live && rc == KVP_OK; s++) {
@@ -278,12 +327,17 @@ static inline __attribute__((always_inline)) double churn_run(churn *c, bool loo
 
 static double churn_lib(void *ctx)
 {
-    return churn_run(ctx, false);
+    return churn_run(ctx, CALL_EACH);
+}
+
+static double churn_lib_hinted(void *ctx)
+{
+    return churn_run(ctx, CALL_HINTED);
 }
 
 static double churn_lib_lookup(void *ctx)
 {
-    return churn_run(ctx, true);
+    return churn_run(ctx, CALL_LOOKUP);
 }
 
 /* Floor side: pop from the free stack into the sequence's array; on
@@ -345,27 +399,34 @@ static int bench_churn(bench_out *out, unsigned scale)
         churn_free(&c);
         return kvpt_lib_error("kvp_pool_create", rc);
     }
-    /* Plain kvp_take first, then the figure itself (with its own floor). */
-    double lib_s, floor_s, lookup_s, lookup_floor_s;
+    /* Plain kvp_take, then one kvp_take_hinted per block, then the figure
+     * itself (kvp_take_each), each with its own floor. */
+    double lib_s, floor_s, lookup_s, lookup_floor_s, single_s, single_floor_s;
     int ret = bench_reps(churn_lib_lookup, churn_floor, &c, &lookup_s, &lookup_floor_s);
+    if (ret == 0)
+        ret = bench_reps(churn_lib_hinted, churn_floor, &c, &single_s, &single_floor_s);
     if (ret == 0)
         ret = bench_reps(churn_lib, churn_floor, &c, &lib_s, &floor_s);
     if (ret == 0) {
         double ns = per_block_ns(&c, lib_s), fl = per_block_ns(&c, floor_s);
         double lk = per_block_ns(&c, lookup_s), lkfl = per_block_ns(&c, lookup_floor_s);
+        double sg = per_block_ns(&c, single_s), sgfl = per_block_ns(&c, single_floor_s);
         uint64_t peak = bench_peak_rss_kb();
-        char config[96], details[96];
+        char config[96], details[128];
         snprintf(config, sizeof config, "%u blocks, %u seqs", sp.blocks, sp.live);
-        snprintf(details, sizeof details, "kvp_take by lookup %.1f (%.1fx); peak RSS %llu KiB",
-                 lk, lk / lkfl, (unsigned long long)peak);
-        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:s, s:s, s:i}",
+        snprintf(details, sizeof details,
+                 "kvp_take_hinted %.1f (%.1fx), kvp_take %.1f (%.1fx); peak RSS %llu KiB", sg,
+                 sg / sgfl, lk, lk / lkfl, (unsigned long long)peak);
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:s,"
+                              " s:s, s:i}",
                               "workload", "churn", "blocks", (json_int_t)sp.blocks,
                               "live_sequences", (json_int_t)sp.live,
                               "allocations", (json_int_t)sp.allocations,
                               "ns_per_block", ns, "floor_ns_per_block", fl,
-                              "ratio_to_floor", ns / fl, "lookup_ns_per_block", lk,
+                              "ratio_to_floor", ns / fl, "single_ns_per_block", sg,
+                              "single_ratio_to_floor", sg / sgfl, "lookup_ns_per_block", lk,
                               "lookup_ratio_to_floor", lk / lkfl,
-                              "peak_rss_kb", (json_int_t)peak, "call", "kvp_take_hinted",
+                              "peak_rss_kb", (json_int_t)peak, "call", "kvp_take_each",
                               "prng", "splitmix64", "reps", BENCH_REPS);
         ret = bench_emit(out, o, config, details);
     }
