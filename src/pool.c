@@ -934,57 +934,68 @@ static KVP__NOINLINE kvp_status take_new(kvp_pool *p, kvp_stream stream, kvp_own
     return KVP_OK;
 }
 
-/* The decode step's take, inline in kvp_take, kvp_take_hinted and
- * kvp_take_each, for a stream the fast path may serve (p->fast: nothing
- * hooked, so no lock, events, history or callbacks to run, and no free
- * sets kept): an existing owner, found by its hint (or, without one, by
- * lookup), with room in its array, in a run (its record deferred, as
- * take_to_owner does), and a block on top of the LIFO stack's array, whose
- * size the caller keeps in *nstk (st->nstk itself, or kvp_take_each's
- * copy).  That is the general path's own lookup (owner_slot) minus the
- * checks these conditions settle.  Returns whether it took the block; if
- * not, *slot is
- * the owner's slot if it found it (else NONE) for take_other, which does
- * the rest.  Counting the block is the caller's (st->untallied). */
-static inline bool take_quick(kvp_pool *pool, kvp__stream *st, uint32_t *nstk, kvp_owner owner,
-                              uint32_t *hint, uint32_t *slot, kvp_block *out)
+/* The decode step's takes, inline in kvp_take, kvp_take_hinted (n = 1)
+ * and kvp_take_each, for a stream the fast path may serve (p->fast:
+ * nothing hooked, so no lock, events, history or callbacks to run, and no
+ * free sets kept).  Takes i, i+1, ... as kvp_take_each numbers them, while
+ * each is the usual case: a run (so the record is deferred, as
+ * take_to_owner does), an existing owner found by its hint (or, without
+ * hints, by lookup) with room in its array, and a block on top of the LIFO
+ * stack's array.  That is the general path's own lookup (owner_slot) minus
+ * the checks these conditions settle.  Returns the first take it declines
+ * (n if none), for take_other.
+ *
+ * The stack's size, and what the takes read of the pool, stay in registers
+ * between takes and go back to the stream once at the end: stored and
+ * reloaded by every take, the size made a chain of dependent memory
+ * operations through the whole decode loop (PERFORMANCE.md, change 40). */
+static inline __attribute__((always_inline)) size_t
+take_run(kvp_pool *pool, kvp__stream *st, const kvp_owner *owners, uint32_t *hints,
+         const uint32_t *rows, size_t i, size_t n, kvp_block *out)
 {
-    *slot = KVP__NONE;
-    if (owner == KVP_ANON)
-        return false;
-    if (!hint)
-        *slot = kvp__owner_find(pool, owner);
-    else if (*hint < pool->ocap && pool->owners[*hint].id == owner)
-        *slot = *hint;
-    /* kvp__refs_reserve's room test, for an owner known to exist */
-    if (*slot == KVP__NONE || pool->owners[*slot].len >= pool->owners[*slot].cap || !*nstk ||
-        pool->run < KVP__DEFER_AFTER)
-        return false;
-    kvp__owner *o = &pool->owners[*slot];
-    uint32_t b = st->stk[--*nstk];
-    defer_chain(pool, o, *slot);
-    o->refs[o->len++] = b;
-    *out = b;
-    return true;
+    if (pool->run < KVP__DEFER_AFTER)
+        return i;
+    kvp__owner *own = pool->owners;
+    uint32_t ocap = pool->ocap, *stk = st->stk, nstk = st->nstk;
+    size_t first = i;
+    for (; i < n; i++) {
+        size_t r = rows ? rows[i] : i;
+        kvp_owner id = owners[r];
+        if (id == KVP_ANON)
+            break;
+        uint32_t slot = hints ? hints[r] : kvp__owner_find(pool, id); /* NONE >= ocap */
+        /* kvp__refs_reserve's room test, for an owner known to exist */
+        if (slot >= ocap || own[slot].id != id || own[slot].len >= own[slot].cap || !nstk)
+            break;
+        kvp__owner *o = &own[slot];
+        uint32_t b = stk[--nstk];
+        defer_chain(pool, o, slot);
+        o->refs[o->len++] = b;
+        out[i] = b;
+    }
+    st->nstk = nstk;
+    st->untallied += (uint32_t)(i - first);
+    return i;
 }
 
-/* Every take take_quick declines, on a stream the fast path serves (its
- * st->nstk current), with the owner's slot if take_quick found it: an
- * owner known only by lookup, a new owner (take_new), a full array
- * (take_one, which grows it), an empty stack's array (take_list), else the
- * top of the stack's array with its record written, taken anonymously or
- * outside a run.  Out of line, so that the takes that inline take_quick
- * save no registers for it (six saved and restored took 12 of the take's
- * 75 instructions). */
+/* One take take_run declined, on a stream the fast path serves: a new
+ * owner (take_new), a full array (take_one, which grows it), an empty
+ * stack's array (take_list), else the top of the stack's array with its
+ * record written, taken anonymously or outside a run.  Out of line, so
+ * that the takes that inline take_run save no registers for it (six saved
+ * and restored took 12 of the take's 75 instructions). */
 static KVP__NOINLINE kvp_status take_other(kvp_pool *p, kvp_stream stream, kvp_owner owner,
-                                           uint32_t slot, uint32_t *hint, kvp_block *out)
+                                           uint32_t *hint, kvp_block *out)
 {
     kvp__stream *st = p->fast[stream];
-    if (owner != KVP_ANON && slot == KVP__NONE &&
-        (slot = kvp__owner_find(p, owner)) == KVP__NONE)
-        return take_new(p, stream, owner, hint, out);
-    if (slot != KVP__NONE && p->owners[slot].len >= p->owners[slot].cap)
-        return take_one(p, stream, owner, hint, out);
+    uint32_t slot = KVP__NONE;
+    if (owner != KVP_ANON) {
+        slot = owner_slot(p, owner, hint ? *hint : KVP__NONE);
+        if (slot == KVP__NONE)
+            return take_new(p, stream, owner, hint, out);
+        if (p->owners[slot].len >= p->owners[slot].cap)
+            return take_one(p, stream, owner, hint, out);
+    }
     if (!st->nstk)
         return take_list(p, slot, stream, owner, hint, out);
     if (slot != KVP__NONE) {
@@ -998,17 +1009,16 @@ static KVP__NOINLINE kvp_status take_other(kvp_pool *p, kvp_stream stream, kvp_o
     return KVP_OK;
 }
 
-/* kvp_take and kvp_take_hinted: take_quick when p->fast allows it. */
+/* kvp_take and kvp_take_hinted: take_run for one take when p->fast allows
+ * it, else take_other or the general path. */
 static inline kvp_status take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                               uint32_t *hint, kvp_block *out)
 {
     kvp__stream *st;
     if (!pool || !out || (unsigned)stream > KVP_STREAM_V || !(st = pool->fast[stream]))
         return take_one(pool, stream, owner, hint, out);
-    uint32_t slot;
-    if (!take_quick(pool, st, &st->nstk, owner, hint, &slot, out))
-        return take_other(pool, stream, owner, slot, hint, out);
-    st->untallied++;
+    if (!take_run(pool, st, &owner, hint, NULL, 0, 1, out))
+        return take_other(pool, stream, owner, hint, out);
     self_check(pool, true);
     return KVP_OK;
 }
@@ -1027,39 +1037,24 @@ KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_o
     return take(pool, stream, owner, hint, out);
 }
 
-/* kvp_take_each's loop on a stream the fast path serves, inlined for the
- * usual arguments (hints and rows given: then each take tests neither) and
- * once for the rest.  The stack's size and the count of takes stay in
- * registers between takes, and go back to the stream only around
- * take_other: stored and reloaded by every take, the size made a chain of
- * dependent memory operations through the whole decode loop.  Returns the
- * first failure's status, *k the takes done. */
+/* kvp_take_each on a stream the fast path serves: runs of take_run with
+ * take_other between them.  Inlined for the usual arguments (hints and
+ * rows given: then no take tests either) and once for the rest. */
 static inline __attribute__((always_inline)) kvp_status
-take_loop(kvp_pool *pool, kvp__stream *st, kvp_stream stream, const kvp_owner *owners,
-          uint32_t *hints, const uint32_t *rows, size_t n, kvp_block *out, size_t *k)
+take_each(kvp_pool *pool, kvp__stream *st, kvp_stream stream, const kvp_owner *owners,
+          uint32_t *hints, const uint32_t *rows, size_t n, kvp_block *out, size_t *n_taken)
 {
-    uint32_t nstk = st->nstk, quick = 0;
     kvp_status rc = KVP_OK;
     size_t i = 0;
-    for (; i < n; i++) {
+    while ((i = take_run(pool, st, owners, hints, rows, i, n, out)) < n) {
         size_t r = rows ? rows[i] : i;
-        uint32_t *hint = hints ? &hints[r] : NULL, slot;
-        if (take_quick(pool, st, &nstk, owners[r], hint, &slot, &out[i])) {
-            quick++;
-            continue;
-        }
-        st->nstk = nstk;
-        st->untallied += quick;
-        quick = 0;
-        rc = take_other(pool, stream, owners[r], slot, hint, &out[i]);
-        nstk = st->nstk;
+        rc = take_other(pool, stream, owners[r], hints ? &hints[r] : NULL, &out[i]);
         if (rc != KVP_OK)
             break;
+        i++;
     }
-    st->nstk = nstk;
-    st->untallied += quick;
-    self_check(pool, quick > 0);
-    *k = i;
+    self_check(pool, i > 0);
+    *n_taken = i;
     return rc;
 }
 
@@ -1076,9 +1071,9 @@ KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const k
         return KVP_EINVAL;
     kvp__stream *st = pool->fast[stream];
     if (st && hints && rows)
-        return take_loop(pool, st, stream, owners, hints, rows, n, out, n_taken);
+        return take_each(pool, st, stream, owners, hints, rows, n, out, n_taken);
     if (st)
-        return take_loop(pool, st, stream, owners, hints, rows, n, out, n_taken);
+        return take_each(pool, st, stream, owners, hints, rows, n, out, n_taken);
     size_t i = 0;
     kvp_status rc = KVP_OK;
     for (; i < n && rc == KVP_OK; i++) {
