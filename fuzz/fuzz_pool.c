@@ -2,7 +2,7 @@
  * fuzz_pool.c — differential fuzzer: kvpool against the reference model.
  *
  * What it covers: the whole state-changing surface of kvpool.h — alloc,
- * take, take_id, free (with double frees, foreign blocks, repeated ids, bad
+ * take (one call per block, and kvp_take_each), take_id, free (with double frees, foreign blocks, repeated ids, bad
  * ids), free_owner, owner register/release/blocks, set_fill, claim,
  * publish, lookup(+claim), unpublish, evict, ensure_free, clear_index,
  * reset_prefix_cache, extend, shrink, retire_top, pool_clear, stats_reset,
@@ -578,6 +578,61 @@ static int owner_room(int oi, uint32_t more)
     return oi < 0 || g_m.o[oi].n + more + MAXREFB < OREFS;
 }
 
+/* kvp_take_each: 1 + v % 6 takes from stream st, the first for owner oi,
+ * by rows into the owners' table (row NOWN: anonymous) with their kept
+ * hints, or (v / 6 odd) without rows and hints.  Each must be the take the
+ * model makes, in order, the call stopping at the first that fails. */
+static void do_take_each(rd *r, int st, int oi, uint32_t v, uint64_t fp)
+{
+    model *m = &g_m;
+    size_t n = 1 + v % 6, gn = SIZE_MAX, en = 0;
+    int by_rows = (v / 6) % 2 == 0, ois[6];
+    kvp_owner tab[NOWN + 1], own[6];
+    uint32_t rows[6];
+    for (int j = 0; j < NOWN; j++)
+        tab[j] = oval(j);
+    tab[NOWN] = KVP_ANON;
+    char *o = g_r.op + OPF("take_each(stream=%d,%s owners=", st, by_rows ? " rows, hints," : "");
+    for (size_t k = 0; k < n; k++) {
+        if (k)
+            oi = pick_owner(r);
+        if (!owner_room(oi, 64))
+            oi = -1;
+        ois[k] = oi;
+        rows[k] = oi < 0 ? NOWN : (uint32_t)oi;
+        own[k] = oval(oi);
+        o += snprintf(o, (size_t)(g_r.op + sizeof g_r.op - o), "%s%" PRIu64, k ? "," : "",
+                      oval(oi));
+    }
+    snprintf(o, (size_t)(g_r.op + sizeof g_r.op - o), ")");
+    kvp_block e[6], g[6];
+    uint32_t hints[NOWN + 1];
+    memcpy(hints, g_r.hint, sizeof g_r.hint);
+    hints[NOWN] = KVP_HINT_NONE;
+    kvp_status gs = by_rows ? kvp_take_each(g_r.p, (kvp_stream)st, tab, hints, rows, n, g, &gn)
+                            : kvp_take_each(g_r.p, (kvp_stream)st, own, NULL, NULL, n, g, &gn);
+    kvp_status es = KVP_OK;
+    for (; en < n; en++) {
+        size_t one = 0;
+        if ((es = mdl_alloc(m, st, 1, ois[en], 0, 1, 1, &e[en], &one)) != KVP_OK)
+            break;
+    }
+    if (gn != en)
+        bad("kvp_take_each: expected %zu takes (%s), got %zu (%s)", en, kvp_strerror(es), gn,
+            kvp_strerror(gs));
+    if (en == 0)
+        cmp_status("kvp_take_each", gs, es, fp);
+    else if (gs != es)
+        bad("kvp_take_each after %zu takes: status expected %s, got %s", en, kvp_strerror(es),
+            kvp_strerror(gs));
+    for (size_t k = 0; k < en; k++)
+        if (e[k] != g[k])
+            bad("kvp_take_each, take %zu: expected block %" PRIu32 ", got %" PRIu32, k, e[k],
+                g[k]);
+    if (by_rows)
+        memcpy(g_r.hint, hints, sizeof g_r.hint);
+}
+
 static void do_seq(rd *r, int op)
 {
     model *m = &g_m;
@@ -788,6 +843,10 @@ static void do_op(rd *r, int op)
         uint32_t v = u8(r);
         if (!owner_room(oi, 64))
             return;
+        if (op == OP_TAKE && v % 8 == 3) { /* one in eight: a kvp_take_each */
+            do_take_each(r, st, oi, v / 8, fp);
+            break;
+        }
         if (op == OP_TAKE) {
             kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
             size_t en = 0;
@@ -802,7 +861,7 @@ static void do_op(rd *r, int op)
             }
             /* Half the takes are hinted: with the owner's kept hint, another
              * owner's, or garbage; all must behave as kvp_take. */
-            if (v % 8 < 4) {
+            if (v % 8 < 3) {
                 gs = kvp_take(p, (kvp_stream)st, oval(oi), &g);
             } else {
                 uint32_t h = v % 8 == 4   ? v / 8

@@ -408,7 +408,8 @@ KVP_API kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner 
  * than once and the pool ends in the state the n calls would leave.  The
  * caller owns every array: owners and hints (when given) must hold every
  * row that rows names, out n entries.
- * *n_taken receives the takes done: n on KVP_OK.  Else the status is that
+ * *n_taken receives the takes done (0 when the call is refused): n on
+ * KVP_OK.  Else the status is that
  * of the first take that failed (KVP_EEXHAUSTED, KVP_ENOMEM, ...), which
  * changed nothing; the *n_taken takes before it stand, their blocks in
  * out.  KVP_EINVAL (NULL pool or n_taken, NULL owners or out with n > 0,

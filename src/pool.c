@@ -1067,7 +1067,10 @@ KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const k
                                       uint32_t *hints, const uint32_t *rows, size_t n,
                                       kvp_block *out, size_t *n_taken)
 {
-    if (!pool || !n_taken || (n && (!owners || !out)) || kvp__stream_index(pool, stream) < 0)
+    if (!n_taken)
+        return KVP_EINVAL;
+    *n_taken = 0;
+    if (!pool || (n && (!owners || !out)) || kvp__stream_index(pool, stream) < 0)
         return KVP_EINVAL;
     kvp__stream *st = pool->fast[stream];
     if (st && hints && rows)

@@ -52,7 +52,7 @@
 
 #define NHASH 8         /* hash alphabet: small, so duplicates are common */
 #define WHOLE_EVERY 64  /* steps between whole-state comparisons */
-#define NOP 26
+#define NOP 27
 #define MAXREFB 64      /* owner references per block the test creates */
 
 /* ------------------------------------------------------------------------ */
@@ -143,7 +143,7 @@ enum {
     OP_SET_FILL, OP_CLAIM, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH, OP_EVICT, OP_ENSURE,
     OP_CLEAR_INDEX, OP_RESET_PREFIX, OP_DRAIN, OP_EXTEND, OP_SHRINK, OP_RETIRE_TOP,
     OP_BLOCK_GET, OP_OWNER_BLOCKS, OP_FREE_COUNT, OP_POOL_CLEAR, OP_CLAIM_LOOKUP,
-    OP_STATS_RESET
+    OP_STATS_RESET, OP_TAKE_EACH
 };
 
 static const char *const g_opname[NOP] = {
@@ -151,12 +151,13 @@ static const char *const g_opname[NOP] = {
     "set_fill", "claim", "publish", "lookup", "unpublish", "evict", "ensure_free",
     "clear_index", "reset_prefix_cache", "drain+reset", "extend", "shrink", "retire_top",
     "block_get", "owner_blocks", "free_count", "pool_clear", "lookup+claim", "stats_reset",
+    "take_each",
 };
 
 /* Relative weights. */
 static const unsigned g_weight[NOP] = {
     140, 50, 35, 140, 45, 25, 25, 50, 50, 90, 40, 25, 25, 25,
-    4, 8, 3, 25, 25, 25, 10, 15, 10, 1, 60, 2,
+    4, 8, 3, 25, 25, 25, 10, 15, 10, 1, 60, 2, 30,
 };
 
 typedef struct ctx {
@@ -772,6 +773,63 @@ static void do_step(ctx *x, int op)
                         " (the order is the reuse order)", i, e[i], g[i]);
         break;
     }
+    case OP_TAKE_EACH: {
+        /* Up to 6 takes from one stream in one kvp_take_each: by rows into
+         * the owners' table (row NOWN: anonymous) with their kept hints,
+         * or without rows, or without hints.  Each must be the take the
+         * model makes, in order, the call stopping at the first failure. */
+        int st = pick_stream(x), ois[6];
+        size_t n = 1 + rn(x, 6), gn = SIZE_MAX, en = 0;
+        kvp_owner tab[NOWN + 1], own[6];
+        uint32_t tabh[NOWN + 1], hs[6], rows[6];
+        for (int j = 0; j < NOWN; j++) {
+            tab[j] = oval(j);
+            tabh[j] = x->hint[j];
+        }
+        tab[NOWN] = KVP_ANON;
+        tabh[NOWN] = KVP_HINT_NONE;
+        int by_rows = !chance(x, 20), hinted = !chance(x, 25);
+        char *o = x->op + snprintf(x->op, sizeof x->op, "take_each(stream=%d,%s%s owners=", st,
+                                   by_rows ? " rows," : "", hinted ? " hints," : "");
+        for (size_t k = 0; k < n; k++) {
+            int oi = pick_owner(x);
+            if (mimic_kv(x) && oi >= 0 && mdl_list(m, st) >= 0 && 1 + oi % 2 != st)
+                oi = -1; /* as OP_TAKE: an owner keeps to one list */
+            ois[k] = oi;
+            rows[k] = oi < 0 ? NOWN : (uint32_t)oi;
+            own[k] = oval(oi);
+            hs[k] = oi < 0 ? KVP_HINT_NONE : x->hint[oi];
+            o += snprintf(o, (size_t)(x->op + sizeof x->op - o), "%s%" PRIu64, k ? "," : "",
+                          oval(oi));
+        }
+        snprintf(o, (size_t)(x->op + sizeof x->op - o), ")");
+        kvp_block e[6], g[6];
+        for (size_t k = 0; k < n; k++)
+            g[k] = KVP_NO_BLOCK;
+        gs = by_rows ? kvp_take_each(p, (kvp_stream)st, tab, hinted ? tabh : NULL, rows, n, g, &gn)
+                     : kvp_take_each(p, (kvp_stream)st, own, hinted ? hs : NULL, NULL, n, g, &gn);
+        for (es = KVP_OK; en < n; en++) {
+            size_t one = 0;
+            if ((es = mdl_alloc(m, st, 1, ois[en], 0, 1, 1, &e[en], &one)) != KVP_OK)
+                break;
+        }
+        if (gn != en)
+            bad(x, "kvp_take_each: expected %zu takes (%s), got %zu (%s)", en, kvp_strerror(es),
+                gn, kvp_strerror(gs));
+        if (en == 0)
+            cmp_status(x, "kvp_take_each", gs, es, fp);
+        else if (gs != es)
+            bad(x, "kvp_take_each after %zu takes: status expected %s, got %s", en,
+                kvp_strerror(es), kvp_strerror(gs));
+        for (size_t k = 0; k < en && k < gn; k++) {
+            if (e[k] != g[k])
+                bad(x, "kvp_take_each, take %zu: expected block %" PRIu32 ", got %" PRIu32, k,
+                    e[k], g[k]);
+            if (hinted && ois[k] >= 0)
+                x->hint[ois[k]] = by_rows ? tabh[ois[k]] : hs[k];
+        }
+        break;
+    }
     case OP_TAKE_ID: {
         kvp_block id = pick_target(x, pr_free, 75);
         int oi = pick_owner(x);
@@ -1108,7 +1166,9 @@ static void run_config(const mcfg *c)
          * most takes succeed */
         if (c->unhooked && !x->quiet && chance(x, c->decode ? 8 : 3))
             x->quiet = 100 + rn(x, 400);
-        int op = x->quiet ? (chance(x, 70) ? OP_TAKE : OP_FREE_OWNER) : pick_op(x);
+        int op = x->quiet ? (chance(x, 70) ? (chance(x, 25) ? OP_TAKE_EACH : OP_TAKE)
+                                           : OP_FREE_OWNER)
+                          : pick_op(x);
         if (c->decode && (op == OP_SHRINK || op == OP_RETIRE_TOP))
             op = OP_TAKE;
         do_step(x, op);
