@@ -231,6 +231,31 @@ ROW(take_hinted_null_out, FX_ANY, KVP_EINVAL, HINTED(KVP_STREAM_K, NULL))
 ROW(take_hinted_bad_stream, FX_ANY, KVP_EINVAL, HINTED((kvp_stream)7, &g_b))
 ROW(take_hinted_shared_on_separate, FX_K, KVP_EINVAL, HINTED(KVP_STREAM_SHARED, &g_b))
 
+/* kvp_take_each: refused before any take (n_taken 0, the hints as they
+ * were); no takes at all change nothing either.  (A take that fails part
+ * way is test_owner's.) */
+static kvp_owner g_owners[2] = {A, NOBODY};
+static uint32_t g_rows[2] = {1, 0}, g_hints[2];
+static size_t g_nt;
+#define EACH(pool, stream, owners, n, out)                                                   \
+    g_hints[0] = g_hints[1] = 5;                                                             \
+    g_nt = 77;                                                                               \
+    kvp_status st = kvp_take_each(pool, stream, owners, g_hints, g_rows, n, out, &g_nt);     \
+    ROW_CHECK(g_nt == 0, "n_taken %zu after a refused call, expected 0", g_nt);              \
+    ROW_CHECK(g_hints[0] == 5 && g_hints[1] == 5, "hints %" PRIu32 ", %" PRIu32              \
+              " after a refused call, expected 5", g_hints[0], g_hints[1]);                  \
+    return st;
+ROW(take_each_null_pool, FX_ANY, KVP_EINVAL, EACH(NULL, KVP_STREAM_K, g_owners, 1, &g_b))
+ROW(take_each_null_n_taken, FX_ANY, KVP_EINVAL,
+    return kvp_take_each(p, KVP_STREAM_K, g_owners, NULL, NULL, 1, &g_b, NULL);)
+ROW(take_each_null_owners, FX_ANY, KVP_EINVAL, EACH(p, KVP_STREAM_K, NULL, 1, &g_b))
+ROW(take_each_null_out, FX_ANY, KVP_EINVAL, EACH(p, KVP_STREAM_K, g_owners, 1, NULL))
+ROW(take_each_bad_stream, FX_ANY, KVP_EINVAL, EACH(p, (kvp_stream)7, g_owners, 1, &g_b))
+ROW(take_each_bad_stream_none, FX_ANY, KVP_EINVAL, EACH(p, (kvp_stream)7, NULL, 0, NULL))
+ROW(take_each_shared_on_separate, FX_K, KVP_EINVAL,
+    EACH(p, KVP_STREAM_SHARED, g_owners, 1, &g_b))
+ROW(take_each_none, FX_K, KVP_OK, EACH(p, KVP_STREAM_K, NULL, 0, NULL))
+
 /* kvp_take_id */
 ROW(take_id_null_pool, FX_ANY, KVP_EINVAL, return kvp_take_id(NULL, 3, A);)
 ROW(take_id_null_block, FX_S, KVP_EINVAL, return kvp_take_id(p, 0, A);)
@@ -538,6 +563,9 @@ static const row *const rows[] = {
     R(take_null_pool), R(take_null_out), R(take_bad_stream), R(take_shared_on_separate),
     R(take_hinted_null_pool), R(take_hinted_null_hint), R(take_hinted_null_out),
     R(take_hinted_bad_stream), R(take_hinted_shared_on_separate),
+    R(take_each_null_pool), R(take_each_null_n_taken), R(take_each_null_owners),
+    R(take_each_null_out), R(take_each_bad_stream), R(take_each_bad_stream_none),
+    R(take_each_shared_on_separate), R(take_each_none),
     R(take_id_null_pool), R(take_id_null_block), R(take_id_beyond), R(take_id_no_block),
     R(take_id_retired), R(take_id_in_use), R(take_id_shared_block),
     R(free_null_pool), R(free_null_ids), R(free_null_ids_zero_n), R(free_null_block),

@@ -952,6 +952,161 @@ static void test_pending_twin_churn(void **state)
     twins_done(lazy, eager);
 }
 
+/* ---- kvp_take_each ------------------------------------------------------ */
+
+/* Random decode steps on three pools: kvp_take_each on an unhooked pool
+ * (its fast path, deferring in runs) and on a hooked twin (its general
+ * path, one take at a time), and one kvp_take_hinted per take on a third.
+ * Batches take by rows into a table of six owners and an anonymous row,
+ * repeats included, now and then without rows or without hints; whole
+ * owners are freed between them as sequences end, and the anonymous blocks
+ * right after their batch.  The three must agree on every status, count,
+ * block and hint, and on the whole state whenever it is compared. */
+static void test_take_each_matches_calls(void **state)
+{
+    (void)state;
+    enum { NO = 6, MAXN = 12 };
+    kvp_config cfg = kvptest_config(200);
+    kvp_pool *each = kvptest_create(&cfg), *one = kvptest_create(&cfg), *hooked;
+    cfg.on_evict = no_evict;
+    hooked = kvptest_create(&cfg);
+    kvp_owner tab[NO + 1];
+    uint32_t h_each[NO + 1], h_hook[NO + 1], h_one[NO + 1], len[NO] = {0};
+    for (int i = 0; i <= NO; i++) {
+        tab[i] = i < NO ? (kvp_owner)i + 1 : KVP_ANON;
+        h_each[i] = h_hook[i] = h_one[i] = KVP_HINT_NONE;
+    }
+    uint64_t rng = 0x2545f4914f6cdd1du, next_owner = 100;
+    size_t steps = kvptest_steps(3000), deferred = 0, batches = 0;
+    for (size_t step = 0; step < steps; step++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        unsigned r = (unsigned)(rng >> 33), i = r % NO;
+        if (len[i] >= 12 + (r >> 8) % 8) { /* the sequence ends */
+            kvp_pool *all[3] = {each, hooked, one};
+            for (int k = 0; k < 3; k++)
+                KVP_ASSERT_OK(kvp_free_owner(all[k], tab[i], NULL));
+            tab[i] = next_owner++;
+            h_each[i] = h_hook[i] = h_one[i] = KVP_HINT_NONE;
+            len[i] = 0;
+            continue;
+        }
+        size_t n = 1 + (r >> 4) % MAXN, ne = 0, nh = 0, anon = 0;
+        unsigned how = (r >> 12) % 8; /* 0: no rows, 1: no hints, else both */
+        uint32_t rows[MAXN];
+        kvp_owner own[MAXN];
+        uint32_t hs_each[MAXN], hs_hook[MAXN];
+        kvp_block be[MAXN], bh[MAXN], bo[MAXN], freed[MAXN];
+        for (size_t k = 0; k < n; k++) {
+            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            unsigned q = (unsigned)(rng >> 33);
+            rows[k] = q % 16 == 0 ? NO : q % NO;
+            if (rows[k] < NO && len[rows[k]] + 1 >= 20)
+                rows[k] = NO;
+            if (rows[k] < NO)
+                len[rows[k]]++;
+            own[k] = tab[rows[k]];
+            hs_each[k] = h_each[rows[k]];
+            hs_hook[k] = h_hook[rows[k]];
+        }
+        kvp_status re, rh;
+        if (how == 0) {
+            re = kvp_take_each(each, KVP_STREAM_SHARED, own, hs_each, NULL, n, be, &ne);
+            rh = kvp_take_each(hooked, KVP_STREAM_SHARED, own, hs_hook, NULL, n, bh, &nh);
+        } else {
+            uint32_t *he = how == 1 ? NULL : h_each, *hh = how == 1 ? NULL : h_hook;
+            re = kvp_take_each(each, KVP_STREAM_SHARED, tab, he, rows, n, be, &ne);
+            rh = kvp_take_each(hooked, KVP_STREAM_SHARED, tab, hh, rows, n, bh, &nh);
+        }
+        KVP_ASSERT_OK(re);
+        KVP_ASSERT_OK(rh);
+        KVP_ASSERT_EQ(ne, n);
+        KVP_ASSERT_EQ(nh, n);
+        for (size_t k = 0; k < n; k++) {
+            uint32_t *h = how == 1 ? &(uint32_t){KVP_HINT_NONE} : &h_one[rows[k]];
+            KVP_ASSERT_OK(kvp_take_hinted(one, KVP_STREAM_SHARED, own[k], h, &bo[k]));
+            KVP_ASSERT_EQ(be[k], bo[k]);
+            KVP_ASSERT_EQ(bh[k], bo[k]);
+            if (rows[k] == NO)
+                freed[anon++] = bo[k];
+        }
+        for (int k = 0; k < NO && how >= 2; k++) /* the same hints as one by one */
+            KVP_ASSERT_EQ(h_each[k], h_one[k]);
+        for (size_t k = 0; k < n && how == 0; k++) { /* per take; kept as the rows' */
+            KVP_ASSERT_EQ(hs_each[k], h_one[rows[k]]);
+            h_each[rows[k]] = hs_each[k];
+            h_hook[rows[k]] = hs_hook[k];
+        }
+        for (size_t k = 0; k < n; k++)
+            deferred += rows[k] < NO && each->blocks[be[k]].state == KVP_BLOCK_VACANT;
+        batches++;
+        kvptest_check(each); /* leaves the pending references pending */
+        if (anon) {
+            kvp_pool *all[3] = {each, hooked, one};
+            for (int k = 0; k < 3; k++)
+                KVP_ASSERT_OK(kvp_free(all[k], freed, anon, KVP_ANON));
+        }
+        if (step % 97 == 0) {
+            uint64_t f = kvptest_fp(one);
+            KVP_ASSERT_EQ(kvptest_fp(each), f);
+            KVP_ASSERT_EQ(kvptest_fp(hooked), f);
+        }
+    }
+    KVP_ASSERT_EQ(deferred > 0, 1); /* the fast path ran, in runs */
+    kvp_stats se = kvptest_stats(each), so = kvptest_stats(one);
+    KVP_ASSERT_EQ(se.alloc_calls, so.alloc_calls);
+    KVP_ASSERT_EQ(se.reused, so.reused);
+    KVP_ASSERT_EQ(se.peak_in_use, so.peak_in_use);
+    KVP_ASSERT_EQ(kvptest_fp(each), kvptest_fp(one));
+    twins_done(hooked, one);
+    kvp_pool_destroy(each);
+}
+
+/* A take that fails ends kvp_take_each: the takes before it stand, its
+ * own changed nothing (its out entry and the later ones untouched), and
+ * the pool is as after the same calls one by one, the failure counted. */
+static void test_take_each_partial(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(24);
+    kvp_pool *each = kvptest_create(&cfg), *one = kvptest_create(&cfg);
+    start_run(each, one, KVP_STREAM_SHARED); /* the first takes defer */
+    for (int i = 0; i < 14; i++) { /* 14 of the 24 held elsewhere */
+        kvptest_take(each, KVP_STREAM_SHARED, 50);
+        kvptest_take(one, KVP_STREAM_SHARED, 50);
+    }
+    kvp_owner tab[3] = {1, 2, KVP_ANON};
+    uint32_t rows[14] = {0, 1, 0, 0, 2, 1, 0, 1, 1, 0, 2, 0, 1, 0};
+    uint32_t he[3] = {KVP_HINT_NONE, KVP_HINT_NONE, KVP_HINT_NONE};
+    uint32_t ho[3] = {KVP_HINT_NONE, KVP_HINT_NONE, KVP_HINT_NONE};
+    kvp_block out[14];
+    for (int k = 0; k < 14; k++)
+        out[k] = 0xdeadbeefu;
+    size_t nt = 99;
+    KVP_ASSERT_STATUS(kvp_take_each(each, KVP_STREAM_SHARED, tab, he, rows, 14, out, &nt),
+                      KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(nt, 10);
+    for (int k = 10; k < 14; k++)
+        KVP_ASSERT_EQ(out[k], 0xdeadbeefu);
+    kvptest_check(each);
+    for (int k = 0; k < 14; k++) {
+        kvp_block b = KVP_NO_BLOCK;
+        kvp_status rc = kvp_take_hinted(one, KVP_STREAM_SHARED, tab[rows[k]], &ho[rows[k]], &b);
+        if (k < 10) {
+            KVP_ASSERT_OK(rc);
+            KVP_ASSERT_EQ(out[k], b);
+        } else {
+            KVP_ASSERT_STATUS(rc, KVP_EEXHAUSTED);
+            break;
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        KVP_ASSERT_EQ(he[k], ho[k]);
+    KVP_ASSERT_EQ(kvptest_stats(each).exhausted, kvptest_stats(one).exhausted);
+    KVP_ASSERT_EQ(kvptest_fp(each), kvptest_fp(one));
+    kvp_pool_destroy(each);
+    kvp_pool_destroy(one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -973,6 +1128,8 @@ int main(void)
         cmocka_unit_test(test_pending_run_length),
         cmocka_unit_test(test_pending_check),
         cmocka_unit_test(test_pending_twin_churn),
+        cmocka_unit_test(test_take_each_matches_calls),
+        cmocka_unit_test(test_take_each_partial),
     };
     return cmocka_run_group_tests_name("owner", tests, NULL, NULL);
 }
