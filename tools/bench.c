@@ -6,11 +6,14 @@
  * churn and scale share one driver: the operation sequence (which live
  * sequence gets the next block, and whether that block completes it) is
  * generated up front from splitmix64 seeded with 42, then replayed against
- * the pool (kvp_take_hinted to the sequence's owner, the hint kept beside the
- * owner id as an engine would keep it in its request record; kvp_free_owner
- * when it completes) and against the floor (a stack of free ids and an id
- * array per sequence).  churn also times plain kvp_take, which finds the
- * owner by lookup on every call (lookup_ns_per_block).  Large allocations
+ * the pool and against the floor (a stack of free ids and an id array per
+ * sequence).  On the pool, the takes between two completions are one
+ * kvp_take_each, as a decode step's takes would be: by rows into the
+ * sequences' owner ids and their hints, kept side by side as an engine
+ * keeps them in its request records; kvp_free_owner when a sequence
+ * completes.  churn also times the same takes one kvp_take_hinted per block
+ * (single_ns_per_block) and one plain kvp_take per block, which finds the
+ * owner by lookup (lookup_ns_per_block).  Large allocations
  * are forced onto fresh mappings (mallopt) so that resident-memory growth
  * measures the pool and not reused heap.
  */
