@@ -176,6 +176,10 @@ _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 
 /* Owner frees and general-path takes (p->run) since the last call that
  * settled, before a take defers its record (pool.c, take_to_owner). */
 #define KVP__DEFER_AFTER 8u
+/* Owner index buckets per owner slot: load factor at most 1/2, so a take's
+ * lookup of a new owner (a miss) and a free's of an old one walk about
+ * half a link instead of one (PERFORMANCE.md, change 40). */
+#define KVP__OWNER_BUCKETS 2u
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest power of two cap can hold */
 #define KVP__LINE 64
 

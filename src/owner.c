@@ -199,19 +199,19 @@ static void index_link(kvp__owner *owners, uint32_t *buckets, uint32_t mask, uin
 static void free_table(kvp_pool *p)
 {
     kvp__release(p, p->omem, (size_t)p->ocap * sizeof(kvp__owner) + KVP__LINE - 1);
-    kvp__release(p, p->obuckets, (size_t)p->ocap * sizeof *p->obuckets);
+    kvp__release(p, p->obuckets, (size_t)p->ocap * KVP__OWNER_BUCKETS * sizeof *p->obuckets);
 }
 
-/* Double the slots and the index buckets (one per slot) together; on
- * failure nothing changes. */
+/* Double the slots and the index buckets (KVP__OWNER_BUCKETS per slot)
+ * together; on failure nothing changes. */
 KVP__COLD static kvp_status grow_table(kvp_pool *p)
 {
     uint32_t ncap = p->ocap ? p->ocap * 2 : 16;
     void *mem = kvp__alloc(p, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
-    uint32_t *nb = kvp__zalloc(p, (size_t)ncap * sizeof *nb);
+    uint32_t *nb = kvp__zalloc(p, (size_t)ncap * KVP__OWNER_BUCKETS * sizeof *nb);
     if (!mem || !nb) {
         kvp__release(p, mem, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
-        kvp__release(p, nb, (size_t)ncap * sizeof *nb);
+        kvp__release(p, nb, (size_t)ncap * KVP__OWNER_BUCKETS * sizeof *nb);
         return KVP_ENOMEM;
     }
     /* Line-aligned: a 32-byte record is then one cache line, not two. */
@@ -225,7 +225,7 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
             no[i].pend = KVP__NONE;
             no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
         } else if (no[i].id != KVP_ANON) {
-            index_link(no, nb, ncap - 1, i);
+            index_link(no, nb, ncap * KVP__OWNER_BUCKETS - 1, i);
         }
     }
     free_table(p);
@@ -233,7 +233,7 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
     p->omem = mem;
     p->owners = no;
     p->obuckets = nb;
-    p->obmask = ncap - 1;
+    p->obmask = ncap * KVP__OWNER_BUCKETS - 1;
     p->ocap = ncap;
     return KVP_OK;
 }
@@ -283,7 +283,7 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 void kvp__owners_reset(kvp_pool *p)
 {
     if (p->obuckets)
-        memset(p->obuckets, 0, (size_t)p->ocap * sizeof *p->obuckets);
+        memset(p->obuckets, 0, (size_t)p->ocap * KVP__OWNER_BUCKETS * sizeof *p->obuckets);
     p->ofree = KVP__NONE;
     for (uint32_t i = p->ocap; i-- > 0;) {
         kvp__owner *o = &p->owners[i];
