@@ -93,6 +93,15 @@ int main(void)
     TRY(kvp_alloc(pool, KVP_STREAM_SHARED, 10, 2, KVP_FMT_FP16, &b[2], 1, &n));
     show(pool, "request 2 reuses 2 blocks of request 1");
 
+    /* A decode step: both requests cross a block boundary and get one more
+     * block each, in one call.  An engine keeps each request's owner id and
+     * hint in its own per-request arrays; rows say which requests take. */
+    kvp_owner req[2] = {1, 2};
+    uint32_t hints[2] = {hint1, KVP_HINT_NONE}, rows[2] = {0, 1};
+    kvp_block step[2];
+    TRY(kvp_take_each(pool, KVP_STREAM_SHARED, req, hints, rows, 2, step, &n));
+    show(pool, "a decode step: one block each");
+
     /* Request 1 finishes: its published blocks stay cached. */
     TRY(kvp_free_owner(pool, 1, &n));
     TRY(kvp_free_owner(pool, 2, &n));
