@@ -381,6 +381,11 @@ def test_bench_quick_json():
     for o in objs:
         by[o["workload"]].append(o)
     assert set(by) == {"churn", "prefix", "scale"}
+    (churn,) = by["churn"]
+    assert churn["call"] == "kvp_take_each"
+    for kind in ("single", "lookup"):  # kvp_take_hinted, kvp_take: one call per block
+        ns, ratio = churn[f"{kind}_ns_per_block"], churn[f"{kind}_ratio_to_floor"]
+        assert ns > 0 and ratio > 0
     assert {o["hash"] for o in by["prefix"]} == {"sha256", "xxh3"}
     for o in by["prefix"]:
         assert {"us_per_request", "hit_rate", "floor_hit_rate"} <= o.keys()

@@ -85,9 +85,11 @@ static const char usage_bench[] =
     "to back in each.\n"
     "\n"
     "  churn   65,536 blocks, 256 live sequences of [128, 2048] tokens, one block\n"
-    "          at a time (kvp_take_hinted to the sequence's owner, the hint kept\n"
-    "          per sequence; kvp_free_owner at the end), 1,000,000 allocations;\n"
-    "          then the same with plain kvp_take (owner looked up every call)\n"
+    "          at a time to a random sequence, 1,000,000 allocations; the takes\n"
+    "          between two completions in one kvp_take_each (as a decode step's,\n"
+    "          each sequence's hint kept beside its owner id), kvp_free_owner at\n"
+    "          the end of a sequence; then the same one kvp_take_hinted per block,\n"
+    "          and one plain kvp_take per block (owner looked up every call)\n"
     "  prefix  16,384 blocks, 64 system prompts of 1,024 tokens (Zipf 1.1) plus a\n"
     "          unique suffix of [256, 1024] tokens, 20,000 requests, with SHA-256\n"
     "          and with XXH3-128; each through the call-level path (hash_tokens,\n"
@@ -107,8 +109,10 @@ static const char usage_bench[] =
     "                bytes_per_block_all_in (resident growth once every block\n"
     "                was used and published), bytes_per_block_allocated (bytes\n"
     "                held through the library's memory hook); churn adds\n"
-    "                lookup_ns_per_block and lookup_ratio_to_floor (plain\n"
-    "                kvp_take), call and peak_rss_kb\n";
+    "                single_ns_per_block and single_ratio_to_floor\n"
+    "                (kvp_take_hinted), lookup_ns_per_block and\n"
+    "                lookup_ratio_to_floor (plain kvp_take), call and\n"
+    "                peak_rss_kb\n";
 
 /* ---- KV-cache events (tools/events.c; docs/EVENTS.md) ---- */
 static const char usage_events[] =
