@@ -2,8 +2,9 @@
  * fuzz_pool.c — differential fuzzer: kvpool against the reference model.
  *
  * What it covers: the whole state-changing surface of kvpool.h — alloc,
- * take (one call per block, and kvp_take_each), take_id, free (with double frees, foreign blocks, repeated ids, bad
- * ids), free_owner, owner register/release/blocks, set_fill, claim,
+ * take (one call per block, and kvp_take_each), take_id, free (with double
+ * frees, foreign blocks, repeated ids, bad ids), free_owner, owner
+ * register/release/blocks, set_fill, claim,
  * publish, lookup(+claim), unpublish, evict, ensure_free, clear_index,
  * reset_prefix_cache, extend, shrink, retire_top, pool_clear, stats_reset,
  * free_count, block_get, and sequences (create, find, admit, append, fork,

@@ -351,8 +351,8 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
         active++;
         CHECK(kvp__owner_find(p, o->id) == slot, "owner %llu not found in the map",
               (unsigned long long)o->id);
-        CHECK(kvp__owner_live(o) > 0 || o->registered, "owner %llu holds nothing and is not registered",
-              (unsigned long long)o->id);
+        CHECK(kvp__owner_live(o) > 0 || o->registered,
+              "owner %llu holds nothing and is not registered", (unsigned long long)o->id);
         uint32_t n = 0, end = o->pend == KVP__NONE ? o->len : o->pend;
         CHECK(o->len <= o->cap && (o->len == 0 || o->refs[o->len - 1] != KVP__NONE),
               "owner %llu: array length %u", (unsigned long long)o->id, o->len);

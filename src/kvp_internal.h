@@ -158,7 +158,8 @@ typedef struct kvp__owner {
     uint32_t len;     /* entries used in refs, tombstones included */
     uint32_t cap;     /* capacity of refs (kept when the slot is reused) */
     unsigned dead : 31; /* tombstones in refs[0, len): live entries are len -
-                           dead (kvp__owner_live), so an append counts one */
+                           dead (kvp__owner_live), so an append writes len
+                           alone */
     unsigned registered : 1;
     uint32_t pend;    /* NONE: the slot is not on the dirty chain; else it is
                          (once), and refs[pend, len) are pending references
@@ -180,7 +181,7 @@ _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 
  * lookup of a new owner (a miss) and a free's of an old one walk about
  * half a link instead of one (PERFORMANCE.md, change 40). */
 #define KVP__OWNER_BUCKETS 2u
-#define KVP__OWNER_MAX_REFS (1u << 30) /* largest power of two cap can hold */
+#define KVP__OWNER_MAX_REFS (1u << 30) /* largest array (dead counts up to 2^31 - 1) */
 #define KVP__LINE 64
 
 /* Map from 64-bit ids to 32-bit values (map.c). */

@@ -214,7 +214,8 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
         kvp__release(p, nb, (size_t)ncap * KVP__OWNER_BUCKETS * sizeof *nb);
         return KVP_ENOMEM;
     }
-    /* Line-aligned: a 32-byte record is then one cache line, not two. */
+    /* Line-aligned, so where records cross lines does not depend on the
+     * allocator. */
     kvp__owner *no = (kvp__owner *)(((uintptr_t)mem + KVP__LINE - 1) & ~(uintptr_t)(KVP__LINE - 1));
     if (p->ocap)
         memcpy(no, p->owners, (size_t)p->ocap * sizeof *no);

@@ -708,9 +708,9 @@ static inline void defer_chain(kvp_pool *p, kvp__owner *o, uint32_t slot)
  * kvp__hand_out would, or, with `defer` (the callers pass it in a run of
  * takes and owner frees long enough to hold KVP__DEFER_AFTER owner frees
  * or general-path takes; p->run: the fast take itself counts nothing),
- * deferred: the block becomes a pending reference, its record still that of a block
- * held in the array (vacant, used before, next STACKED), and the owner's
- * slot joins the dirty chain with its first one.
+ * deferred: the block becomes a pending reference, its record still that
+ * of a block held in the array (vacant, used before, next STACKED), and
+ * the owner's slot joins the dirty chain with its first one.
  *
  * Why defer: in a decode loop the record was the take's one cold line, and
  * kvp_free_owner's, which read it back; at 1M blocks one miss per block
@@ -860,9 +860,10 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
     return rc;
 }
 
-/* The end of a fast take (below), updating the caller's hint if there is
- * one: kvp__leave for a pool the fast path serves, which has nothing to
- * close, record or unlock, only the debug self-check. */
+/* The end of a fast take out of line (take_other, take_new, take_list),
+ * updating the caller's hint if there is one: kvp__leave for a pool the
+ * fast path serves, which has nothing to close, record or unlock, only the
+ * debug self-check. */
 static inline void take_done(kvp_pool *p, uint32_t slot, uint32_t *hint)
 {
     if (hint && slot != KVP__NONE)
@@ -1037,32 +1038,34 @@ KVP__FLATTEN kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_o
     return take(pool, stream, owner, hint, out);
 }
 
-/* kvp_take_each on a stream the fast path serves: runs of take_run with
- * take_other between them.  Inlined for the usual arguments (hints and
- * rows given: then no take tests either) and once for the rest. */
+/* kvp_take_each's takes: runs of take_run with take_other between them on
+ * a stream the fast path serves (st), or take_one for each take on one it
+ * does not (st NULL).  Inlined for the usual arguments (hints and rows
+ * given: then no take tests either) and once for the rest. */
 static inline __attribute__((always_inline)) kvp_status
 take_each(kvp_pool *pool, kvp__stream *st, kvp_stream stream, const kvp_owner *owners,
           uint32_t *hints, const uint32_t *rows, size_t n, kvp_block *out, size_t *n_taken)
 {
     kvp_status rc = KVP_OK;
     size_t i = 0;
-    while ((i = take_run(pool, st, owners, hints, rows, i, n, out)) < n) {
+    while ((i = st ? take_run(pool, st, owners, hints, rows, i, n, out) : i) < n) {
         size_t r = rows ? rows[i] : i;
-        rc = take_other(pool, stream, owners[r], hints ? &hints[r] : NULL, &out[i]);
+        uint32_t *hint = hints ? &hints[r] : NULL;
+        rc = st ? take_other(pool, stream, owners[r], hint, &out[i])
+                : take_one(pool, stream, owners[r], hint, &out[i]);
         if (rc != KVP_OK)
             break;
         i++;
     }
-    self_check(pool, i > 0);
+    if (st) /* take_other and take_one end their own takes */
+        self_check(pool, i > 0);
     *n_taken = i;
     return rc;
 }
 
 /* A decode step's takes in one call: each is the take kvp_take_hinted
  * makes, so a batch and the same calls one by one leave the pool in the
- * same state; the arguments and the fast path's stream are checked once.
- * A pool the fast path does not serve takes through the general path, one
- * take at a time. */
+ * same state; the arguments and the fast path's stream are checked once. */
 KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
                                       uint32_t *hints, const uint32_t *rows, size_t n,
                                       kvp_block *out, size_t *n_taken)
@@ -1075,16 +1078,7 @@ KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const k
     kvp__stream *st = pool->fast[stream];
     if (st && hints && rows)
         return take_each(pool, st, stream, owners, hints, rows, n, out, n_taken);
-    if (st)
-        return take_each(pool, st, stream, owners, hints, rows, n, out, n_taken);
-    size_t i = 0;
-    kvp_status rc = KVP_OK;
-    for (; i < n && rc == KVP_OK; i++) {
-        size_t r = rows ? rows[i] : i;
-        rc = take_one(pool, stream, owners[r], hints ? &hints[r] : NULL, &out[i]);
-    }
-    *n_taken = rc == KVP_OK ? i : i - 1;
-    return rc;
+    return take_each(pool, st, stream, owners, hints, rows, n, out, n_taken);
 }
 
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
