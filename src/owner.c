@@ -177,14 +177,24 @@ KVP__COLD kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
 /* Owner table                                                               */
 /* ------------------------------------------------------------------------ */
 
-uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id)
+/* The link that chains owner `id` into the owner index (its bucket, or the
+ * link of the slot before it), holding its slot + 1; NULL if it is not
+ * there.  Finding an owner and unlinking it share this one walk. */
+static uint32_t *owner_link(const kvp_pool *p, kvp_owner id)
 {
     if (!p->obuckets)
-        return KVP__NONE;
-    for (uint32_t l = p->obuckets[kvp__id_hash(id) & p->obmask]; l; l = p->owners[l - 1].link)
-        if (p->owners[l - 1].id == id)
-            return l - 1;
-    return KVP__NONE;
+        return NULL;
+    for (uint32_t *l = &p->obuckets[kvp__id_hash(id) & p->obmask]; *l;
+         l = &p->owners[*l - 1].link)
+        if (p->owners[*l - 1].id == id)
+            return l;
+    return NULL;
+}
+
+uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id)
+{
+    const uint32_t *l = owner_link(p, id);
+    return l ? *l - 1 : KVP__NONE;
 }
 
 /* Chain slot into the index (its id set). */
@@ -261,16 +271,15 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
     return slot;
 }
 
-/* Remove an owner; its array keeps its capacity for the slot's next owner,
- * and the slot its place on the dirty chain (so that a slot is there once
- * however often it is reused between two settles). */
-void kvp__owner_remove(kvp_pool *p, uint32_t slot)
+/* Remove the owner in `slot`, which `link` (owner_link's) chains into the
+ * index; its array keeps its capacity for the slot's next owner, and the
+ * slot its place on the dirty chain (so that a slot is there once however
+ * often it is reused between two settles). */
+static void owner_unlink(kvp_pool *p, uint32_t *link, uint32_t slot)
 {
     kvp__owner *o = &p->owners[slot];
-    uint32_t *l = &p->obuckets[kvp__id_hash(o->id) & p->obmask];
-    while (*l != slot + 1)
-        l = &p->owners[*l - 1].link;
-    *l = o->link;
+    kvp__assert(*link == slot + 1);
+    *link = o->link;
     o->id = KVP_ANON;
     o->len = o->dead = 0;
     if (o->pend != KVP__NONE)
@@ -278,6 +287,12 @@ void kvp__owner_remove(kvp_pool *p, uint32_t slot)
     o->link = p->ofree;
     p->ofree = slot;
     p->nowners--;
+}
+
+/* Remove the owner in `slot`: owner_unlink, after the walk to its link. */
+void kvp__owner_remove(kvp_pool *p, uint32_t slot)
+{
+    owner_unlink(p, owner_link(p, p->owners[slot].id), slot);
 }
 
 /* Forget every owner and xref, keeping the memory (kvp_pool_clear). */
@@ -503,11 +518,12 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     kvp_status rc = kvp__enter_lazy(pool);
     if (rc)
         return rc;
-    uint32_t slot = kvp__owner_find(pool, owner);
-    if (slot == KVP__NONE) {
+    uint32_t *link = owner_link(pool, owner), slot;
+    if (!link) {
         kvp__leave(pool, false);
         return KVP_ENOTFOUND;
     }
+    slot = *link - 1;
     kvp__owner *o = &pool->owners[slot];
     kvp__cursor cur = KVP__CURSOR(o->len);
     size_t n = kvp__owner_live(o);
@@ -532,7 +548,7 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
             kvp__release_block(pool, b, &cur);
     }
     kvp__free_end(pool, &cur);
-    kvp__owner_remove(pool, slot);
+    owner_unlink(pool, link, slot); /* nothing above adds or removes owners */
     pool->run++; /* see pool.c, take_to_owner */
     pool->ctr.free_calls++;
     pool->ctr.blocks_freed += n;
