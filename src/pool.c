@@ -24,7 +24,11 @@
  * Why this shape: allocation and free are the hottest calls of an engine's
  * scheduler, so each is a handful of array accesses.  Their common case,
  * pop_vacant, pops the free structures itself and hands each block out as
- * it goes, instead of a kvp__pick and a kvp__free_remove per block.
+ * it goes, instead of a kvp__pick and a kvp__free_remove per block.  The
+ * decode step's takes (kvp_take, kvp_take_hinted, kvp_take_each) share one
+ * inline loop, take_run, that keeps what it reads of the pool in registers
+ * between takes; everything it declines goes out of line (take_other),
+ * so the loop saves no registers for it.
  */
 #include "kvp_internal.h"
 
