@@ -612,12 +612,7 @@ static void do_take_each(rd *r, int st, int oi, uint32_t v, uint64_t fp)
     hints[NOWN] = KVP_HINT_NONE;
     kvp_status gs = by_rows ? kvp_take_each(g_r.p, (kvp_stream)st, tab, hints, rows, n, g, &gn)
                             : kvp_take_each(g_r.p, (kvp_stream)st, own, NULL, NULL, n, g, &gn);
-    kvp_status es = KVP_OK;
-    for (; en < n; en++) {
-        size_t one = 0;
-        if ((es = mdl_alloc(m, st, 1, ois[en], 0, 1, 1, &e[en], &one)) != KVP_OK)
-            break;
-    }
+    kvp_status es = mdl_take_each(m, st, ois, n, e, &en);
     if (gn != en)
         bad("kvp_take_each: expected %zu takes (%s), got %zu (%s)", en, kvp_strerror(es), gn,
             kvp_strerror(gs));

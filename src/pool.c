@@ -215,10 +215,10 @@ int kvp__stream_index(const kvp_pool *p, int stream)
 }
 
 /* Set p->fast from the stream map, hooked and ordered: the take's fast path
- * (take) then answers "may I serve this stream value" with one load, where
- * it made four tests.  hooked is fixed at creation; ordered changes at
- * creation, in kvp_pool_clear (both through kvp__reset_blocks) and in
- * kvp__order, each of which calls this. */
+ * (take, kvp_take_each) then answers "may I serve this stream value" with
+ * one load, where it made four tests.  hooked is fixed at creation;
+ * ordered changes at creation, in kvp_pool_clear (both through
+ * kvp__reset_blocks) and in kvp__order, each of which calls this. */
 void kvp__fast_reset(kvp_pool *p)
 {
     for (int v = KVP_STREAM_SHARED; v <= KVP_STREAM_V; v++) {

@@ -808,11 +808,7 @@ static void do_step(ctx *x, int op)
             g[k] = KVP_NO_BLOCK;
         gs = by_rows ? kvp_take_each(p, (kvp_stream)st, tab, hinted ? tabh : NULL, rows, n, g, &gn)
                      : kvp_take_each(p, (kvp_stream)st, own, hinted ? hs : NULL, NULL, n, g, &gn);
-        for (es = KVP_OK; en < n; en++) {
-            size_t one = 0;
-            if ((es = mdl_alloc(m, st, 1, ois[en], 0, 1, 1, &e[en], &one)) != KVP_OK)
-                break;
-        }
+        es = mdl_take_each(m, st, ois, n, e, &en);
         if (gn != en)
             bad(x, "kvp_take_each: expected %zu takes (%s), got %zu (%s)", en, kvp_strerror(es),
                 gn, kvp_strerror(gs));

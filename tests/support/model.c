@@ -534,6 +534,17 @@ kvp_status mdl_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt
     return KVP_OK;
 }
 
+kvp_status mdl_take_each(model *m, int stream, const int *ois, size_t n, kvp_block *ids,
+                         size_t *n_taken)
+{
+    kvp_status rc = KVP_OK;
+    size_t k = 0, one;
+    for (; k < n && (rc = mdl_alloc(m, stream, 1, ois[k], 0, 1, 1, &ids[k], &one)) == KVP_OK; k++)
+        ;
+    *n_taken = k;
+    return rc;
+}
+
 kvp_status mdl_take_id(model *m, kvp_block id, int oi)
 {
     if (id < m->top && m->b[id].is_null)

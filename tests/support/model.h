@@ -151,6 +151,10 @@ int mdl_stats_diff(model *m, const kvp_stats *got,
 int mdl_bad_id(const model *m, kvp_block id);
 kvp_status mdl_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt,
                           size_t cap, int take, kvp_block *ids, size_t *n_out);
+/* kvp_take_each: one take (mdl_alloc of one block) for each owner ois[k]
+ * in order, stopping at the first that fails; *n_taken the takes done. */
+kvp_status mdl_take_each(model *m, int stream, const int *ois, size_t n, kvp_block *ids,
+                         size_t *n_taken);
 kvp_status mdl_take_id(model *m, kvp_block id, int oi);
 kvp_status mdl_free(model *m, const kvp_block *ids, size_t n, int oi);
 kvp_status mdl_free_owner(model *m, int oi, size_t *n_freed);
