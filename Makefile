@@ -3,8 +3,7 @@
 #   make / make all   bootstrap deps, configure + build build/ (RelWithDebInfo)
 #   make test         build build/, build-asan/, build-tsan/, build-fuzz/ and run
 #                     scripts/run-tests (which includes a ~45 s fuzz smoke run)
-#   make fuzz         run the differential fuzzer for FUZZ_SECONDS (default 60)
-#                     from fuzz/corpus (new inputs go to build-fuzz/corpus/)
+#   make fuzz         run every fuzz target for FUZZ_SECONDS (default 60) each
 #   make stress       long thread stress under TSan (KVP_STRESS_OPS ops/thread)
 #   make coverage     build-cov/ (gcc --coverage): unit, model, misuse, failalloc
 #                     tests + fuzz corpus replay; gcovr line coverage of src/
@@ -34,9 +33,13 @@ FUZZ_CC        ?= clang
 FUZZ_CFLAGS    := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer -Wall -Wextra -Wpedantic -Wshadow -Werror \
                   -DKVP_DEBUG=1 -DKVP_BUILDING_LIBRARY -Iinclude -Isrc -Itests/support
-FUZZ_SRCS      := $(wildcard src/*.c) tests/support/model.c fuzz/fuzz_pool.c
-FUZZ_DEPS      := $(FUZZ_SRCS) $(wildcard src/*.h) include/kvpool.h tests/support/model.h
-FUZZ_LIBS      := -lcrypto -lxxhash -lpthread
+# Fuzz targets: build-fuzz/fuzz_NAME from fuzz/fuzz_NAME.c plus
+# FUZZ_SRCS_NAME, linked with FUZZ_LIBS_NAME.  fuzz_pool is the differential
+# model fuzzer; the others feed a decoder the bytes a peer or a file controls.
+FUZZ_TARGETS   := pool
+FUZZ_SRCS_pool := $(wildcard src/*.c) tests/support/model.c
+FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
+FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h
 
 NORMAL_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(KVP_CMAKE_ARGS)
 ASAN_ARGS   := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DKVP_SANITIZE=address -DKVP_DEBUG_LEVEL=2 $(KVP_CMAKE_ARGS)
@@ -72,24 +75,32 @@ compile-tsan: bootstrap
 	$(call kvp_configure,$(TSAN_DIR),$(TSAN_ARGS), targets=$$targets) && \
 	$(CMAKE) --build $(TSAN_DIR) --parallel $(JOBS) --target $$targets
 
-# The fuzzer is one clang command line (libFuzzer needs clang; the library is
-# compiled into it with the same sanitizers); make's own dependency check
-# keeps it incremental.
-$(FUZZ_DIR)/fuzz_pool: $(FUZZ_DEPS)
+# Each fuzzer is one clang command line (libFuzzer needs clang; the code under
+# test is compiled into it with the same sanitizers); make's own dependency
+# check keeps it incremental.
+define kvp_fuzz_rule
+$(FUZZ_DIR)/fuzz_$(1): fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1)) $(FUZZ_HDRS)
 	@mkdir -p $(FUZZ_DIR)
-	@echo "== $(FUZZ_DIR): $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -> $@"
-	@$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SRCS) $(FUZZ_LIBS) -o $@
+	@echo "== $(FUZZ_DIR): $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -> $$@"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1)) $(FUZZ_LIBS_$(1)) -o $$@
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call kvp_fuzz_rule,$(t))))
 
 compile-fuzz: bootstrap
-	@$(MAKE) $(FUZZ_DIR)/fuzz_pool
+	@$(MAKE) $(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t))
 
 test: compile compile-asan compile-tsan compile-fuzz
 	@scripts/run-tests
 
+# make fuzz: every target for FUZZ_SECONDS each, new inputs kept in
+# build-fuzz/corpus-NAME (fuzz_pool: build-fuzz/corpus).
 fuzz: compile-fuzz
-	@mkdir -p $(FUZZ_DIR)/corpus
-	./$(FUZZ_DIR)/fuzz_pool -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_DIR)/ $(FUZZ_DIR)/corpus fuzz/corpus
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  if [ $$t = pool ]; then c=fuzz/corpus; w=$(FUZZ_DIR)/corpus; len=1024; \
+	  else c=fuzz/corpus-$$t; w=$(FUZZ_DIR)/corpus-$$t; len=4096; fi; \
+	  mkdir -p $$w; echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	  ./$(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=$$len -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_DIR)/fuzz_$$t- $$w $$( [ -d $$c ] && echo $$c ); done
 
 stress: compile-tsan
 	@KVP_STRESS_OPS=$(KVP_STRESS_OPS) KVP_TEST_FILTER='test_thread_stress' KVP_TEST_VARIANTS=tsan \
@@ -110,7 +121,7 @@ coverage: bootstrap
 	@rm -rf $(COV_DIR)/replay && mkdir -p $(COV_DIR)/replay && cd $(COV_DIR)/replay && \
 	  gcc -std=c11 -O0 -g --coverage -I$(CURDIR)/include -I$(CURDIR)/tests/support \
 	    $(CURDIR)/fuzz/fuzz_pool.c $(CURDIR)/tests/support/model.c $(CURDIR)/fuzz/replay.c \
-	    $(CURDIR)/$(COV_DIR)/libkvpool.a $(FUZZ_LIBS) -o fuzz_replay && \
+	    $(CURDIR)/$(COV_DIR)/libkvpool.a $(FUZZ_LIBS_pool) -o fuzz_replay && \
 	  ./fuzz_replay $(CURDIR)/fuzz/corpus $$( [ -d $(CURDIR)/$(FUZZ_DIR)/corpus ] && echo $(CURDIR)/$(FUZZ_DIR)/corpus ) \
 	    >fuzz_replay.log 2>&1; tail -n 1 fuzz_replay.log
 	@gcovr --root . --filter 'src/' --object-directory $(COV_DIR) \
