@@ -784,8 +784,12 @@ KVP_API kvp_status kvp_seq_create(kvp_pool *pool, uint64_t request_id,
 KVP_API kvp_status kvp_seq_find(kvp_pool *pool, uint64_t request_id, kvp_seq **out);
 
 /* Free the sequence's blocks, last block first, and the sequence.  The handle
- * is invalid afterwards.  Errors: KVP_EINVAL (NULL), KVP_EBUSY (from a
- * callback).  O(blocks). */
+ * is invalid afterwards (the pool may hand the same memory to a later
+ * kvp_seq_create or kvp_seq_fork: a destroyed sequence's memory is kept for
+ * reuse, so creating, admitting, appending and destroying requests allocates
+ * nothing once as many sequences as are live at once have existed; it is
+ * released by kvp_pool_clear and kvp_pool_destroy).  Errors: KVP_EINVAL
+ * (NULL), KVP_EBUSY (from a callback).  O(blocks). */
 KVP_API kvp_status kvp_seq_destroy(kvp_seq *seq);
 
 /*

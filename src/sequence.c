@@ -12,6 +12,12 @@
  * except two hooks registered here: relocation (rewrite tables when
  * kvp_retire_top moves a block) and clear (drop every sequence).
  *
+ * Why records are recycled: an engine creates and destroys a sequence per
+ * request, so a destroyed sequence's record, with its arrays, waits on the
+ * registry's spare list for the next create or fork.  In steady state a
+ * request allocates nothing; the spares never outnumber the most sequences
+ * that were ever live at once, and go with kvp_pool_clear / destroy.
+ *
  * Why only the partial block's tokens are kept: a full block is summed up by
  * its hash, and the next block's hash needs only that parent hash and its own
  * tokens.  Hashing runs before the pool lock is taken (it is pure), and
@@ -38,13 +44,15 @@ struct kvp_seq {
     kvp_extra_keys extra;
     bool has_extra;
     void *extra_mem;
-    size_t extra_bytes;
+    size_t extra_cap;    /* bytes at extra_mem */
+    kvp_seq *next_spare; /* on the registry's spare list */
 };
 
 typedef struct registry {
     kvp__map map;        /* request id -> index in seqs */
     kvp_seq **seqs;
     uint32_t n, cap;
+    kvp_seq *spare;      /* destroyed records, arrays kept, for reuse */
 } registry;
 
 /* ------------------------------------------------------------------------ */
@@ -56,8 +64,16 @@ static void seq_free(kvp_pool *p, kvp_seq *q)
     kvp__release(p, q->blocks, q->cap * sizeof *q->blocks);
     kvp__release(p, q->hashes, q->cap * sizeof *q->hashes);
     kvp__release(p, q->tail, 2 * (size_t)p->cfg.block_size * sizeof *q->tail);
-    kvp__release(p, q->extra_mem, q->extra_bytes);
+    kvp__release(p, q->extra_mem, q->extra_cap);
     kvp__release(p, q, sizeof *q);
+}
+
+/* Put an empty record (no blocks, not registered) on the spare list. */
+static void seq_retire(kvp_pool *p, kvp_seq *q)
+{
+    registry *r = p->seqs;
+    q->next_spare = r->spare;
+    r->spare = q;
 }
 
 /* Relocation hook: every table entry naming `from` now names `to`.  This
@@ -78,6 +94,11 @@ static void on_clear(kvp_pool *p)
     registry *r = p->seqs;
     for (uint32_t i = 0; i < r->n; i++)
         seq_free(p, r->seqs[i]);
+    while (r->spare) {
+        kvp_seq *q = r->spare;
+        r->spare = q->next_spare;
+        seq_free(p, q);
+    }
     kvp__map_free(p, &r->map);
     kvp__release(p, r->seqs, r->cap * sizeof *r->seqs);
     kvp__release(p, r, sizeof *r);
@@ -144,9 +165,11 @@ static kvp_seq *registry_find(const kvp_pool *p, uint64_t id)
 /* Sequence memory                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Copy extra keys into one allocation owned by the sequence. */
+/* Copy extra keys (or none) into memory owned by the sequence, reusing what
+ * it already has when that is large enough.  Changes nothing on failure. */
 static kvp_status copy_extra(kvp_pool *p, kvp_seq *q, const kvp_extra_keys *x)
 {
+    q->has_extra = false;
     if (!x)
         return KVP_OK;
     kvp_status rc = kvp__extra_valid(x);
@@ -154,13 +177,17 @@ static kvp_status copy_extra(kvp_pool *p, kvp_seq *q, const kvp_extra_keys *x)
         return rc;
     size_t name = x->lora_name ? strlen(x->lora_name) + 1 : 0;
     size_t bytes = x->n_mm * sizeof *x->mm + x->salt_len + name;
-    uint8_t *m = bytes ? kvp__alloc(p, bytes) : NULL;
-    if (bytes && !m)
-        return KVP_ENOMEM;
+    if (bytes > q->extra_cap) {
+        void *nm = kvp__alloc(p, bytes);
+        if (!nm)
+            return KVP_ENOMEM;
+        kvp__release(p, q->extra_mem, q->extra_cap);
+        q->extra_mem = nm;
+        q->extra_cap = bytes;
+    }
+    uint8_t *m = q->extra_mem;
     q->extra = *x;
     q->has_extra = true;
-    q->extra_mem = m;
-    q->extra_bytes = bytes;
     if (x->n_mm) {
         memcpy(m, x->mm, x->n_mm * sizeof *x->mm);
         q->extra.mm = (const kvp_mm_span *)m;
@@ -210,19 +237,35 @@ static kvp_status seq_reserve(kvp_pool *p, kvp_seq *q, size_t nblocks)
     return KVP_OK;
 }
 
-static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, kvp_seq **out)
+/* An empty sequence record with room for `nblocks` blocks and a copy of
+ * `x`, not yet registered: a spare when there is one, else new memory.  On
+ * failure nothing is allocated and the spare list is as it was. */
+static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, size_t nblocks,
+                          kvp_seq **out)
 {
-    kvp_seq *q = kvp__zalloc(p, sizeof *q);
-    if (!q)
-        return KVP_ENOMEM;
-    q->pool = p;
-    q->id = id;
-    q->tail = kvp__alloc(p, 2 * (size_t)p->cfg.block_size * sizeof *q->tail);
+    registry *r = p->seqs;
+    kvp_seq *q = r->spare;
+    if (q) {
+        r->spare = q->next_spare;
+    } else {
+        q = kvp__zalloc(p, sizeof *q);
+        if (!q)
+            return KVP_ENOMEM;
+        q->pool = p;
+        q->tail = kvp__alloc(p, 2 * (size_t)p->cfg.block_size * sizeof *q->tail);
+    }
     kvp_status rc = q->tail ? copy_extra(p, q, x) : KVP_ENOMEM;
+    if (!rc)
+        rc = seq_reserve(p, q, nblocks);
     if (rc) {
-        seq_free(p, q);
+        if (q->tail)
+            seq_retire(p, q);
+        else
+            seq_free(p, q);
         return rc;
     }
+    kvp__assert(q->nblocks == 0 && q->nhashes == 0 && q->ntokens == 0);
+    q->id = id;
     *out = q;
     return KVP_OK;
 }
@@ -298,7 +341,7 @@ kvp_status kvp_seq_create(kvp_pool *pool, uint64_t request_id, const kvp_extra_k
     if (!rc)
         rc = registry_reserve(pool);
     if (!rc)
-        rc = seq_new(pool, request_id, extra, &q);
+        rc = seq_new(pool, request_id, extra, 0, &q);
     if (!rc) {
         registry_add(pool, q);
         *out = q;
@@ -335,7 +378,7 @@ KVP__FLATTEN kvp_status kvp_seq_destroy(kvp_seq *seq)
     release_all(p, seq);
     p->ctr.free_calls += changed;
     registry_remove(p, seq);
-    seq_free(p, seq);
+    seq_retire(p, seq);
     kvp__leave(p, changed);
     return KVP_OK;
 }
@@ -505,9 +548,7 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
     if (!rc)
         rc = registry_reserve(p);
     if (!rc)
-        rc = seq_new(p, child_id, extra_of(parent), &q);
-    if (!rc && (rc = seq_reserve(p, q, parent->nblocks)))
-        seq_free(p, q);
+        rc = seq_new(p, child_id, extra_of(parent), parent->nblocks, &q);
     if (!rc) {
         if (parent->nblocks)
             memcpy(q->blocks, parent->blocks, parent->nblocks * sizeof *q->blocks);
