@@ -416,9 +416,9 @@ KVP_API kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner 
  * takes before it stand, their blocks in out.  KVP_EINVAL (NULL pool or
  * n_taken, NULL owners or out with n > 0, unknown stream or
  * KVP_STREAM_SHARED with separate lists) is returned before any take.
- * O(n).  One call instead of n saves each call's checks and keeps the free
- * stack's top in a register between takes: in a decode loop about a third
- * of the cost per block (docs/PERFORMANCE.md).  Thread rules as kvp_take;
+ * O(n).  One call instead of n makes the call's checks once: in a decode
+ * loop about a third less per block (docs/PERFORMANCE.md).  Thread rules as
+ * kvp_take;
  * a pool with a lock takes it for each take, so other threads' calls may
  * come between them.
  */

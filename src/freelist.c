@@ -107,9 +107,8 @@ static void q_insert_after(kvp_pool *p, kvp__stream *st, uint32_t at, uint32_t b
  * and grows with the stream (kvp__stk_reserve), so only a call that
  * reserves room for more entries than it can free on a stream (two streams
  * in one call, an owner's array holding dead entries or two references to
- * one block) can find too little.  It began (session 5) as a mirror of the
- * list's top, an eighth of the pool in size, which the frees ending a batch
- * of sequences overflowed; PERFORMANCE.md, changes 28, 30 and 32. */
+ * one block) can find too little.  A smaller array would overflow when the
+ * frees that end a batch of sequences return most of the pool at once. */
 
 /* Room in stream s's stack array for `blocks` blocks, growing it by half at
  * least (amortized O(1) per block added).  Changes nothing on failure. */

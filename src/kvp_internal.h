@@ -59,16 +59,15 @@
 #define KVP__STACKED 0xfffffffdu /* next link of a vacant block in its LIFO stack's array */
 #define KVP__LISTED 0xfffffffdu  /* cursor slot: the call's blocks go to the q list */
 /* How far ahead batch loops prefetch block records: far enough to cover a
- * miss to memory at about 15 cycles per block freed, in this VM's slower
- * states too (PERFORMANCE.md, change 36: 32 against 16, the 1M scale row
- * 2-10% faster, the others the same). */
+ * miss to memory at about 15 cycles per block freed, also when memory is
+ * slow (the 1M-block scale row gains; small pools lose nothing). */
 #define KVP__PREFETCH 32
 #define KVP__STK_AHEAD 4      /* how many pops ahead a LIFO take prefetches */
 
 /* On the hottest entry points: inline every call the compiler can see (all
  * of the library, in the unity build).  The per-block work is a dozen small
- * steps; as calls, their register saves and restores were about a sixth of
- * the instructions of a take and its free (callgrind). */
+ * steps; as calls, their register saves and restores would be about a sixth
+ * of the instructions of a take and its free. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define KVP__FLATTEN __attribute__((flatten))
 #else
@@ -179,7 +178,7 @@ _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 
 #define KVP__DEFER_AFTER 8u
 /* Owner index buckets per owner slot: load factor at most 1/2, so a take's
  * lookup of a new owner (a miss) and a free's of an old one walk about
- * half a link instead of one (PERFORMANCE.md, change 40). */
+ * half a link instead of one. */
 #define KVP__OWNER_BUCKETS 2u
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest array (dead counts up to 2^31 - 1) */
 #define KVP__LINE 64
@@ -359,8 +358,8 @@ static inline void kvp__record_in_use(kvp__block *blk, unsigned format)
  * pos of the owner's array: in use, one reference, format FP16; stores
  * only.  The fast take writes it, or kvp__settle for a deferred one.  The
  * stream s is stored though the record holds it already: without it GCC 12
- * merged the byte-wide stores into a read-modify-write of their word, a
- * read of a cold record (change 34). */
+ * merges the byte-wide stores into a read-modify-write of their word, a
+ * read of a cold record (tests/test_codegen.py checks the compiled take). */
 static inline void kvp__record_owned(kvp_pool *p, uint32_t b, uint32_t slot, uint32_t pos, int s)
 {
     kvp__block *blk = &p->blocks[b];

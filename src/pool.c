@@ -113,9 +113,8 @@ void kvp__release(kvp_pool *p, void *ptr, size_t size)
  * block is one allocation call, one block allocated, one reused (the
  * stack's array holds only blocks handed out before), one vacant block
  * less and one more in use; the peak is where the run of takes ended,
- * since nothing but another call lowers in_use.  Six counters and a
- * compare left the take for one increment (PERFORMANCE.md, changes 37 and
- * 39). */
+ * since nothing but another call lowers in_use.  So the take keeps one
+ * increment instead of six counters and a compare. */
 static void count_out(kvp_pool *p, uint64_t n);
 
 static inline void tally(kvp_pool *p)
@@ -718,7 +717,7 @@ static inline void defer_chain(kvp_pool *p, kvp__owner *o, uint32_t slot)
  *
  * Why defer: in a decode loop the record was the take's one cold line, and
  * kvp_free_owner's, which read it back; at 1M blocks one miss per block
- * cycle was most of the cost (PERFORMANCE.md, change 38).  A block whose
+ * cycle was most of the cost.  A block whose
  * owner frees it before any other call goes back to the array with its
  * record untouched (kvp__free_pending).  Every other call that could see
  * it writes the records first (kvp__enter, kvp__settle), and so do the
@@ -952,8 +951,8 @@ static KVP__NOINLINE kvp_status take_new(kvp_pool *p, kvp_stream stream, kvp_own
  *
  * The stack's size, and what the takes read of the pool, stay in registers
  * between takes and go back to the stream once at the end: stored and
- * reloaded by every take, the size made a chain of dependent memory
- * operations through the whole decode loop (PERFORMANCE.md, change 40). */
+ * reloaded by every take, the size would make a chain of dependent memory
+ * operations through the whole decode loop. */
 static inline __attribute__((always_inline)) size_t
 take_run(kvp_pool *pool, kvp__stream *st, const kvp_owner *owners, uint32_t *hints,
          const uint32_t *rows, size_t i, size_t n, kvp_block *out)

@@ -3,9 +3,8 @@
 The per-block loops ask for block records ahead of use with
 __builtin_prefetch (kvp__prefetch_block).  A prefetch changes no result, so
 when a compiler drops one nothing fails but the speed: GCC 12 at -O2
-removed every prefetch written as `if (b < top) __builtin_prefetch(...)` in
-the take path and in kvp_seq_destroy, silently, for several sessions (the
-vLLM-style one-block loop ran 118-147 ns/block instead of 104-109).  This
+removes every prefetch written as `if (b < top) __builtin_prefetch(...)`,
+which would slow the take path and kvp_seq_destroy without any failure.  This
 test disassembles build/kvpool and checks that each of those functions
 still contains a prefetch instruction.  x86-64 with objdump only; elsewhere
 it is skipped.
@@ -26,8 +25,7 @@ KVPOOL = BUILD / "kvpool"
 
 # The functions whose loops or fast paths prefetch block records.  The
 # take's fast path prefetches where it writes a record: take_other, the out
-# of line part of kvp_take, kvp_take_hinted and kvp_take_each
-# (PERFORMANCE.md, change 39).
+# of line part of kvp_take, kvp_take_hinted and kvp_take_each.
 PREFETCHING = ["take_other", "kvp_free", "kvp_free_owner", "kvp_seq_destroy"]
 
 pytestmark = [
@@ -65,12 +63,11 @@ def test_prefetch_survives_compilation(fn):
 
 # The take's fast path stores the block record's byte-wide fields (format,
 # stream, state, flags at offsets 0x2a-0x2d) without reading it: at 1M blocks
-# the record is cold, and a read there was the take's costliest instruction
-# (PERFORMANCE.md, change 34).  take_other writes the record; the public
-# functions defer it or call take_other, and must not read it either.  GCC
-# merges those stores into one read-modify-write of their word when any of
-# the four is left out (change 38 left out the stream once), so the fast
-# path must not load from there.
+# the record is cold, and a read there would be the take's costliest
+# instruction.  take_other writes the record; the public functions defer it
+# or call take_other, and must not read it either.  GCC merges those stores
+# into one read-modify-write of their word when any of the four is left out,
+# so the fast path must not load from there.
 RECORD_WORD_READ = re.compile(
     r"\s(?:mov\w*|and\w*|or\w*|xor\w*|cmp\w*|test\w*)\s+0x2[a-d]\(%r(?!sp)\w+\)"
     r"|\s(?:and|or|xor|add|sub)\w*\s+[^,\s]+,0x2[a-d]\(%r(?!sp)\w+\)")

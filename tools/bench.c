@@ -347,10 +347,10 @@ static double churn_lib_lookup(void *ctx)
  * completion push its ids back, newest first.
  *
  * Aligned so that only an edit to this function can move its loop: on the
- * AMD EPYC vCPUs of PERFORMANCE.md the loop ran 1.76-1.83 ns/block with
- * its head on a 64-byte boundary and 1.36-1.47 at the other three 16-byte
- * offsets, and library changes that shifted the code before it moved it
- * there and back, flattering the ratio by a quarter (change 39). */
+ * AMD EPYC vCPUs of PERFORMANCE.md the loop runs about 25% slower with its
+ * head on a 64-byte boundary than at the other three 16-byte offsets, and
+ * without the alignment any change to the code before it could move it
+ * there and back, and the ratio with it. */
 __attribute__((aligned(64))) static double churn_floor(void *ctx)
 {
     churn *c = ctx;
