@@ -21,25 +21,15 @@ import os
 import resource
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(os.environ.get("KVP_BUILD_DIR", ROOT / "build"))
-if not BUILD.is_absolute():
-    BUILD = ROOT / BUILD
-KVPOOL = BUILD / "kvpool"
-ASAN_KVPOOL = ROOT / "build-asan" / "kvpool"
+from test_cli import KVPOOL, binaries  # the binaries under test, as test_cli runs them
+
 MAX_LINE = 1 << 20           # KVPT_TRACE_MAX_LINE (tools/trace.h)
 TIMING = ("seconds", "load_seconds", "blocks_per_second", "trace")
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
-
-
-def binaries():
-    """The normal binary, plus the ASan one when it was built."""
-    return [KVPOOL] + ([ASAN_KVPOOL] if ASAN_KVPOOL.exists() else [])
 
 
 def run(*args, binary=KVPOOL, stdin=b"", limit=None, timeout=60):
@@ -220,6 +210,17 @@ def test_bad_field_names_file_and_line(tmp_path, binary, case, compress):
     path = tmp_path / ("t.jsonl.gz" if compress else "t.jsonl")
     path.write_bytes(gzip.compress(text) if compress else text)
     refused(run("replay", path, "--capacity", 100, binary=binary), f"{path}:3: ", why)
+
+
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
+def test_error_quotes_no_control_bytes(tmp_path, binary):
+    """jansson quotes the bad token; a terminal escape in the file must not
+    reach stderr, and the error stays one line."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(GOOD + b'{"timestamp": \x1b[2J\r\x01}\n')
+    p = run("replay", path, "--capacity", 10, binary=binary)
+    refused(p, f"{path}:2: bad JSON")
+    assert all(0x20 <= c < 0x7f for c in p.stderr.rstrip(b"\n")), p.stderr
 
 
 # ---- gzip: members, and nothing after them ---------------------------------

@@ -37,9 +37,10 @@
  * plus a fill. */
 #define WINDOW_SIZE ((size_t)KVPT_TRACE_MAX_LINE + 1 + FILL_CHUNK)
 
-/* One input being read.  Invariants: in[0 .. z.avail_in) read but not yet
- * consumed starts at z.next_in; win[start .. end) is text not yet handed
- * out; `consumed` counts the input bytes consumed so far. */
+/* One input being read.  Invariants: the z.avail_in bytes at z.next_in
+ * (inside `in`) were read but not yet used, plain or gzip alike;
+ * win[start .. end) is text not yet handed out; gzip: `consumed` counts the
+ * input bytes inflate has used, so it is the offset of the next one. */
 typedef struct reader {
     const char *name;       /* for messages: the path, or "standard input" */
     int fd, own_fd;         /* own_fd: close it at the end */
@@ -168,7 +169,6 @@ static int read_plain(reader *r, char *dst, size_t room, size_t *got)
     memcpy(dst, r->z.next_in, n);
     r->z.next_in += n;
     r->z.avail_in -= (unsigned)n;
-    r->consumed += n;
     *got = n;
     return 0;
 }
@@ -373,6 +373,16 @@ static int add_request(kvpt_trace *t, json_t *obj, char *err, size_t cap)
     return 0;
 }
 
+/* Replace every byte of the string `s` that is not printable ASCII by '?':
+ * jansson quotes the offending input in its messages, and an error must
+ * stay one readable line. */
+static void make_printable(char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            *s = '?';
+}
+
 /* Parse with jansson (keys may not repeat), then check and append; see
  * trace.h.  jansson reports most allocation failures as an empty error
  * (column -1) rather than by its out-of-memory code; malloc sets errno to
@@ -390,8 +400,10 @@ int kvpt_trace_add_line(kvpt_trace *t, const char *line, size_t len, char *err, 
     if (!obj) {
         if (errno == ENOMEM || json_error_code(&jerr) == json_error_out_of_memory)
             snprintf(err, errcap, "out of memory");
-        else
+        else {
             snprintf(err, errcap, "bad JSON: %s (column %d)", jerr.text, jerr.column);
+            make_printable(err);
+        }
         return -1;
     }
     int rc = add_request(t, obj, err, errcap);
