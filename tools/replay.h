@@ -10,9 +10,6 @@
 
 #include <stdint.h>
 
-/* Tokens per block of the Mooncake traces: one hash id per 512 tokens. */
-#define KVPT_TRACE_BLOCK_TOKENS 512u
-
 typedef struct kvpt_replay_result {
     uint64_t capacity;          /* blocks in the pool (0 resolved) */
     uint64_t requests, rejected;

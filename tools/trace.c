@@ -1,11 +1,19 @@
 /*
  * trace.c — loading Mooncake JSON Lines traces (see trace.h).
  *
- * The file is read whole through zlib (gzread passes plain files through
- * unchanged, so one reader serves both; the gzip magic is checked up front so
- * that a ".gz" name on a plain file is caught instead of silently accepted),
- * then split into lines and each line parsed with jansson.  Every problem is
- * reported with the file name and, for content, the line number.
+ * Two parts.  The reader reads the file descriptor once, front to back, in
+ * chunks (so a pipe loses nothing), inflates it when its first two bytes are
+ * the gzip magic, and hands out one line at a time from a window of bounded
+ * size; a line longer than KVPT_TRACE_MAX_LINE is refused before it is
+ * buffered further.  The line parser, kvpt_trace_add_line, turns one line
+ * into one request with jansson and appends it to the flat arrays; it is the
+ * only place that knows the JSON library, so another parser can replace it
+ * without touching the reader.
+ *
+ * gzip: consecutive members are one stream, as RFC 1952 and gzip -d have
+ * it (`cat a.gz b.gz`); bytes after a member that do not start another one
+ * are refused, since zlib's gzread would drop them silently.  Every problem
+ * is reported with the file name and, for content, the line number.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -14,17 +22,40 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
-/* Growable arrays being filled while parsing. */
-typedef struct builder {
-    kvpt_trace *t;
-    size_t req_cap;  /* capacity of offset (minus one) and input_length */
-    size_t ids_cap;
-} builder;
+/* Bytes asked of read() at a time, and decompressed bytes added to the
+ * window at a time. */
+#define READ_CHUNK (1u << 17)
+#define FILL_CHUNK (1u << 18)
+/* The window holds one unfinished line of up to KVPT_TRACE_MAX_LINE bytes
+ * plus a fill. */
+#define WINDOW_SIZE ((size_t)KVPT_TRACE_MAX_LINE + 1 + FILL_CHUNK)
+
+/* One input being read.  Invariants: the z.avail_in bytes at z.next_in
+ * (inside `in`) were read but not yet used, plain or gzip alike;
+ * win[start .. end) is text not yet handed out; gzip: `consumed` counts the
+ * input bytes inflate has used, so it is the offset of the next one. */
+typedef struct reader {
+    const char *name;       /* for messages: the path, or "standard input" */
+    int fd, own_fd;         /* own_fd: close it at the end */
+    int eof;                /* read() returned 0 */
+    int gzip;               /* the input starts with the gzip magic */
+    int z_live;             /* z was initialised */
+    int member_done;        /* gzip: the current member has ended */
+    int text_done;          /* no more text will come */
+    z_stream z;
+    unsigned char *in;      /* READ_CHUNK bytes */
+    uint64_t consumed;
+    char *win;              /* WINDOW_SIZE bytes */
+    size_t start, end;
+    size_t lineno;          /* lines handed out so far */
+} reader;
 
 /* Whether `path` ends with `suffix`. */
 static int ends_with(const char *path, const char *suffix)
@@ -33,111 +64,234 @@ static int ends_with(const char *path, const char *suffix)
     return n >= k && strcmp(path + n - k, suffix) == 0;
 }
 
-/* Read the first two bytes of `path` and tell whether they are the gzip
- * magic (1f 8b).  Returns 1 or 0, or -1 (error printed) when the file cannot
- * be opened. */
-static int is_gzip(const char *path)
+/* Append more bytes of the file after the unconsumed input (moved to the
+ * front of `in`); sets r->eof at the end of the file.  Returns 0, or -1 with
+ * the error printed. */
+static int read_more(reader *r)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (r->z.avail_in && r->z.next_in != r->in)
+        memmove(r->in, r->z.next_in, r->z.avail_in);
+    r->z.next_in = r->in;
+    for (;;) {
+        ssize_t got = read(r->fd, r->in + r->z.avail_in, READ_CHUNK - r->z.avail_in);
+        if (got > 0) {
+            r->z.avail_in += (unsigned)got;
+            return 0;
+        }
+        if (got == 0) {
+            r->eof = 1;
+            return 0;
+        }
+        if (errno != EINTR) {
+            kvpt_error("%s: %s", r->name, strerror(errno));
+            return -1;
+        }
+    }
+}
+
+/* Make at least `want` (at most READ_CHUNK) unconsumed input bytes
+ * available, fewer only at the end of the file.  Returns 0 or -1 (printed). */
+static int need_input(reader *r, unsigned want)
+{
+    while (r->z.avail_in < want && !r->eof)
+        if (read_more(r))
+            return -1;
+    return 0;
+}
+
+/* Whether the unconsumed input starts with the gzip magic (1f 8b). */
+static int at_gzip_magic(const reader *r)
+{
+    return r->z.avail_in >= 2 && r->z.next_in[0] == 0x1f && r->z.next_in[1] == 0x8b;
+}
+
+/* Release what the reader holds. */
+static void reader_close(reader *r)
+{
+    if (r->z_live)
+        inflateEnd(&r->z);
+    if (r->own_fd)
+        close(r->fd);
+    free(r->in);
+    free(r->win);
+}
+
+/* Open `path` ("-": standard input), allocate the buffers and tell gzip
+ * from plain by the first two bytes.  Returns 0, or -1 with the error
+ * printed and nothing left to release. */
+static int reader_open(reader *r, const char *path)
+{
+    memset(r, 0, sizeof *r);
+    int is_stdin = strcmp(path, "-") == 0;
+    r->name = is_stdin ? "standard input" : path;
+    r->fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) {
         kvpt_error("%s: %s", path, strerror(errno));
         return -1;
     }
-    unsigned char magic[2] = {0, 0};
-    size_t got = fread(magic, 1, 2, f);
-    fclose(f);
-    return got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    r->own_fd = !is_stdin;
+    r->in = malloc(READ_CHUNK);
+    r->win = malloc(WINDOW_SIZE);
+    if (!r->in || !r->win) {
+        kvpt_error("%s: out of memory", r->name);
+        goto fail;
+    }
+    r->z.next_in = r->in;
+    if (need_input(r, 2))
+        goto fail;
+    r->gzip = at_gzip_magic(r);
+    if (!r->gzip && ends_with(path, ".gz")) {
+        kvpt_error("%s: not a gzip file (the name ends in .gz but the content does not "
+                   "start with the gzip magic bytes)", r->name);
+        goto fail;
+    }
+    if (r->gzip) {
+        int rc = inflateInit2(&r->z, 16 + MAX_WBITS); /* gzip wrapper only */
+        if (rc != Z_OK) {
+            kvpt_error("%s: %s", r->name, rc == Z_MEM_ERROR ? "out of memory" : "zlib failed");
+            goto fail;
+        }
+        r->z_live = 1;
+    }
+    return 0;
+fail:
+    reader_close(r);
+    return -1;
 }
 
-/* Read the whole (decompressed) content of `path` into a NUL-terminated
- * malloc'd buffer; *len receives its length without the NUL.  Returns NULL
- * with the error printed. */
-static char *read_all(const char *path, size_t *len)
+/* Put up to `room` (> 0) bytes of plain text at `dst`; *got = 0 means the
+ * input has ended.  Returns 0 or -1 (printed). */
+static int read_plain(reader *r, char *dst, size_t room, size_t *got)
 {
-    int gz = is_gzip(path);
-    if (gz < 0)
-        return NULL;
-    if (!gz && ends_with(path, ".gz")) {
-        kvpt_error("%s: not a gzip file (the name ends in .gz but the content does not "
-                   "start with the gzip magic bytes)", path);
-        return NULL;
-    }
-    gzFile f = gzopen(path, "rb");
-    if (!f) {
-        kvpt_error("%s: %s", path, errno ? strerror(errno) : "cannot open");
-        return NULL;
-    }
-    gzbuffer(f, 1u << 17);
-    size_t cap = 1u << 20, n = 0;
-    char *buf = malloc(cap + 1);
+    if (need_input(r, 1))
+        return -1;
+    size_t n = r->z.avail_in < room ? r->z.avail_in : room;
+    memcpy(dst, r->z.next_in, n);
+    r->z.next_in += n;
+    r->z.avail_in -= (unsigned)n;
+    *got = n;
+    return 0;
+}
+
+/* Put up to `room` (> 0) bytes of decompressed text at `dst`; *got = 0
+ * means the last member ended at the end of the file.  Returns 0, or -1
+ * (printed) on corrupt or truncated data or data after the last member. */
+static int read_gzip(reader *r, char *dst, size_t room, size_t *got)
+{
     for (;;) {
-        if (buf && n == cap) {
-            char *bigger = realloc(buf, 2 * cap + 1);
-            if (!bigger)
-                free(buf);
-            buf = bigger;
-            cap *= 2;
+        if (r->member_done) {
+            if (need_input(r, 2))
+                return -1;
+            if (r->z.avail_in == 0) {
+                *got = 0;
+                return 0;
+            }
+            if (!at_gzip_magic(r)) {
+                kvpt_error("%s: data after the end of the gzip stream (at byte %llu)",
+                           r->name, (unsigned long long)r->consumed);
+                return -1;
+            }
+            inflateReset(&r->z);
+            r->member_done = 0;
         }
-        if (!buf) {
-            gzclose(f);
-            kvpt_error("%s: out of memory", path);
-            return NULL;
+        if (need_input(r, 1))
+            return -1;
+        if (r->z.avail_in == 0) {
+            kvpt_error("%s: corrupt gzip data: the file ends inside the gzip stream "
+                       "(truncated?)", r->name);
+            return -1;
         }
-        size_t want = cap - n < (1u << 30) ? cap - n : (1u << 30);
-        int got = gzread(f, buf + n, (unsigned)want);
-        if (got <= 0)
-            break;
-        n += (size_t)got;
+        unsigned before = r->z.avail_in;
+        r->z.next_out = (unsigned char *)dst;
+        r->z.avail_out = (unsigned)room;
+        int rc = inflate(&r->z, Z_NO_FLUSH);
+        r->consumed += before - r->z.avail_in;
+        *got = room - r->z.avail_out;
+        if (rc == Z_STREAM_END)
+            r->member_done = 1;
+        else if (rc == Z_MEM_ERROR) {
+            kvpt_error("%s: out of memory", r->name);
+            return -1;
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            kvpt_error("%s: corrupt gzip data: %s", r->name,
+                       r->z.msg ? r->z.msg : "inflate failed");
+            return -1;
+        }
+        if (*got)
+            return 0;
     }
-    int errnum = Z_OK;
-    const char *msg = gzerror(f, &errnum);
-    if (errnum != Z_OK) {
-        kvpt_error("%s: %s: %s", path, gz ? "corrupt gzip data" : "read error",
-                   errnum == Z_ERRNO ? strerror(errno) : msg);
-        gzclose(f);
-        free(buf);
-        return NULL;
+}
+
+/* Hand out the next line (without its newline) in *line / *len, valid until
+ * the next call.  Returns 1, 0 at the end of the input, or -1 with the error
+ * printed (a read or gzip error, or a line longer than KVPT_TRACE_MAX_LINE). */
+static int next_line(reader *r, const char **line, size_t *len)
+{
+    size_t scanned = r->start; /* no newline in win[start .. scanned) */
+    for (;;) {
+        char *nl = memchr(r->win + scanned, '\n', r->end - scanned);
+        size_t stop = nl ? (size_t)(nl - r->win) : r->end;
+        if (stop - r->start > KVPT_TRACE_MAX_LINE) {
+            kvpt_error("%s:%zu: line longer than %u bytes", r->name, r->lineno + 1,
+                       KVPT_TRACE_MAX_LINE);
+            return -1;
+        }
+        if (nl || (r->text_done && r->end > r->start)) {
+            *line = r->win + r->start;
+            *len = stop - r->start;
+            r->start = nl ? stop + 1 : stop;
+            r->lineno++;
+            return 1;
+        }
+        if (r->text_done)
+            return 0;
+        size_t keep = r->end - r->start;
+        memmove(r->win, r->win + r->start, keep);
+        r->start = 0;
+        r->end = scanned = keep;
+        size_t got;
+        if ((r->gzip ? read_gzip : read_plain)(r, r->win + r->end, WINDOW_SIZE - r->end, &got))
+            return -1;
+        r->end += got;
+        r->text_done = got == 0;
     }
-    gzclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 /* Make room for one more request and `n_ids` more ids.  Returns -1 when
- * memory runs out. */
-static int reserve(builder *b, size_t n_ids)
+ * memory runs out (the trace is unchanged but for capacity). */
+static int reserve(kvpt_trace *t, size_t n_ids)
 {
-    kvpt_trace *t = b->t;
-    if (t->n_requests == b->req_cap) {
-        size_t cap = b->req_cap ? 2 * b->req_cap : 1024;
+    if (t->n_requests == t->req_cap) {
+        size_t cap = t->req_cap ? 2 * t->req_cap : 1024;
         uint64_t *off = realloc(t->offset, (cap + 1) * sizeof *off);
         if (!off)
             return -1;
+        if (!t->offset)
+            off[0] = 0;
         t->offset = off;
         uint64_t *inl = realloc(t->input_length, cap * sizeof *inl);
         if (!inl)
             return -1;
         t->input_length = inl;
-        b->req_cap = cap;
+        t->req_cap = cap;
     }
     size_t need = (size_t)t->total_blocks + n_ids;
-    if (need > b->ids_cap) {
-        size_t cap = b->ids_cap ? b->ids_cap : 16384;
+    if (need > t->ids_cap) {
+        size_t cap = t->ids_cap ? t->ids_cap : 16384;
         while (cap < need)
             cap *= 2;
         uint64_t *ids = realloc(t->ids, cap * sizeof *ids);
         if (!ids)
             return -1;
         t->ids = ids;
-        b->ids_cap = cap;
+        t->ids_cap = cap;
     }
     return 0;
 }
 
 /* Fetch the non-negative integer field `name` of `obj` into *out, or describe
  * what is wrong with it in `err` (returns -1). */
-static int get_length(json_t *obj, const char *name, uint64_t *out, char *err, size_t cap)
+static int get_count(json_t *obj, const char *name, uint64_t *out, char *err, size_t cap)
 {
     json_t *v = json_object_get(obj, name);
     if (!v) {
@@ -157,60 +311,57 @@ static int get_length(json_t *obj, const char *name, uint64_t *out, char *err, s
     return 0;
 }
 
-/* Parse one line (`len` bytes at `line`) into the next request of b->t.
- * Returns 0, or -1 with the reason in `err`. */
-static int parse_line(builder *b, const char *line, size_t len, char *err, size_t cap)
+/* Check the fields of one parsed line and append its request to *t; on
+ * error *t's requests and totals are unchanged. */
+static int add_request(kvpt_trace *t, json_t *obj, char *err, size_t cap)
 {
-    json_error_t jerr;
-    json_t *obj = json_loadb(line, len, 0, &jerr);
-    if (!obj) {
-        snprintf(err, cap, "bad JSON: %s (column %d)", jerr.text, jerr.column);
-        return -1;
-    }
-    int rc = -1;
-    uint64_t input_length, output_length;
-    json_t *ts, *hashes;
+    uint64_t timestamp, input_length, output_length;
+    json_t *hashes;
     if (!json_is_object(obj)) {
         snprintf(err, cap, "not a JSON object");
-        goto out;
+        return -1;
     }
-    if (!(ts = json_object_get(obj, "timestamp"))) {
-        snprintf(err, cap, "missing field \"timestamp\"");
-        goto out;
-    }
-    if (!json_is_number(ts)) {
-        snprintf(err, cap, "field \"timestamp\" must be a number");
-        goto out;
-    }
-    if (get_length(obj, "input_length", &input_length, err, cap) ||
-        get_length(obj, "output_length", &output_length, err, cap))
-        goto out;
+    if (get_count(obj, "timestamp", &timestamp, err, cap) ||
+        get_count(obj, "input_length", &input_length, err, cap) ||
+        get_count(obj, "output_length", &output_length, err, cap))
+        return -1;
     if (!(hashes = json_object_get(obj, "hash_ids"))) {
         snprintf(err, cap, "missing field \"hash_ids\"");
-        goto out;
+        return -1;
     }
     if (!json_is_array(hashes)) {
         snprintf(err, cap, "field \"hash_ids\" must be an array");
-        goto out;
+        return -1;
     }
     size_t n = json_array_size(hashes);
     if (n == 0) {
         snprintf(err, cap, "empty hash_ids");
-        goto out;
+        return -1;
     }
-    if (reserve(b, n)) {
+    if (reserve(t, n)) {
         snprintf(err, cap, "out of memory");
-        goto out;
+        return -1;
     }
-    kvpt_trace *t = b->t;
     uint64_t *dst = t->ids + t->total_blocks;
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(hashes, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0) {
             snprintf(err, cap, "hash_ids[%zu] must be a non-negative integer", i);
-            goto out;
+            return -1;
         }
         dst[i] = (uint64_t)json_integer_value(v);
+    }
+    uint64_t blocks = input_length / KVPT_TRACE_BLOCK_TOKENS +
+                      (input_length % KVPT_TRACE_BLOCK_TOKENS != 0);
+    if (blocks != n) {
+        snprintf(err, cap, "input_length %llu needs %llu hash ids (one per %u tokens), "
+                 "hash_ids has %zu", (unsigned long long)input_length,
+                 (unsigned long long)blocks, KVPT_TRACE_BLOCK_TOKENS, n);
+        return -1;
+    }
+    if (t->total_input > UINT64_MAX - input_length) {
+        snprintf(err, cap, "the total input_length of the trace overflows 64 bits");
+        return -1;
     }
     t->input_length[t->n_requests] = input_length;
     t->total_input += input_length;
@@ -219,48 +370,86 @@ static int parse_line(builder *b, const char *line, size_t len, char *err, size_
         t->max_blocks = n;
     t->n_requests++;
     t->offset[t->n_requests] = t->total_blocks;
-    rc = 0;
-out:
+    return 0;
+}
+
+/* Replace every byte of the string `s` that is not printable ASCII by '?':
+ * jansson quotes the offending input in its messages, and an error must
+ * stay one readable line. */
+static void make_printable(char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            *s = '?';
+}
+
+/* Parse with jansson (keys may not repeat), then check and append; see
+ * trace.h.  jansson reports most allocation failures as an empty error
+ * (column -1) rather than by its out-of-memory code; malloc sets errno to
+ * ENOMEM on every failure, so that tells running out of memory apart from
+ * bad JSON. */
+int kvpt_trace_add_line(kvpt_trace *t, const char *line, size_t len, char *err, size_t errcap)
+{
+    if (len > KVPT_TRACE_MAX_LINE) {
+        snprintf(err, errcap, "line longer than %u bytes", KVPT_TRACE_MAX_LINE);
+        return -1;
+    }
+    json_error_t jerr;
+    errno = 0;
+    json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!obj) {
+        if (errno == ENOMEM || json_error_code(&jerr) == json_error_out_of_memory)
+            snprintf(err, errcap, "out of memory");
+        else {
+            snprintf(err, errcap, "bad JSON: %s (column %d)", jerr.text, jerr.column);
+            make_printable(err);
+        }
+        return -1;
+    }
+    int rc = add_request(t, obj, err, errcap);
     json_decref(obj);
     return rc;
 }
 
-/* Read, split into lines, parse each; see trace.h. */
+/* Whether the line holds nothing but spaces, tabs and CRs. */
+static int is_blank(const char *line, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r')
+            return 0;
+    return 1;
+}
+
+/* Read line by line, parse each; see trace.h. */
 int kvpt_trace_load(const char *path, kvpt_trace *t)
 {
     double t0 = kvpt_now();
     memset(t, 0, sizeof *t);
+    reader r;
+    if (reader_open(&r, path))
+        return -1;
+    const char *line;
     size_t len;
-    char *buf = read_all(path, &len);
-    if (!buf)
-        return -1;
-    builder b = {t, 0, 0};
-    t->path = path;
-    if (reserve(&b, 0)) {
-        free(buf);
-        kvpt_trace_free(t);
-        kvpt_error("%s: out of memory", path);
-        return -1;
-    }
-    t->offset[0] = 0;
-    size_t lineno = 0;
-    for (char *line = buf; line < buf + len;) {
-        char *nl = memchr(line, '\n', (size_t)(buf + len - line));
-        char *end = nl ? nl : buf + len;
-        lineno++;
-        size_t n = (size_t)(end - line);
-        if (strspn(line, " \t\r") < n) {
-            char err[256];
-            if (parse_line(&b, line, n, err, sizeof err)) {
-                kvpt_error("%s:%zu: %s", path, lineno, err);
-                free(buf);
-                kvpt_trace_free(t);
-                return -1;
-            }
+    int got;
+    while ((got = next_line(&r, &line, &len)) > 0) {
+        char err[256];
+        if (!is_blank(line, len) && kvpt_trace_add_line(t, line, len, err, sizeof err)) {
+            kvpt_error("%s:%zu: %s", r.name, r.lineno, err);
+            got = -1;
+            break;
         }
-        line = end + 1;
     }
-    free(buf);
+    if (got == 0 && t->n_requests == 0) {
+        kvpt_error("%s: not a trace: no request lines (the input is empty or blank)",
+                   r.name);
+        got = -1;
+    }
+    reader_close(&r);
+    if (got < 0) {
+        kvpt_trace_free(t);
+        return -1;
+    }
+    t->path = path;
     t->load_seconds = kvpt_now() - t0;
     return 0;
 }
