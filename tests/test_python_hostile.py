@@ -423,3 +423,8 @@ def test_readmission_names_the_cause():
         s.admit([1, 2])
     assert "callback" not in str(e.value)
     assert p.fingerprint() == fp and s.num_tokens == 5
+    # No busy status names a callback: from Python none runs inside a call.
+    b = p.take()
+    with pytest.raises(kvpool.BusyError) as e:
+        p.take_id(b)
+    assert str(e.value) == "busy: in use"

@@ -19,9 +19,15 @@
  * - Only the public header is used, like any engine embedding the library.
  * - Thread model: the GIL serialises every call on a pool made without
  *   `thread_safe`.  The GIL is released only around calls that can run
- *   long (creating a large pool, hashing or admitting a long prompt) and,
- *   for pool calls, only on thread-safe pools; a per-object `busy` count
- *   keeps a handle from being destroyed while another thread is inside it.
+ *   long (creating a large pool, hashing, and admitting a long prompt on a
+ *   thread-safe pool without on_evict); each such call counts its pool and
+ *   sequence `busy` and holds a reference to them, so that close, clear,
+ *   retire_top and destroy refuse with BusyError until it is back.
+ * - Eviction callbacks never run inside a library call: the library's
+ *   callback only queues the eviction, and the method delivers the queue to
+ *   the Python callable after the library call returned (see "Evictions").
+ *   So no thread ever waits for the GIL while it holds a pool's lock, and a
+ *   callback may call anything, close() included.
  * - Zero-copy block tables: a Sequence exports its table through the buffer
  *   protocol.  The library's pointer is valid only until the sequence
  *   changes, so while any export is alive the calls that could move or free
@@ -53,20 +59,29 @@
 static PyObject *KvpError;
 static PyObject *kvp_exc[12]; /* indexed by kvp_status; [0] unused */
 
-/* Raise the exception for `st` with the library's message. */
+/* The message for `st`: the library's, except that KVP_EBUSY drops its
+ * "or called from a callback": the binding never calls the library from
+ * inside a callback (see "Evictions"), so from Python it always means that
+ * the block, owner or sequence named is in use. */
+static const char *status_message(kvp_status st)
+{
+    return st == KVP_EBUSY ? "busy: in use" : kvp_strerror((int)st);
+}
+
+/* Raise the exception for `st` with its message. */
 static PyObject *raise_status(kvp_status st)
 {
     PyObject *cls = ((int)st > 0 && (int)st < 12) ? kvp_exc[st] : KvpError;
-    PyErr_SetString(cls, kvp_strerror((int)st));
+    PyErr_SetString(cls, status_message(st));
     return NULL;
 }
 
-/* Raise the exception for `st` with a message of our own (the library's
+/* Raise the exception for `st` with a message of our own (the status's
  * message is appended). */
 static PyObject *raise_status_msg(kvp_status st, const char *msg)
 {
     PyObject *cls = ((int)st > 0 && (int)st < 12) ? kvp_exc[st] : KvpError;
-    PyErr_Format(cls, "%s (%s)", msg, kvp_strerror((int)st));
+    PyErr_Format(cls, "%s (%s)", msg, status_message(st));
     return NULL;
 }
 
