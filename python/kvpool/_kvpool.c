@@ -718,13 +718,16 @@ static void evict_trampoline(void *user, const kvp_hash *h, kvp_block b)
 
 /*
  * Deliver the queued evictions: on_evict(hash bytes or None, block id or
- * None) for each, in the order the library reported them, on this thread,
- * with no library call in progress, so a callback may call any method of any
- * pool (including this one, and close()).  A callback's exception goes to
+ * None) for each, in the order the library reported them, with no library
+ * call in progress, so a callback may call any method of any pool
+ * (including this one, and close()).  A callback's exception goes to
  * sys.unraisablehook (the call that evicted has completed and its result
  * stands) and the remaining callbacks still run.  `r` is the method's
  * result, returned unchanged; an exception already set for it is kept.
- * Re-entrant: a callback's own calls deliver from the same queue, in order.
+ * Each entry is taken off the queue (under the GIL) before its callback
+ * runs, so it is delivered exactly once even when a callback's own calls,
+ * or another thread's call while a callback let the GIL go, deliver from
+ * the same queue; on return the queue is empty, every callback started.
  */
 static PyObject *ev_deliver_queued(PoolObject *self, PyObject *r)
 {
@@ -2716,23 +2719,24 @@ static PyObject *Seq_array(SeqObject *self, PyObject *args, PyObject *kwds)
 }
 
 /* Sequence methods that change the pool deliver its queued evictions
- * before returning (see "Evictions"). */
-#define SEQ_EV(fn, ...)                                                                         \
-    static PyObject *fn##_ev(SeqObject *self, __VA_ARGS__)                                     \
+ * before returning (see "Evictions"): fn##_ev wraps fn. */
+#define SEQ_EV_FC(fn)                                                                           \
+    static PyObject *fn##_ev(SeqObject *self, PyObject *const *a, Py_ssize_t n)                 \
     {                                                                                           \
         PoolObject *pool = self->pool;                                                          \
-        return ev_deliver(pool, fn(self, SEQ_EV_ARGS));                                         \
+        return ev_deliver(pool, fn(self, a, n));                                                \
     }
-#define SEQ_EV_ARGS args, nargs
-SEQ_EV(Seq_admit, PyObject *const *args, Py_ssize_t nargs)
-SEQ_EV(Seq_append, PyObject *const *args, Py_ssize_t nargs)
-SEQ_EV(Seq_fork, PyObject *const *args, Py_ssize_t nargs)
-SEQ_EV(Seq_exit, PyObject *const *args, Py_ssize_t nargs)
-#undef SEQ_EV_ARGS
-#define SEQ_EV_ARGS unused
-SEQ_EV(Seq_destroy, PyObject *unused)
-#undef SEQ_EV_ARGS
-#undef SEQ_EV
+SEQ_EV_FC(Seq_admit)
+SEQ_EV_FC(Seq_append)
+SEQ_EV_FC(Seq_fork)
+SEQ_EV_FC(Seq_exit)
+#undef SEQ_EV_FC
+
+static PyObject *Seq_destroy_ev(SeqObject *self, PyObject *unused)
+{
+    PoolObject *pool = self->pool;
+    return ev_deliver(pool, Seq_destroy(self, unused));
+}
 
 static PyMethodDef Seq_methods[] = {
     {"admit", (PyCFunction)(void (*)(void))Seq_admit_ev, METH_FASTCALL,
