@@ -413,6 +413,16 @@ def test_init_twice_is_refused():
             seq.__init__(p, 9)
     assert [x.request_id for x in (s, p.find_sequence(2), p.find_sequence(3))] == [1, 2, 3]
 
+    class Sub(kvpool.Pool):                # a subclass's __init__ reaches Pool's once
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.tag = 1
+
+    q = Sub(block_size=4, num_blocks=2)
+    assert q.tag == 1 and q.free_count() == 2
+    with pytest.raises(RuntimeError, match="already initialised"):
+        q.__init__(block_size=4, num_blocks=2)
+
 
 def test_readmission_names_the_cause():
     p = kvpool.Pool(block_size=4, num_blocks=8)
