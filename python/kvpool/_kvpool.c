@@ -19,9 +19,15 @@
  * - Only the public header is used, like any engine embedding the library.
  * - Thread model: the GIL serialises every call on a pool made without
  *   `thread_safe`.  The GIL is released only around calls that can run
- *   long (creating a large pool, hashing or admitting a long prompt) and,
- *   for pool calls, only on thread-safe pools; a per-object `busy` count
- *   keeps a handle from being destroyed while another thread is inside it.
+ *   long (creating a large pool, hashing, and admitting a long prompt on a
+ *   thread-safe pool without on_evict); each such call counts its pool and
+ *   sequence `busy` and holds a reference to them, so that close, clear,
+ *   retire_top and destroy refuse with BusyError until it is back.
+ * - Eviction callbacks never run inside a library call: the library's
+ *   callback only queues the eviction, and the method delivers the queue to
+ *   the Python callable after the library call returned (see "Evictions").
+ *   So no thread ever waits for the GIL while it holds a pool's lock, and a
+ *   callback may call anything, close() included.
  * - Zero-copy block tables: a Sequence exports its table through the buffer
  *   protocol.  The library's pointer is valid only until the sequence
  *   changes, so while any export is alive the calls that could move or free
@@ -53,20 +59,29 @@
 static PyObject *KvpError;
 static PyObject *kvp_exc[12]; /* indexed by kvp_status; [0] unused */
 
-/* Raise the exception for `st` with the library's message. */
+/* The message for `st`: the library's, except that KVP_EBUSY drops its
+ * "or called from a callback": the binding never calls the library from
+ * inside a callback (see "Evictions"), so from Python it always means that
+ * the block, owner or sequence named is in use. */
+static const char *status_message(kvp_status st)
+{
+    return st == KVP_EBUSY ? "busy: in use" : kvp_strerror((int)st);
+}
+
+/* Raise the exception for `st` with its message. */
 static PyObject *raise_status(kvp_status st)
 {
     PyObject *cls = ((int)st > 0 && (int)st < 12) ? kvp_exc[st] : KvpError;
-    PyErr_SetString(cls, kvp_strerror((int)st));
+    PyErr_SetString(cls, status_message(st));
     return NULL;
 }
 
-/* Raise the exception for `st` with a message of our own (the library's
+/* Raise the exception for `st` with a message of our own (the status's
  * message is appended). */
 static PyObject *raise_status_msg(kvp_status st, const char *msg)
 {
     PyObject *cls = ((int)st > 0 && (int)st < 12) ? kvp_exc[st] : KvpError;
-    PyErr_Format(cls, "%s (%s)", msg, kvp_strerror((int)st));
+    PyErr_Format(cls, "%s (%s)", msg, status_message(st));
     return NULL;
 }
 
@@ -627,6 +642,10 @@ typedef struct PoolObject {
     PyObject *seqs;          /* dict request_id -> weakref(Sequence) */
     Py_ssize_t table_exports; /* live zero-copy exports of block tables */
     Py_ssize_t busy;          /* calls in flight with the GIL released */
+    struct evrec *evq;        /* evictions not yet delivered: evq[ev_head..ev_n) */
+    uint32_t ev_head, ev_n, ev_cap;
+    uint32_t ev_lost;         /* evictions the queue had no room for */
+    int init_pending;         /* set by tp_new, cleared by the one __init__ allowed */
     PyObject *weakrefs;
     uint32_t take_hint;       /* take()'s kvp_take_hinted hint, for its last owner */
     PyObject **vkeys;         /* vLLM drop-in only: each block's key (see VBlock) */
@@ -652,28 +671,108 @@ static int pool_ok(PoolObject *self)
             return NULL;                                                                        \
     } while (0)
 
-/* Eviction callback trampoline: the Python callable gets (hash bytes or
- * None, block id or None).  Errors cannot propagate through the library
- * call, so they are reported as unraisable. */
+/*
+ * Evictions.  The library calls its eviction callback inside the call that
+ * evicted, with the pool's lock held (thread-safe pools) and with calls back
+ * into the pool refused.  Running Python there is what made a callback
+ * unable to query the pool, let `close()` free the pool under the library,
+ * and (a thread waiting for the GIL while holding the pool lock, against a
+ * thread holding the GIL and waiting for the lock) deadlock.  So the
+ * trampoline runs no Python: it appends (hash, block) to the pool object's
+ * queue, and every method that can evict delivers the queue (ev_deliver)
+ * after its library calls have returned, before it returns to Python.
+ *
+ * Invariant: the trampoline only runs on a thread holding the GIL, because
+ * the binding keeps the GIL around every library call that can evict on a
+ * pool with on_evict (Seq_admit keeps it there; hashing and creation evict
+ * nothing).  So the queue needs no lock, and no thread ever waits for the
+ * GIL while it holds the pool's lock.  The queue only grows (doubling) and
+ * is freed with the object: no allocation per call in steady state.
+ */
+typedef struct evrec {
+    kvp_hash hash;
+    kvp_block block;
+    int has_hash; /* 0: the whole index was cleared */
+} evrec;
+
 static void evict_trampoline(void *user, const kvp_hash *h, kvp_block b)
 {
     PoolObject *self = user;
-    if (!self->on_evict)
-        return;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *hb = h ? hash_bytes(h) : (Py_INCREF(Py_None), Py_None);
-    PyObject *bb = hb ? block_or_none(b) : NULL;
-    PyObject *r = NULL;
-    if (hb && bb) {
-        PyObject *args[2] = {hb, bb};
-        r = PyObject_Vectorcall(self->on_evict, args, 2, NULL);
+    if (self->ev_n == self->ev_cap) {
+        uint32_t cap = self->ev_cap ? 2 * self->ev_cap : 16;
+        evrec *q = cap > self->ev_cap ? PyMem_RawRealloc(self->evq, (size_t)cap * sizeof *q)
+                                      : NULL;
+        if (!q) {
+            self->ev_lost++; /* reported as MemoryError at delivery */
+            return;
+        }
+        self->evq = q;
+        self->ev_cap = cap;
     }
-    Py_XDECREF(hb);
-    Py_XDECREF(bb);
-    if (!r)
-        PyErr_WriteUnraisable(self->on_evict);
-    Py_XDECREF(r);
-    PyGILState_Release(g);
+    evrec *e = &self->evq[self->ev_n++];
+    e->has_hash = h != NULL;
+    if (h)
+        e->hash = *h;
+    e->block = b;
+}
+
+/*
+ * Deliver the queued evictions: on_evict(hash bytes or None, block id or
+ * None) for each, in the order the library reported them, with no library
+ * call in progress, so a callback may call any method of any pool
+ * (including this one, and close()).  A callback's exception goes to
+ * sys.unraisablehook (the call that evicted has completed and its result
+ * stands) and the remaining callbacks still run.  `r` is the method's
+ * result, returned unchanged; an exception already set for it is kept.
+ * Each entry is taken off the queue (under the GIL) before its callback
+ * runs, so it is delivered exactly once even when a callback's own calls,
+ * or another thread's call while a callback let the GIL go, deliver from
+ * the same queue; on return the queue is empty, every callback started.
+ */
+static PyObject *ev_deliver_queued(PoolObject *self, PyObject *r)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    Py_INCREF(self); /* a callback may drop the last other reference */
+    while (self->ev_head < self->ev_n || self->ev_lost) {
+        if (self->ev_head == self->ev_n) {
+            self->ev_lost = 0;
+            PyErr_SetString(PyExc_MemoryError,
+                            "on_evict: evictions were lost (no memory to queue them)");
+            PyErr_WriteUnraisable(self->on_evict ? self->on_evict : (PyObject *)self);
+            continue;
+        }
+        evrec e = self->evq[self->ev_head++];
+        if (!self->on_evict)
+            continue;
+        PyObject *cb = self->on_evict;
+        Py_INCREF(cb);
+        PyObject *hb = e.has_hash ? hash_bytes(&e.hash) : (Py_INCREF(Py_None), Py_None);
+        PyObject *bb = hb ? block_or_none(e.block) : NULL;
+        PyObject *res = NULL;
+        if (hb && bb) {
+            PyObject *args[2] = {hb, bb};
+            res = PyObject_Vectorcall(cb, args, 2, NULL);
+        }
+        Py_XDECREF(hb);
+        Py_XDECREF(bb);
+        if (!res)
+            PyErr_WriteUnraisable(cb);
+        Py_XDECREF(res);
+        Py_DECREF(cb);
+    }
+    self->ev_head = self->ev_n = 0;
+    Py_DECREF(self);
+    PyErr_Restore(et, ev, tb);
+    return r;
+}
+
+/* The tail of every method that can evict: a compare when nothing is queued. */
+static inline PyObject *ev_deliver(PoolObject *self, PyObject *r)
+{
+    if (self->ev_head == self->ev_n && !self->ev_lost)
+        return r;
+    return ev_deliver_queued(self, r);
 }
 
 static int parse_reuse(PyObject *o, kvp_reuse *r)
@@ -808,6 +907,7 @@ static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!self)
         return NULL;
     self->take_hint = KVP_HINT_NONE;
+    self->init_pending = 1;
     self->seqs = PyDict_New();
     if (!self->seqs) {
         Py_DECREF(self);
@@ -843,8 +943,15 @@ static PyObject *Pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static void seqs_invalidate(PoolObject *self);
 
+/*
+ * Dealloc destroys the library pool.  It cannot run while a call is inside
+ * the library: every method is called through a reference its caller holds,
+ * the GIL-free calls hold one more (pool_busy_enter), and evictions are
+ * delivered after the library call, holding a reference too.
+ */
 static void Pool_dealloc(PoolObject *self)
 {
+    PyObject_GC_UnTrack(self);
     if (self->weakrefs)
         PyObject_ClearWeakRefs((PyObject *)self);
     if (self->pool) {
@@ -853,12 +960,67 @@ static void Pool_dealloc(PoolObject *self)
         kvp_pool_destroy(p);
     }
     Py_XDECREF(self->on_evict);
+    PyMem_RawFree(self->evq);
     Py_XDECREF(self->seqs);
     for (uint32_t i = 0; self->vkeys && i < self->nvkeys; i++)
         Py_XDECREF(self->vkeys[i]);
     PyMem_Free(self->vkeys);
     free(self->varena); /* every block held this pool, so none is left */
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The callback can refer back to the pool (a bound method of an object
+ * holding it): the collector must see that edge to free such a cycle. */
+static int Pool_traverse(PoolObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->on_evict);
+    return 0;
+}
+
+/* Breaking a cycle drops the callback; evictions still queued are then
+ * delivered to no one (the pool is unreachable: no call is in progress). */
+static int Pool_tp_clear(PoolObject *self)
+{
+    Py_CLEAR(self->on_evict);
+    return 0;
+}
+
+/* The pool is built by tp_new; __init__ is accepted once, right after it
+ * (the arguments were checked there), and refused on a built pool, which
+ * it would otherwise leave silently unchanged. */
+static int Pool_init(PoolObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)args;
+    (void)kwds;
+    if (!self->init_pending) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Pool.__init__: this pool is already initialised (make a new Pool)");
+        return -1;
+    }
+    self->init_pending = 0;
+    return 0;
+}
+
+/*
+ * The bracket of every call that releases the GIL on a pool: the pool is
+ * checked open (argument conversion, which runs before, may run Python code
+ * that closed it), counted busy so that close(), clear() and retire_top()
+ * refuse with BusyError until the call is back, and held by one more
+ * reference.  Returns the library pool, or NULL with the exception set.
+ */
+static kvp_pool *pool_busy_enter(PoolObject *self)
+{
+    if (!pool_ok(self))
+        return NULL;
+    self->busy++;
+    Py_INCREF(self);
+    return self->pool;
+}
+
+static void pool_busy_leave(PoolObject *self)
+{
+    self->busy--;
+    Py_DECREF(self);
 }
 
 /* Refuse calls that would invalidate exported block tables. */
@@ -1610,6 +1772,7 @@ static PyObject *Pool_hash_block(PoolObject *self, PyObject *const *args, Py_ssi
     PyObject *o[4];
     uint64_t start;
     kvp_hash parent, out;
+    kvp_status st = KVP_OK;
     POOL_CHECK(self);
     if (parse_args("hash_block", args, nargs, kwnames, kw, 1, o) ||
         get_u64(o[2], 0, &start, "start"))
@@ -1625,13 +1788,18 @@ static PyObject *Pool_hash_block(PoolObject *self, PyObject *const *args, Py_ssi
         extra_release(&ex);
         return NULL;
     }
-    kvp_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = kvp_hash_block(self->pool, has_parent ? &parent : NULL, in.p, (size_t)in.n, start,
-                        ex.present ? &ex.k : NULL, &out);
-    Py_END_ALLOW_THREADS
+    kvp_pool *p = pool_busy_enter(self);
+    if (p) {
+        Py_BEGIN_ALLOW_THREADS
+        st = kvp_hash_block(p, has_parent ? &parent : NULL, in.p, (size_t)in.n, start,
+                            ex.present ? &ex.k : NULL, &out);
+        Py_END_ALLOW_THREADS
+        pool_busy_leave(self);
+    }
     u32in_release(&in);
     extra_release(&ex);
+    if (!p)
+        return NULL;
     if (st)
         return raise_status(st);
     return hash_bytes(&out);
@@ -1660,6 +1828,8 @@ static PyObject *Pool_hash_tokens(PoolObject *self, PyObject *const *args, Py_ss
     }
     size_t nb = self->block_size ? (size_t)in.n / self->block_size : 0;
     PyObject *res = NULL;
+    if (!pool_ok(self)) /* the conversion may have run Python code that closed it */
+        goto done;
     Py_buffer ov;
     int have_out = o[2] && o[2] != Py_None;
     kvp_hash *dst;
@@ -1683,10 +1853,18 @@ static PyObject *Pool_hash_tokens(PoolObject *self, PyObject *const *args, Py_ss
     size_t n_out = 0;
     kvp_status st;
     if ((size_t)in.n >= KVPY_GIL_TOKENS) {
+        kvp_pool *p = pool_busy_enter(self);
+        if (!p) {
+            if (have_out)
+                PyBuffer_Release(&ov);
+            Py_CLEAR(res);
+            goto done;
+        }
         Py_BEGIN_ALLOW_THREADS
-        st = kvp_hash_tokens(self->pool, in.p, (size_t)in.n, ex.present ? &ex.k : NULL, dst, cap,
+        st = kvp_hash_tokens(p, in.p, (size_t)in.n, ex.present ? &ex.k : NULL, dst, cap,
                              (size_t)known, &n_out);
         Py_END_ALLOW_THREADS
+        pool_busy_leave(self);
     } else {
         st = kvp_hash_tokens(self->pool, in.p, (size_t)in.n, ex.present ? &ex.k : NULL, dst, cap,
                              (size_t)known, &n_out);
@@ -2025,6 +2203,7 @@ struct SeqObject {
     Py_ssize_t exports;
     Py_ssize_t busy;
     PyObject *weakrefs;
+    int init_pending; /* as PoolObject's: one __init__, right after Sequence() */
 };
 
 /* Register a wrapper in pool->seqs (request_id -> weakref). */
@@ -2040,6 +2219,7 @@ static SeqObject *seq_wrap(PoolObject *pool, kvp_seq *s, uint64_t rid)
     self->exports = 0;
     self->busy = 0;
     self->weakrefs = NULL;
+    self->init_pending = 0;
     PyObject *key = PyLong_FromUnsignedLongLong(rid);
     PyObject *ref = key ? PyWeakref_NewRef((PyObject *)self, NULL) : NULL;
     if (!ref || PyDict_SetItem(pool->seqs, key, ref) < 0) {
@@ -2157,8 +2337,26 @@ static PyObject *Seq_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_Fetch(&et, &ev, &tb);
         kvp_seq_destroy(s);
         PyErr_Restore(et, ev, tb);
+        return NULL;
     }
+    self->init_pending = 1;
     return (PyObject *)self;
+}
+
+/* Sequence.__init__: accepted once, right after Sequence(...) built it;
+ * refused later (it would leave the sequence silently unchanged). */
+static int Seq_init(SeqObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)args;
+    (void)kwds;
+    if (!self->init_pending) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Sequence.__init__: this sequence is already initialised "
+                        "(make a new Sequence)");
+        return -1;
+    }
+    self->init_pending = 0;
+    return 0;
 }
 
 static void Seq_dealloc(SeqObject *self)
@@ -2212,70 +2410,99 @@ static PyObject *Pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize
     PyObject *r = Seq_new(&Seq_Type, a, k);
     Py_DECREF(a);
     Py_XDECREF(k);
+    if (r)
+        ((SeqObject *)r)->init_pending = 0; /* made here, not by Sequence(...) */
     return r;
 }
 
+/*
+ * admit(tokens).  The state checks follow the conversion of `tokens`, which
+ * may run Python code (__index__ of list items).  On a thread-safe pool
+ * without on_evict, a long prompt is admitted without the GIL, the sequence
+ * and the pool busy meanwhile; with on_evict the GIL stays (see
+ * "Evictions").  The library reports a sequence that already has tokens as
+ * KVP_EBUSY; the message says so.
+ */
 static PyObject *Seq_admit(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!seq_ok(self) || !seq_no_exports(self, "admit"))
-        return NULL;
     if (!nargs_is(nargs, 1, "admit(tokens)"))
         return NULL;
     u32in in;
     if (u32in_get(args[0], &in, "tokens"))
         return NULL;
+    if (!seq_ok(self) || !seq_no_exports(self, "admit")) {
+        u32in_release(&in);
+        return NULL;
+    }
     size_t cached = 0;
     kvp_status st;
     PoolObject *pool = self->pool;
-    if (pool->thread_safe && (size_t)in.n >= KVPY_GIL_TOKENS) {
+    if (pool->thread_safe && !pool->on_evict && (size_t)in.n >= KVPY_GIL_TOKENS) {
+        kvp_seq *seq = self->seq;
         self->busy++;
-        pool->busy++;
+        Py_INCREF(self);
+        pool_busy_enter(pool); /* open: seq_ok checked it */
         Py_BEGIN_ALLOW_THREADS
-        st = kvp_seq_admit(self->seq, in.p, (size_t)in.n, &cached);
+        st = kvp_seq_admit(seq, in.p, (size_t)in.n, &cached);
         Py_END_ALLOW_THREADS
-        pool->busy--;
+        pool_busy_leave(pool);
         self->busy--;
+        Py_DECREF(self);
     } else {
         st = kvp_seq_admit(self->seq, in.p, (size_t)in.n, &cached);
     }
     u32in_release(&in);
+    if (st == KVP_EBUSY) {
+        const kvp_block *ids;
+        size_t nb, nt = 0;
+        if (kvp_seq_blocks(self->seq, &ids, &nb, &nt) == KVP_OK && nt > 0)
+            return PyErr_Format(kvp_exc[KVP_EBUSY],
+                                "admit: the sequence already holds %zu tokens (admit takes a "
+                                "prompt into an empty sequence; append adds to one)",
+                                nt);
+    }
     if (st)
         return raise_status(st);
     return PyLong_FromSize_t(cached);
 }
 
-static PyObject *Seq_append(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The checks and the library call of append, once `tokens` is converted
+ * (the conversion may run Python code, so the checks come after it). */
+static PyObject *seq_append_run(SeqObject *self, const uint32_t *tokens, size_t n)
 {
     if (!seq_ok(self) || !seq_no_exports(self, "append"))
         return NULL;
-    if (!nargs_is(nargs, 1, "append(tokens)"))
-        return NULL;
-    kvp_status st;
-    if (PyLong_Check(args[0])) {
-        uint32_t t;
-        if (get_u32(args[0], 0, &t, "token"))
-            return NULL;
-        st = kvp_seq_append(self->seq, &t, 1);
-    } else {
-        u32in in;
-        if (u32in_get(args[0], &in, "tokens"))
-            return NULL;
-        st = kvp_seq_append(self->seq, in.p, (size_t)in.n);
-        u32in_release(&in);
-    }
+    kvp_status st = kvp_seq_append(self->seq, tokens, n);
     if (st)
         return raise_status(st);
     Py_RETURN_NONE;
 }
 
+/* append(tokens): an int, or a buffer/list of them. */
+static PyObject *Seq_append(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!nargs_is(nargs, 1, "append(tokens)"))
+        return NULL;
+    if (PyLong_Check(args[0])) {
+        uint32_t t;
+        if (get_u32(args[0], 0, &t, "token"))
+            return NULL;
+        return seq_append_run(self, &t, 1);
+    }
+    u32in in;
+    if (u32in_get(args[0], &in, "tokens"))
+        return NULL;
+    PyObject *r = seq_append_run(self, in.p, (size_t)in.n);
+    u32in_release(&in);
+    return r;
+}
+
 static PyObject *Seq_fork(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     uint64_t cid;
-    if (!seq_ok(self))
-        return NULL;
     if (!nargs_is(nargs, 1, "fork(child_id)"))
         return NULL;
-    if (get_u64(args[0], 0, &cid, "child_id"))
+    if (get_u64(args[0], 0, &cid, "child_id") || !seq_ok(self))
         return NULL;
     kvp_seq *child = NULL;
     kvp_status st = kvp_seq_fork(self->seq, cid, &child);
@@ -2467,21 +2694,67 @@ static PyBufferProcs Seq_as_buffer = {
     (releasebufferproc)Seq_releasebuffer,
 };
 
+/*
+ * __array__(dtype=None, copy=None): numpy asks for it when the buffer export
+ * fails, and would otherwise turn a destroyed sequence (or one of a closed
+ * pool) into a 0-d object array.  Raises what the export raised; on a live
+ * sequence returns numpy's view of the table (a copy with copy=True).
+ */
+static PyObject *Seq_array(SeqObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"dtype", "copy", NULL};
+    PyObject *dtype = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kw, &dtype, &copy))
+        return NULL;
+    int want_copy = copy != Py_None ? PyObject_IsTrue(copy) : 0;
+    if (want_copy < 0 || !seq_ok(self))
+        return NULL;
+    PyObject *np = PyImport_ImportModule("numpy");
+    PyObject *mv = np ? PyMemoryView_FromObject((PyObject *)self) : NULL;
+    PyObject *r = mv ? PyObject_CallMethod(np, want_copy ? "array" : "asarray", "OO", mv, dtype)
+                     : NULL;
+    Py_XDECREF(mv);
+    Py_XDECREF(np);
+    return r;
+}
+
+/* Sequence methods that change the pool deliver its queued evictions
+ * before returning (see "Evictions"): fn##_ev wraps fn. */
+#define SEQ_EV_FC(fn)                                                                           \
+    static PyObject *fn##_ev(SeqObject *self, PyObject *const *a, Py_ssize_t n)                 \
+    {                                                                                           \
+        PoolObject *pool = self->pool;                                                          \
+        return ev_deliver(pool, fn(self, a, n));                                                \
+    }
+SEQ_EV_FC(Seq_admit)
+SEQ_EV_FC(Seq_append)
+SEQ_EV_FC(Seq_fork)
+SEQ_EV_FC(Seq_exit)
+#undef SEQ_EV_FC
+
+static PyObject *Seq_destroy_ev(SeqObject *self, PyObject *unused)
+{
+    PoolObject *pool = self->pool;
+    return ev_deliver(pool, Seq_destroy(self, unused));
+}
+
 static PyMethodDef Seq_methods[] = {
-    {"admit", (PyCFunction)(void (*)(void))Seq_admit, METH_FASTCALL,
+    {"admit", (PyCFunction)(void (*)(void))Seq_admit_ev, METH_FASTCALL,
      "admit(tokens) -> cached_tokens\n\nAdmit a whole prompt into this empty sequence: reuse "
      "the longest cached prefix, allocate and publish the rest.  All or nothing."},
-    {"append", (PyCFunction)(void (*)(void))Seq_append, METH_FASTCALL,
+    {"append", (PyCFunction)(void (*)(void))Seq_append_ev, METH_FASTCALL,
      "append(tokens)\n\nAppend tokens (an int or a buffer/list of them); blocks are allocated "
      "as the last fills and published when full; copy-on-write for a shared partial block."},
-    {"fork", (PyCFunction)(void (*)(void))Seq_fork, METH_FASTCALL,
+    {"fork", (PyCFunction)(void (*)(void))Seq_fork_ev, METH_FASTCALL,
      "fork(child_id) -> Sequence sharing every block."},
-    {"destroy", (PyCFunction)Seq_destroy, METH_NOARGS,
+    {"destroy", (PyCFunction)Seq_destroy_ev, METH_NOARGS,
      "destroy()\n\nFree the blocks (last first) and the sequence."},
     {"blocks", (PyCFunction)(void (*)(void))Seq_blocks, METH_FASTCALL | METH_KEYWORDS,
      "blocks(out=None) -> list, or the count written into `out` (a copy of the table)."},
     {"__enter__", (PyCFunction)Seq_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))Seq_exit, METH_FASTCALL, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Seq_exit_ev, METH_FASTCALL, NULL},
+    {"__array__", (PyCFunction)(void (*)(void))Seq_array, METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None): numpy's view of the table (raises on a dead sequence)"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Seq_getset[] = {
@@ -2512,6 +2785,7 @@ static PyTypeObject Seq_Type = {
     .tp_methods = Seq_methods,
     .tp_getset = Seq_getset,
     .tp_new = Seq_new,
+    .tp_init = (initproc)Seq_init,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -2521,24 +2795,67 @@ static PyTypeObject Seq_Type = {
 #define FC(f) (PyCFunction)(void (*)(void))(f)
 #define FCK METH_FASTCALL | METH_KEYWORDS
 
+/* Pool methods that change the pool deliver its queued evictions before
+ * returning (see "Evictions"): fn##_ev wraps fn, one per calling convention. */
+#define POOL_EV_FCK(fn)                                                                         \
+    static PyObject *fn##_ev(PoolObject *self, PyObject *const *a, Py_ssize_t n, PyObject *k)   \
+    {                                                                                           \
+        return ev_deliver(self, fn(self, a, n, k));                                             \
+    }
+#define POOL_EV_FC(fn)                                                                          \
+    static PyObject *fn##_ev(PoolObject *self, PyObject *const *a, Py_ssize_t n)                \
+    {                                                                                           \
+        return ev_deliver(self, fn(self, a, n));                                                \
+    }
+#define POOL_EV_NOARGS(fn)                                                                      \
+    static PyObject *fn##_ev(PoolObject *self, PyObject *unused)                                \
+    {                                                                                           \
+        return ev_deliver(self, fn(self, unused));                                              \
+    }
+POOL_EV_FCK(Pool_alloc)
+POOL_EV_FCK(Pool_alloc_blocks)
+POOL_EV_FCK(Pool_take)
+POOL_EV_FCK(Pool_take_id)
+POOL_EV_FCK(Pool_free)
+POOL_EV_FCK(Pool_claim)
+POOL_EV_FCK(Pool_claim_many)
+POOL_EV_FCK(Pool_evict)
+POOL_EV_FCK(Pool_ensure_free)
+POOL_EV_FCK(Pool_extend)
+POOL_EV_FCK(Pool_shrink)
+POOL_EV_FCK(Pool_lookup_verified)
+POOL_EV_FC(Pool_free_owner)
+POOL_EV_FC(Pool_publish)
+POOL_EV_FC(Pool_publish_many)
+POOL_EV_FC(Pool_unpublish)
+POOL_EV_FC(Pool_unpublish_many)
+POOL_EV_FC(Pool_publish_verified)
+POOL_EV_NOARGS(Pool_clear)
+POOL_EV_NOARGS(Pool_clear_index)
+POOL_EV_NOARGS(Pool_reset_prefix_cache)
+POOL_EV_NOARGS(Pool_retire_top)
+#undef POOL_EV_FCK
+#undef POOL_EV_FC
+#undef POOL_EV_NOARGS
+
 static PyMethodDef Pool_methods[] = {
     {"close", (PyCFunction)Pool_close, METH_NOARGS, "Destroy the pool now (idempotent)."},
     {"__enter__", (PyCFunction)Pool_enter, METH_NOARGS, NULL},
     {"__exit__", FC(Pool_exit), METH_FASTCALL, NULL},
-    {"clear", (PyCFunction)Pool_clear, METH_NOARGS,
+    {"clear", (PyCFunction)Pool_clear_ev, METH_NOARGS,
      "Return to the just-created state (kvp_pool_clear); every Sequence becomes invalid."},
-    {"alloc", FC(Pool_alloc), FCK,
+    {"alloc", FC(Pool_alloc_ev), FCK,
      "alloc(tokens, owner=None, stream=0, format=0, out=None)\n\nAllocate ceil(tokens / "
      "block_size) blocks.  Returns a list of ids, or with `out` (a uint32 buffer) the count "
      "written.  owner None = anonymous."},
-    {"alloc_blocks", FC(Pool_alloc_blocks), FCK,
+    {"alloc_blocks", FC(Pool_alloc_blocks_ev), FCK,
      "alloc_blocks(n, owner=None, stream=0, format=0, out=None): alloc of n whole blocks."},
-    {"take", FC(Pool_take), FCK, "take(owner=None, stream=0) -> id"},
-    {"take_id", FC(Pool_take_id), FCK, "take_id(id, owner=None)"},
-    {"free", FC(Pool_free), FCK,
+    {"take", FC(Pool_take_ev), FCK, "take(owner=None, stream=0) -> id"},
+    {"take_id", FC(Pool_take_id_ev), FCK, "take_id(id, owner=None)"},
+    {"free", FC(Pool_free_ev), FCK,
      "free(ids, owner=None)\n\nDrop one reference per id (an int, buffer or list), in order: "
      "the first given is the first reused.  All or nothing."},
-    {"free_owner", FC(Pool_free_owner), METH_FASTCALL, "free_owner(owner) -> references dropped"},
+    {"free_owner", FC(Pool_free_owner_ev), METH_FASTCALL, "free_owner(owner) -> references dropped"},
     {"owner_register", FC(Pool_owner_register), METH_FASTCALL, "owner_register(owner)"},
     {"owner_release", FC(Pool_owner_release), METH_FASTCALL, "owner_release(owner)"},
     {"owner_blocks", FC(Pool_owner_blocks), FCK, "owner_blocks(owner, out=None)"},
@@ -2548,34 +2865,34 @@ static PyMethodDef Pool_methods[] = {
     {"set_fill", FC(Pool_set_fill), METH_FASTCALL, "set_fill(id, fill)"},
     {"set_fill_many", FC(Pool_set_fill_many), METH_FASTCALL, "set_fill_many(ids, fills)"},
     {"block_info", FC(Pool_block_info), METH_FASTCALL, "block_info(id) -> dict"},
-    {"claim", FC(Pool_claim), FCK, "claim(id, owner=None)"},
-    {"claim_many", FC(Pool_claim_many), FCK, "claim_many(ids, owner=None)"},
-    {"publish", FC(Pool_publish), METH_FASTCALL, "publish(id, hash32)"},
-    {"publish_many", FC(Pool_publish_many), METH_FASTCALL,
+    {"claim", FC(Pool_claim_ev), FCK, "claim(id, owner=None)"},
+    {"claim_many", FC(Pool_claim_many_ev), FCK, "claim_many(ids, owner=None)"},
+    {"publish", FC(Pool_publish_ev), METH_FASTCALL, "publish(id, hash32)"},
+    {"publish_many", FC(Pool_publish_many_ev), METH_FASTCALL,
      "publish_many(ids, hashes): hashes holds 32 bytes per id"},
     {"lookup", FC(Pool_lookup), FCK, "lookup(hash32, stream=0) -> id (NotFoundError)"},
     {"lookup_many", FC(Pool_lookup_many), FCK,
      "lookup_many(hashes, out=None, stream=0)\n\nWith out: fills out[i] (NO_BLOCK on a miss) "
      "and returns the number of leading hits.  Without: (list of id or None, leading hits)."},
-    {"unpublish", FC(Pool_unpublish), METH_FASTCALL, "unpublish(id)"},
-    {"unpublish_many", FC(Pool_unpublish_many), METH_FASTCALL, "unpublish_many(ids)"},
-    {"clear_index", (PyCFunction)Pool_clear_index, METH_NOARGS, "clear_index()"},
-    {"evict", FC(Pool_evict), FCK, "evict(n, stream=0) -> evicted"},
-    {"ensure_free", FC(Pool_ensure_free), FCK, "ensure_free(n, stream=0)"},
-    {"reset_prefix_cache", (PyCFunction)Pool_reset_prefix_cache, METH_NOARGS,
+    {"unpublish", FC(Pool_unpublish_ev), METH_FASTCALL, "unpublish(id)"},
+    {"unpublish_many", FC(Pool_unpublish_many_ev), METH_FASTCALL, "unpublish_many(ids)"},
+    {"clear_index", (PyCFunction)Pool_clear_index_ev, METH_NOARGS, "clear_index()"},
+    {"evict", FC(Pool_evict_ev), FCK, "evict(n, stream=0) -> evicted"},
+    {"ensure_free", FC(Pool_ensure_free_ev), FCK, "ensure_free(n, stream=0)"},
+    {"reset_prefix_cache", (PyCFunction)Pool_reset_prefix_cache_ev, METH_NOARGS,
      "reset_prefix_cache() (BusyError while blocks are in use)"},
-    {"extend", FC(Pool_extend), FCK, "extend(n, stream=0) -> added"},
-    {"shrink", FC(Pool_shrink), FCK, "shrink(n, stream=0) -> retired; n = target free blocks"},
-    {"retire_top", (PyCFunction)Pool_retire_top, METH_NOARGS,
+    {"extend", FC(Pool_extend_ev), FCK, "extend(n, stream=0) -> added"},
+    {"shrink", FC(Pool_shrink_ev), FCK, "shrink(n, stream=0) -> retired; n = target free blocks"},
+    {"retire_top", (PyCFunction)Pool_retire_top_ev, METH_NOARGS,
      "retire_top() -> (retired, moved_to or None)"},
     {"hash_block", FC(Pool_hash_block), FCK,
      "hash_block(tokens, parent=None, start=0, extra=None) -> 32 bytes"},
     {"hash_tokens", FC(Pool_hash_tokens), FCK,
      "hash_tokens(tokens, extra=None, out=None, known=0) -> bytes (32 per full block), or "
      "the block count written into `out`"},
-    {"publish_verified", FC(Pool_publish_verified), METH_FASTCALL,
+    {"publish_verified", FC(Pool_publish_verified_ev), METH_FASTCALL,
      "publish_verified(id, hash, parent or None, tokens)"},
-    {"lookup_verified", FC(Pool_lookup_verified), FCK,
+    {"lookup_verified", FC(Pool_lookup_verified_ev), FCK,
      "lookup_verified(hash, parent or None, tokens, stream=0) -> id"},
     {"block_ptr", FC(Pool_block_ptr), METH_FASTCALL, "block_ptr(id) -> address (int)"},
     {"events_take", (PyCFunction)Pool_events_take, METH_NOARGS,
@@ -2605,7 +2922,10 @@ static PyTypeObject Pool_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvpool.Pool",
     .tp_basicsize = sizeof(PoolObject),
     .tp_dealloc = (destructor)Pool_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Pool_traverse,
+    .tp_clear = (inquiry)Pool_tp_clear,
+    .tp_init = (initproc)Pool_init,
     .tp_doc = "Pool(*, block_size=16, num_blocks=1024, max_blocks=None, separate_kv=False, "
               "grow_on_exhaustion=False, thread_safe=False, null_block=False, "
               "prefix_caching=True, reuse='lifo', history_len=64, history_every_call=False, "

@@ -22,6 +22,12 @@ Deviations (also in docs/PYTHON.md):
   completes the hand-out as before.
 - ``clear_index`` fires no ``on_evict`` (as the original) — the native
   "all cleared" notice is swallowed.
+- ``on_evict`` runs once the pool call that evicted has completed (kvpool
+  delivers evictions after the library call returns), so it may query or
+  change the pool (``num_free``, ``lookup``, ...) and sees the block already
+  handed out.  An exception it raises is reported through
+  ``sys.unraisablehook`` and the call's result stands; the original's would
+  propagate out of the call.
 """
 from __future__ import annotations
 
