@@ -47,3 +47,16 @@ def test_table_output_names_every_row():
     lines = text.splitlines()
     assert [ln.split()[1] for ln in lines] == ["vllm", "batch", "seq"]
     assert "the loop alone" in lines[0]
+
+
+def test_reps_must_be_at_least_one():
+    for bad in ["0", "-1", "two"]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                bench.main(["--quick", "--reps", bad])
+            except SystemExit as e:
+                assert e.code == 2
+            else:
+                raise AssertionError(f"--reps {bad} was accepted")
+        assert "--reps" in err.getvalue() and bad in err.getvalue()

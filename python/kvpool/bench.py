@@ -285,11 +285,23 @@ def prefix_seq(reqs, alg="xxh3"):
     return t1 - t0, st["prefix_hits"] / max(st["prefix_queries"], 1)
 
 
+def positive_int(text):
+    """argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvpool.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--workload", choices=["churn", "prefix", "all"], default="all")
     ap.add_argument("--quick", action="store_true", help="shrink every workload (for tests)")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=positive_int, default=5,
+                    help="timed repetitions after one warm-up, 1 or more (default 5)")
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
     a = ap.parse_args(argv)
     reps = 1 if a.quick else a.reps
