@@ -140,22 +140,11 @@ static const kvp_owner g_ownval[NOWN] = {
     1, 2, 3, 42, 0, (kvp_owner)0xffffffffu + 5u, UINT64_MAX - 1u, 7,
 };
 
-/* A router's view, built from the KV events alone: how many announced
- * hashes share each external hash (distinct kvp_hash values may: content 7
- * shares content 0's last 8 bytes on purpose). */
-#define MAXSUB (2 * MB)
-typedef struct subview {
-    uint64_t ext[MAXSUB];
-    int cnt[MAXSUB];
-    int n;
-} subview;
-
 typedef struct run {
     mcfg c;
     int ts;
     int cb; /* the eviction callback attached (compared in cmp_events) */
-    int events; /* KV events on (compared in cmp_subscriber) */
-    subview sub;
+    msub sub; /* with c.events: what a router knows (cmp_subscriber) */
     kvp_pool *p;
     evlog lg;
     kvp_seq *seq[MSEQ];            /* handle per model slot */
@@ -212,7 +201,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static void bad(const char *fmt,
     fprintf(stderr,
             "\nFUZZ MISMATCH config reuse=%d sep=%d null=%d grow=%d prefix=%d ts=%d events=%d"
             " bs=%" PRIu32 " blocks=%" PRIu32 " max=%" PRIu32 "\n  op #%zu: %s\n  ",
-            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.events,
+            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.events,
             g_r.c.bs, g_r.c.nblocks, g_r.c.maxb, g_r.op_index, g_r.op);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -271,82 +260,16 @@ static void cmp_events(void)
                 i, m->ev_hash[i], m->ev_block[i], g_r.lg.hash[i], g_r.lg.block[i]);
 }
 
-/* The slot of external hash x in view v (added with count 0 when `add`),
- * or -1. */
-static int sub_slot(subview *v, uint64_t x, int add)
-{
-    for (int i = 0; i < v->n; i++)
-        if (v->ext[i] == x)
-            return i;
-    if (!add)
-        return -1;
-    if (v->n >= MAXSUB)
-        bad("subscriber view: more than %d external hashes", MAXSUB);
-    v->ext[v->n] = x;
-    v->cnt[v->n] = 0;
-    return v->n++;
-}
-
 /* Take the events queued since the last comparison and apply them as a
- * router would (STORED adds, REMOVED removes an announced hash,
- * ALL_CLEARED empties); the view must then equal the index: for every
- * external hash, one announcement per distinct indexed hash that has it,
- * whichever stream holds its copies.  Nothing may be dropped: the queue
- * (4096 hashes) holds far more than the operations between two checks
- * make. */
+ * router would; its view must equal the model's index (mdl_events_diff),
+ * which cmp_block holds equal to the pool's.  Nothing may be dropped: the
+ * queue (4096 hashes) holds far more than the operations between two
+ * comparisons make. */
 static void cmp_subscriber(void)
 {
-    subview *v = &g_r.sub;
-    const kvp_event *ev = NULL;
-    size_t n = 0;
-    uint64_t dropped = 0;
-    kvp_status s = kvp_events_take(g_r.p, &ev, &n, &dropped);
-    if (s != KVP_OK)
-        bad("kvp_events_take: %s", kvp_strerror(s));
-    if (dropped)
-        bad("events: %" PRIu64 " dropped", dropped);
-    for (size_t i = 0; i < n; i++) {
-        const kvp_event *e = &ev[i];
-        if (e->kind == KVP_EVENT_ALL_CLEARED)
-            v->n = 0;
-        for (size_t k = 0; e->kind != KVP_EVENT_ALL_CLEARED && k < e->n_hashes; k++) {
-            int at = sub_slot(v, e->hashes[k], e->kind == KVP_EVENT_STORED);
-            if (e->kind == KVP_EVENT_STORED)
-                v->cnt[at]++;
-            else if (at < 0 || v->cnt[at] == 0)
-                bad("event %zu: REMOVED %#" PRIx64 ", which is not announced", i, e->hashes[k]);
-            else
-                v->cnt[at]--;
-        }
-    }
-    static subview idx;
-    static int stamp[NCONTENT], gen;
-    idx.n = 0;
-    gen++;
-    int indexed = 0, announced = 0;
-    kvp_block_info bi;
-    for (kvp_block id = 0; (s = kvp_block_get(g_r.p, id, &bi)) != KVP_ERANGE; id++) {
-        if (s != KVP_OK)
-            bad("block_get(%" PRIu32 "): %s", id, kvp_strerror(s));
-        int c = bi.published ? content_id(&bi.hash, 0) : -1;
-        if (c == -2)
-            bad("block %" PRIu32 " holds a hash the fuzzer never made", id);
-        if (c < 0 || stamp[c] == gen)
-            continue;
-        stamp[c] = gen;
-        idx.cnt[sub_slot(&idx, kvp_hash_external(&bi.hash), 1)]++;
-        indexed++;
-    }
-    for (int i = 0; i < v->n; i++)
-        announced += v->cnt[i];
-    for (int i = 0; i < idx.n; i++) {
-        int at = sub_slot(v, idx.ext[i], 0);
-        if ((at < 0 ? 0 : v->cnt[at]) != idx.cnt[i])
-            bad("events: external hash %#" PRIx64 " announced %d times, indexed as %d hashes",
-                idx.ext[i], at < 0 ? 0 : v->cnt[at], idx.cnt[i]);
-    }
-    if (announced != indexed)
-        bad("events: the subscriber knows %d hashes, the index holds %d", announced, indexed);
+    char msg[256];
+    if (mdl_events_diff(&g_m, &g_r.sub, g_r.p, g_content, msg, sizeof msg))
+        bad("events: %s", msg);
 }
 
 static void stat_mismatch(void *user, const char *field, uint64_t exp, uint64_t got)
@@ -507,8 +430,6 @@ static void check_pool(void)
 static void check_all(void)
 {
     check_pool();
-    if (g_r.events)
-        cmp_subscriber();
     cmp_events();
     cmp_stats();
     for (kvp_block i = 0; i < g_m.top + 2 && i < MB; i++)
@@ -517,6 +438,8 @@ static void check_all(void)
         cmp_owner(oi);
     cmp_seqs();
     cmp_lookups();
+    if (g_r.c.events)
+        cmp_subscriber();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1199,6 +1122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c.nullb && c.nblocks == 0)
         c.nblocks = 1;
     c.maxb = (c.grow || (b2 & 1)) ? c.nblocks + 1 + (b2 >> 1) % 100 : 0;
+    c.events = (b3 >> 5) & 1;
     g_inputs++;
     memset(&g_r, 0, sizeof g_r);
     g_r.c = c;
@@ -1206,7 +1130,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Without the callback (and lock and history) nothing is hooked, and
      * takes run the library's fast path: both are compared with the model. */
     g_r.cb = !((b3 >> 4) & 1);
-    g_r.events = (b3 >> 5) & 1;
     for (int oi = 0; oi < NOWN; oi++)
         g_r.hint[oi] = KVP_HINT_NONE;
     content_reset();
@@ -1226,7 +1149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.history_len = (b3 >> 1) & 1 ? 4 : 0;
     cfg.history_every_call = (b3 >> 2) & 1;
     cfg.hash_alg = (b3 >> 3) & 1 ? KVP_HASH_XXH3_128 : KVP_HASH_SHA256;
-    cfg.events = g_r.events;
+    cfg.events = c.events;
     if (g_r.cb) {
         cfg.on_evict = on_evict;
         cfg.evict_user = &g_r.lg;
