@@ -1010,9 +1010,11 @@ KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t 
 
 /*
  * Walk the whole pool (blocks, free lists and sets, reference counts, owner
- * records, the index, every counter) and verify every invariant.  On the first
- * broken one returns KVP_ECORRUPT and writes a message naming it into
- * msg[0..cap) (msg may be NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
+ * records, the index, every counter; with events on, that each indexed hash
+ * is announced once unless events were dropped since the index last
+ * emptied) and verify every invariant.  On the first broken one returns
+ * KVP_ECORRUPT and writes a message naming it into msg[0..cap) (msg may be
+ * NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
  * It checks deferred take bookkeeping (kvp_take) as it stands and leaves it
  * deferred, so that tests can check between takes and kvp_free_owner.
  * O(size of the pool + owners): for tests and debugging, never hot paths.

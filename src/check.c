@@ -7,9 +7,9 @@
  * keeps incrementally.  It shares no bookkeeping code with the paths it
  * checks, so a bug in one does not hide in the other.  Tests and fuzzers
  * call it after every step; it is O(size of the pool + owners) and never
- * used on a hot path.  It reads the fast
- * take's pending references as they are (mark_pending), without settling
- * them, so that a test can check between takes and kvp_free_owner.
+ * used on a hot path.  It reads the fast take's pending references as they
+ * are (mark_pending), without settling them, so that a test can check
+ * between takes and kvp_free_owner.
  *
  * kvp_pool_fingerprint digests the logical state only: things a caller can
  * observe (states, references, owners, fills, hashes, reuse and eviction
