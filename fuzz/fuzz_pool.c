@@ -19,7 +19,9 @@
  * must leave kvp_pool_fingerprint unchanged, kvp_pool_check must pass, and
  * the eviction callbacks, every counter, every block (kvp_block_get), every
  * owner's reference list, every sequence's block table and every lookup of
- * the hash alphabet must match the model.  A mismatch prints the
+ * the hash alphabet must match the model.  With KV events on (bit 5 of the
+ * fourth byte), a subscriber's view built from the events taken after each
+ * operation must equal the set of indexed hashes (cmp_subscriber).  A mismatch prints the
  * configuration, the operation and both values, then aborts (libFuzzer
  * reports it as a crash and saves the input).
  *
@@ -142,6 +144,7 @@ typedef struct run {
     mcfg c;
     int ts;
     int cb; /* the eviction callback attached (compared in cmp_events) */
+    msub sub; /* with c.events: what a router knows (cmp_subscriber) */
     kvp_pool *p;
     evlog lg;
     kvp_seq *seq[MSEQ];            /* handle per model slot */
@@ -196,10 +199,10 @@ __attribute__((noreturn, format(printf, 1, 2))) static void bad(const char *fmt,
 {
     va_list ap;
     fprintf(stderr,
-            "\nFUZZ MISMATCH config reuse=%d sep=%d null=%d grow=%d prefix=%d ts=%d bs=%" PRIu32
-            " blocks=%" PRIu32 " max=%" PRIu32 "\n  op #%zu: %s\n  ",
-            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.bs,
-            g_r.c.nblocks, g_r.c.maxb, g_r.op_index, g_r.op);
+            "\nFUZZ MISMATCH config reuse=%d sep=%d null=%d grow=%d prefix=%d ts=%d events=%d"
+            " bs=%" PRIu32 " blocks=%" PRIu32 " max=%" PRIu32 "\n  op #%zu: %s\n  ",
+            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.events,
+            g_r.c.bs, g_r.c.nblocks, g_r.c.maxb, g_r.op_index, g_r.op);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -255,6 +258,18 @@ static void cmp_events(void)
         if (m->ev_hash[i] != g_r.lg.hash[i] || m->ev_block[i] != g_r.lg.block[i])
             bad("eviction callback %d: expected (h%d, b%" PRIu32 "), got (h%d, b%" PRIu32 ")",
                 i, m->ev_hash[i], m->ev_block[i], g_r.lg.hash[i], g_r.lg.block[i]);
+}
+
+/* Take the events queued since the last comparison and apply them as a
+ * router would; its view must equal the model's index (mdl_events_diff),
+ * which cmp_block holds equal to the pool's.  Nothing may be dropped: the
+ * queue (4096 hashes) holds far more than the operations between two
+ * comparisons make. */
+static void cmp_subscriber(void)
+{
+    char msg[256];
+    if (mdl_events_diff(&g_m, &g_r.sub, g_r.p, g_content, msg, sizeof msg))
+        bad("events: %s", msg);
 }
 
 static void stat_mismatch(void *user, const char *field, uint64_t exp, uint64_t got)
@@ -423,6 +438,8 @@ static void check_all(void)
         cmp_owner(oi);
     cmp_seqs();
     cmp_lookups();
+    if (g_r.c.events)
+        cmp_subscriber();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1105,6 +1122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c.nullb && c.nblocks == 0)
         c.nblocks = 1;
     c.maxb = (c.grow || (b2 & 1)) ? c.nblocks + 1 + (b2 >> 1) % 100 : 0;
+    c.events = (b3 >> 5) & 1;
     g_inputs++;
     memset(&g_r, 0, sizeof g_r);
     g_r.c = c;
@@ -1131,6 +1149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.history_len = (b3 >> 1) & 1 ? 4 : 0;
     cfg.history_every_call = (b3 >> 2) & 1;
     cfg.hash_alg = (b3 >> 3) & 1 ? KVP_HASH_XXH3_128 : KVP_HASH_SHA256;
+    cfg.events = c.events;
     if (g_r.cb) {
         cfg.on_evict = on_evict;
         cfg.evict_user = &g_r.lg;

@@ -869,17 +869,26 @@ KVP_API kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out);
  *   shrink of a cached block).
  * - KVP_EVENT_ALL_CLEARED: the whole index was dropped (kvp_clear_index,
  *   kvp_reset_prefix_cache, kvp_pool_clear), or events were lost (below).
- * A hash is announced when its first copy enters the index and removed when
- * its last copy leaves; a parent named in an event was announced earlier and
- * not removed since (a block whose parent cannot be named that way is not
- * announced, and neither are its descendants).
+ * Events are per hash, not per stream (a router keys blocks by hash alone):
+ * a hash is announced when a copy enters the index, in any stream, while no
+ * copy is announced, and removed when its last copy leaves every stream;
+ * copies in between, in the same or the other list, say nothing.  Unless
+ * events were dropped, applying every event (STORED adds, REMOVED removes,
+ * ALL_CLEARED empties) gives exactly the set of hashes in the index.
+ * A parent is the hash the block was chained from.  A subscriber knows it,
+ * except when it was told to forget it: a sequence that keeps running after
+ * kvp_clear_index names a parent no longer indexed, or a drop lost the
+ * parent's announcement.  Such a block is announced all the same; a router
+ * that follows chains treats it as it treats a block after a gap.
  * Hashes in events are external: the last 8 bytes of the kvp_hash read
  * big-endian as an unsigned integer, with 0 replaced by 1 (0 is never sent).
  * The queue is bounded by event_capacity hashes.  When an event does not
  * fit it is dropped and counted, an ALL_CLEARED event takes a slot kept for
  * it, and every further event is dropped until the next take, so a
  * subscriber never keeps a stale view: it sees the cache as empty and
- * learns it again.
+ * learns it again, each hash when a copy of it is next published (a hash
+ * indexed before the drop and not published since stays unannounced until
+ * the index empties).
  */
 typedef enum kvp_event_kind {
     KVP_EVENT_STORED = 1,
@@ -1005,9 +1014,11 @@ KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t 
 
 /*
  * Walk the whole pool (blocks, free lists and sets, reference counts, owner
- * records, the index, every counter) and verify every invariant.  On the first
- * broken one returns KVP_ECORRUPT and writes a message naming it into
- * msg[0..cap) (msg may be NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
+ * records, the index, every counter; with events on, that each indexed hash
+ * is announced once unless events were dropped since the index last
+ * emptied) and verify every invariant.  On the first broken one returns
+ * KVP_ECORRUPT and writes a message naming it into msg[0..cap) (msg may be
+ * NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
  * It checks deferred take bookkeeping (kvp_take) as it stands and leaves it
  * deferred, so that tests can check between takes and kvp_free_owner.
  * O(size of the pool + owners): for tests and debugging, never hot paths.

@@ -294,8 +294,8 @@ static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tok
     uint32_t b = q->blocks[i];
     if (!p->cfg.prefix_caching || (p->blocks[b].flags & KVP__F_PUBLISHED))
         return;
-    kvp__pubinfo info = {i ? q->blocks[i - 1] : KVP__NONE, tokens, extra_of(q),
-                         i * p->cfg.block_size};
+    kvp__pubinfo info = {i ? q->blocks[i - 1] : KVP__NONE, i ? &q->hashes[i - 1] : NULL, tokens,
+                         extra_of(q), i * p->cfg.block_size};
     if (p->vtok) {
         kvp__publish_verified(p, b, &q->hashes[i], &info);
     } else {

@@ -18,6 +18,9 @@
  * eviction callbacks (exact hashes, blocks and order, where attached), every kvp_stats
  * field, every block (kvp_block_get), every owner's block list, and runs
  * kvp_pool_check; a refused call must leave kvp_pool_fingerprint unchanged.
+ * Where a configuration turns KV events on, a router's view replayed from
+ * the events taken after each step must equal the model's index, one
+ * announcement per hash whichever list holds it (mdl_events_diff).
  * Every WHOLE_EVERY steps it also compares every lookup and free count.
  * Pools are small (16..128 blocks) so the O(pool) checks after each step
  * stay cheap.  The step count scales with env KVP_TEST_SCALE (default 1).
@@ -175,6 +178,7 @@ typedef struct ctx {
     uint32_t pre_n;
     kvp_block pre[OREFS];
     uint32_t hint[NOWN]; /* kvp_take_hinted's, kept across pool_clear on purpose */
+    msub sub;            /* with c.events: what a router knows */
     /* Steps left in a quiet run (unhooked configurations): takes and
      * owner frees with nothing between them but kvp_pool_check, which
      * leaves pending references pending (every other call settles them). */
@@ -510,6 +514,9 @@ static void check_all(ctx *x)
         cmp_owner(x, oi);
     if (x->step % WHOLE_EVERY == 0)
         cmp_whole(x);
+    char msg[256]; /* KV events: a router's view equals the index */
+    if (x->c.events && mdl_events_diff(m, &x->sub, x->p, g_hash, msg, sizeof msg))
+        bad(x, "events: %s", msg);
 }
 
 /* ---- pickers ---- */
@@ -1141,6 +1148,7 @@ static void run_config(const mcfg *c)
     cfg.null_block = c->nullb;
     cfg.prefix_caching = c->prefix;
     cfg.reuse = c->reuse;
+    cfg.events = c->events;
     if (!c->unhooked) {
         cfg.on_evict = on_evict;
         cfg.evict_user = &x->lg;
@@ -1197,27 +1205,27 @@ static void run_config(const mcfg *c)
 #define BASE_STEPS 10000
 
 static const mcfg g_cfgs[] = {
-    /* name                    reuse             sep null grow pfx bs  n    max  seed  steps unhooked decode */
-    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0},
-    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0},
-    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0},
-    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0},
-    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0},
-    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0},
-    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0},
-    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0},
-    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0},
-    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0},
-    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0},
+    /* name, reuse, sep, null, grow, prefix, bs, n, max, seed, steps, unhooked, decode, events */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0, 0},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0, 1},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0, 1},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0, 0},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0, 1},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0, 0},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0, 0},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0, 0},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0},
     /* Nothing hooked, so takes run the fast path (pool.c, take), which
      * the configurations above, all with an eviction callback, never do. */
-    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0},
-    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0},
-    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0},
+    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0},
+    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0},
+    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0, 0},
     /* Decode-like: quiet runs of takes and owner frees, long enough for
      * takes to defer, and nothing that turns the fast path off. */
-    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1},
-    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1},
+    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1, 0},
+    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1, 0},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])
