@@ -166,6 +166,15 @@ def test_tokens_hit_capped_at_input_length(tmp_path):
     assert r["tokens_hit_rate"] == pytest.approx(700 / 1400)
 
 
+def test_input_length_total_at_int64_max(tmp_path):
+    """The largest total of input lengths a trace may have (JSON integers are
+    signed 64-bit) is reported exactly; one token more is refused
+    (BAD_LINES' input_length_total_past_int64)."""
+    reqs = [(600, [0, 1]), (600, [0, 1]), (2**63 - 1 - 1200, [0, 1])]
+    r = replay_json(write_trace(tmp_path / "t.jsonl", reqs), 10)
+    assert r["tokens_requested"] == 2**63 - 1
+
+
 def test_gzip_and_plain_give_the_same_answer(tmp_path):
     plain = write_trace(tmp_path / "t.jsonl", TAIL_FIRST)
     packed = write_trace(tmp_path / "t.jsonl.gz", TAIL_FIRST, compress=True)
@@ -225,6 +234,9 @@ BAD_LINES = {
                       '"hash_ids": [0.5]}', "hash_ids[0]"),
     "nul_byte": ('{"timestamp": 0, "input_length": 600,\0 "output_length": 5, '
                  '"hash_ids": [0]}', "bad JSON"),
+    # the two GOOD lines before it hold 1200 tokens: one more than INT64_MAX in all
+    "input_length_total_past_int64": ('{"timestamp": 0, "input_length": %d, "output_length": 5, '
+                                      '"hash_ids": [0]}' % (2**63 - 1200), "input_length"),
 }
 
 

@@ -185,6 +185,12 @@ static int parse_line(builder *b, const char *line, size_t len, char *err, size_
     if (get_length(obj, "input_length", &input_length, err, cap) ||
         get_length(obj, "output_length", &output_length, err, cap))
         goto out;
+    /* Token totals are reported as JSON integers (signed 64-bit). */
+    if (input_length > (uint64_t)INT64_MAX - b->t->total_input) {
+        snprintf(err, cap, "input_length %llu takes the trace's total past %lld",
+                 (unsigned long long)input_length, (long long)INT64_MAX);
+        goto out;
+    }
     if (!(hashes = json_object_get(obj, "hash_ids"))) {
         snprintf(err, cap, "missing field \"hash_ids\"");
         goto out;

@@ -31,8 +31,8 @@ typedef struct kvpt_trace {
  * -1; returns 0 on success.  Errors: the file cannot be opened or read; a name
  * ending in ".gz" that is not gzip; corrupt gzip data; per line (numbered from
  * 1): bad JSON, not an object, a missing field, a field of the wrong type, a
- * negative length, an empty hash_ids, a negative hash id.  Blank lines are
- * skipped.
+ * negative length, an empty hash_ids, a negative hash id, input lengths
+ * summing past INT64_MAX.  Blank lines are skipped.
  */
 int kvpt_trace_load(const char *path, kvpt_trace *t);
 
