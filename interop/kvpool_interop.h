@@ -165,7 +165,8 @@ uint64_t kvpi_publisher_events_dropped(const kvpi_publisher *pub);
  * (identifier: the mm hash as 64 lowercase hex digits; offset: span start
  * minus block start, may be negative), then the cache salt (as text, first
  * block only).  A kvp_hash_fn: pass as kvp_config.hash_fn with
- * KVP_HASH_CUSTOM (hash_user unused).
+ * KVP_HASH_CUSTOM (hash_user unused).  Returns KVP_EINVAL for NULL
+ * arguments and for start + n above UINT64_MAX.
  */
 kvp_status kvpi_vllm_hash_fn(void *user, const kvp_hash *parent, const uint32_t *tokens,
                              size_t n, uint64_t start, const kvp_extra_keys *extra,

@@ -1,6 +1,7 @@
 /*
- * kvp_checked.h — checked arithmetic: the one way the library computes a
- * size or a position from values a caller or a configuration chose.
+ * kvp_checked.h — checked arithmetic: the one way the library and the
+ * interop part compute a size or a position from values a caller or a
+ * configuration chose.
  *
  * Each helper stores the exact result and returns true, or returns false
  * and leaves *out alone when the result does not fit its type, so the
@@ -8,10 +9,11 @@
  * anything.  Built on the compilers' __builtin_*_overflow, exact for every
  * operand value.
  *
- * A leaf: standard headers only.  Sizes the pool computes from its own
- * 32-bit counts (blocks, owners, events, history) times a record size or
- * the block size stay below 2^32 x 2^18 and need none of this with a
- * 64-bit size_t.
+ * A leaf: standard headers only, so the interop part, which otherwise sees
+ * only the public header, includes it by path.  Sizes the pool computes
+ * from its own 32-bit counts (blocks, owners, events, history) times a
+ * record size or the block size stay below 2^32 x 2^18 and need none of
+ * this with a 64-bit size_t.
  */
 #ifndef KVP_CHECKED_H
 #define KVP_CHECKED_H

@@ -159,6 +159,12 @@ static void test_vllm_hashes(void **state)
     kvp_hash h;
     KVP_ASSERT_STATUS(kvpi_vllm_none_hash(NULL, &h), KVP_EINVAL);
     KVP_ASSERT_STATUS(kvpi_vllm_hash_configure(NULL, "0"), KVP_EINVAL);
+    /* the block's end, start + n, is a 64-bit position: largest start, first refused */
+    kvp_hash root = {{0}};
+    static const uint32_t toks[16];
+    KVP_ASSERT_OK(kvpi_vllm_hash_fn(NULL, &root, toks, 16, UINT64_MAX - 16, NULL, &h));
+    KVP_ASSERT_STATUS(kvpi_vllm_hash_fn(NULL, &root, toks, 16, UINT64_MAX - 15, NULL, &h),
+                      KVP_EINVAL);
 }
 
 /* ---- publisher --------------------------------------------------------- */
