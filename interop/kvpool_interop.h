@@ -60,7 +60,8 @@ void kvpi_buf_free(kvpi_buf *b);
  * group_idx 0, the two kv_cache_spec fields nil; extra_keys nil unless the
  * event names multimodal inputs (docs/EVENTS.md gives that encoding).
  * `dp_rank` KVPI_NO_DP_RANK encodes nil.  Replaces out's contents.
- * Returns 0, or -1 when memory runs out or an event is malformed.
+ * Returns 0, or -1 when memory runs out or an event is malformed (also: more
+ * than UINT32_MAX events, hashes or tokens, the most a msgpack array holds).
  */
 int kvpi_encode_batch(const kvp_event *events, size_t n, double timestamp, int64_t dp_rank,
                       kvpi_buf *out);
