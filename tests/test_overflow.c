@@ -6,8 +6,8 @@
  *
  * A refused kvp_pool_create leaves *out as it was.  A refused call on a
  * pool leaves its fingerprint, statistics and history as they were, and
- * the checker passes.  An accepted boundary row checks what the call did.
- * Every pool row runs on an unlocked and a thread_safe pool.
+ * the checker passes.  An accepted boundary value checks what the call did.
+ * Every call on a pool runs on an unlocked and a thread_safe pool.
  *
  * Reference counts are 32 bits.  Bringing one to 2^32 - 1 through the API
  * takes 2^32 claims (minutes), so the rows that need a block that close to
@@ -17,7 +17,6 @@
 #include "kvptest.h"
 #include "kvp_internal.h" /* force_refs: a block's reference count */
 
-#include <stdio.h>
 #include <string.h>
 
 /* ---- kvp_pool_create: the host arena and the event queue ---------------- */
@@ -126,21 +125,13 @@ static void test_arena_addresses_at_cap(void **state)
 
 /* ---- calls on a pool ---------------------------------------------------- */
 
-/* The fixture: 16 blocks of 16 tokens, history 4 with one snapshot, and
- * sequence 1 admitted with the 33 tokens of g_prompt: blocks B0 and B1
- * full and published, a third partly filled. */
+/* The fixture: 16 blocks of 16 tokens (unlocked or thread_safe), history 4
+ * with one snapshot, and sequence 1 admitted with the 33 tokens of
+ * g_prompt: blocks B0 (*b0) and B1 full and published, a third partly
+ * filled. */
 static uint32_t g_prompt[33];
-static kvp_block g_b0;
-static kvp_seq *g_seq;
 
-static char row_err[256];
-#define ROW_CHECK(cond, ...)                                                                 \
-    do {                                                                                     \
-        if (!(cond) && row_err[0] == '\0')                                                   \
-            snprintf(row_err, sizeof row_err, __VA_ARGS__);                                  \
-    } while (0)
-
-static kvp_pool *fixture(int thread_safe)
+static kvp_pool *fixture(int thread_safe, kvp_seq **seq, kvp_block *b0)
 {
     for (uint32_t i = 0; i < ARRAY_LEN(g_prompt); i++)
         g_prompt[i] = 1000 + i;
@@ -150,12 +141,12 @@ static kvp_pool *fixture(int thread_safe)
     kvp_pool *p = kvptest_create(&cfg);
     size_t cached = 99, n_blocks = 0;
     const kvp_block *ids = NULL;
-    KVP_ASSERT_OK(kvp_seq_create(p, 1, NULL, &g_seq));
-    KVP_ASSERT_OK(kvp_seq_admit(g_seq, g_prompt, ARRAY_LEN(g_prompt), &cached));
+    KVP_ASSERT_OK(kvp_seq_create(p, 1, NULL, seq));
+    KVP_ASSERT_OK(kvp_seq_admit(*seq, g_prompt, ARRAY_LEN(g_prompt), &cached));
     KVP_ASSERT_EQ(cached, 0);
-    KVP_ASSERT_OK(kvp_seq_blocks(g_seq, &ids, &n_blocks, NULL));
+    KVP_ASSERT_OK(kvp_seq_blocks(*seq, &ids, &n_blocks, NULL));
     KVP_ASSERT_EQ(n_blocks, 3);
-    g_b0 = ids[0];
+    *b0 = ids[0];
     KVP_ASSERT_OK(kvp_stats_snapshot(p));
     kvptest_check(p);
     return p;
@@ -178,145 +169,105 @@ static uint32_t refs_of(kvp_pool *p, kvp_block b)
     return kvptest_info(p, b).ref_count;
 }
 
-typedef struct pool_row {
-    const char *name;
-    uint32_t b0_refs;     /* B0's references before the call; 0: as admitted */
-    kvp_status expected;
-    kvp_status (*fn)(kvp_pool *p);
-} pool_row;
+/* What a refused call must leave as it was. */
+typedef struct state {
+    uint64_t fp;
+    kvp_stats stats;
+    size_t hist;
+} state;
 
-#define ROW(id, refs, exp, ...)                                                              \
-    static kvp_status row_fn_##id(kvp_pool *p)                                               \
-    {                                                                                        \
-        __VA_ARGS__                                                                          \
-    }                                                                                        \
-    static const pool_row row_##id = {#id, refs, exp, row_fn_##id};
+static state state_of(kvp_pool *p)
+{
+    state s = {kvptest_fp(p), kvptest_stats(p), kvptest_history_len(p)};
+    return s;
+}
+
+/* `expr` returns `status` and changes nothing (fingerprint, statistics,
+ * history); the checker passes. */
+#define REFUSED(p, expr, status)                                                                 do {                                                                                             state before_ = state_of(p);                                                                 KVP_ASSERT_STATUS(expr, status);                                                             state after_ = state_of(p);                                                                  KVP_ASSERT_EQ(after_.fp, before_.fp);                                                        assert_memory_equal(&after_.stats, &before_.stats, sizeof before_.stats);                    KVP_ASSERT_EQ(after_.hist, before_.hist);                                                    kvptest_check(p);                                                                        } while (0)
 
 #define REF_MAX UINT32_MAX
 
-/* kvp_claim: the reference count of the claimed block */
-ROW(claim_anon_largest, REF_MAX - 1, KVP_OK,
-    kvp_status st = kvp_claim(p, g_b0, KVP_ANON);
-    ROW_CHECK(refs_of(p, g_b0) == REF_MAX, "refs %u", (unsigned)refs_of(p, g_b0));
-    return st;)
-ROW(claim_anon_first_over, REF_MAX, KVP_EINVAL, return kvp_claim(p, g_b0, KVP_ANON);)
-ROW(claim_owner_largest, REF_MAX - 1, KVP_OK,
-    kvp_status st = kvp_claim(p, g_b0, 7);
-    ROW_CHECK(refs_of(p, g_b0) == REF_MAX, "refs %u", (unsigned)refs_of(p, g_b0));
-    return st;)
-ROW(claim_owner_first_over, REF_MAX, KVP_EINVAL, return kvp_claim(p, g_b0, 7);)
-
-/* kvp_seq_fork: one more reference on each of the parent's blocks */
-ROW(fork_largest, REF_MAX - 1, KVP_OK,
-    kvp_seq *child = NULL;
-    kvp_status st = kvp_seq_fork(g_seq, 2, &child);
-    ROW_CHECK(refs_of(p, g_b0) == REF_MAX, "refs %u", (unsigned)refs_of(p, g_b0));
-    return st;)
-ROW(fork_first_over, REF_MAX, KVP_EINVAL,
-    kvp_seq *child = NULL;
-    kvp_status st = kvp_seq_fork(g_seq, 2, &child);
-    ROW_CHECK(child == NULL, "a refused fork wrote *child");
-    ROW_CHECK(kvp_seq_find(p, 2, &child) == KVP_ENOTFOUND, "the refused child exists");
-    return st;)
-
-/* kvp_seq_admit: a matching block that cannot take another reference is a
- * miss, not a wrapped count */
-static kvp_status admit_again(kvp_pool *p, size_t expect_cached)
+/* kvp_claim, anonymous and by an owner: the claimed block's count. */
+static void claim_rows(int thread_safe)
 {
-    kvp_seq *s = NULL;
-    size_t cached = 99;
-    kvp_status st = kvp_seq_create(p, 3, NULL, &s);
-    if (st == KVP_OK)
-        st = kvp_seq_admit(s, g_prompt, ARRAY_LEN(g_prompt), &cached);
-    ROW_CHECK(cached == expect_cached, "cached_tokens %zu, expected %zu", cached, expect_cached);
-    return st;
-}
-ROW(admit_largest, REF_MAX - 1, KVP_OK,
-    kvp_status st = admit_again(p, 32);
-    ROW_CHECK(refs_of(p, g_b0) == REF_MAX, "refs %u", (unsigned)refs_of(p, g_b0));
-    return st;)
-ROW(admit_first_over_is_a_miss, REF_MAX, KVP_OK,
-    kvp_status st = admit_again(p, 0);
-    ROW_CHECK(refs_of(p, g_b0) == REF_MAX, "refs %u", (unsigned)refs_of(p, g_b0));
-    return st;)
-
-/* kvp_hash_block: the block's end, start + n, is a 64-bit position */
-static kvp_status hash_at(kvp_pool *p, uint64_t start)
-{
-    kvp_hash parent = kvptest_hash(1), out;
-    return kvp_hash_block(p, &parent, g_prompt, 16, start, NULL, &out);
-}
-ROW(hash_block_start_largest, 0, KVP_OK, return hash_at(p, UINT64_MAX - 31);)
-ROW(hash_block_start_first_over, 0, KVP_EINVAL, return hash_at(p, UINT64_MAX - 15);)
-
-#define R(id) &row_##id
-static const pool_row *const pool_rows[] = {
-    R(claim_anon_largest), R(claim_anon_first_over), R(claim_owner_largest),
-    R(claim_owner_first_over), R(fork_largest), R(fork_first_over), R(admit_largest),
-    R(admit_first_over_is_a_miss), R(hash_block_start_largest),
-    R(hash_block_start_first_over),
-};
-
-static size_t history_len_of(kvp_pool *p)
-{
-    size_t n = 0;
-    kvp_status st = kvp_stats_history(p, NULL, 0, &n);
-    if (st != KVP_OK && st != KVP_ESPACE)
-        fail_msg("kvp_stats_history returned %d", (int)st);
-    return n;
-}
-
-static void run_pool_rows(int thread_safe)
-{
-    size_t failed = 0;
-    for (size_t i = 0; i < ARRAY_LEN(pool_rows); i++) {
-        const pool_row *r = pool_rows[i];
-        kvp_pool *p = fixture(thread_safe);
-        if (r->b0_refs)
-            force_refs(p, g_b0, r->b0_refs);
-        uint64_t fp = kvptest_fp(p);
-        kvp_stats before = kvptest_stats(p);
-        size_t hist = history_len_of(p);
-        row_err[0] = '\0';
-        kvp_status st = r->fn(p);
-        char problem[400] = "";
-        char msg[256] = "";
-        kvp_stats after = kvptest_stats(p);
-        if (st != r->expected)
-            snprintf(problem, sizeof problem, "returned %d (%s), expected %d (%s)", (int)st,
-                     kvp_strerror(st), (int)r->expected, kvp_strerror(r->expected));
-        else if (row_err[0])
-            snprintf(problem, sizeof problem, "%s", row_err);
-        else if (kvp_pool_check(p, msg, sizeof msg) != KVP_OK)
-            snprintf(problem, sizeof problem, "checker: %s", msg);
-        else if (st != KVP_OK && kvptest_fp(p) != fp)
-            snprintf(problem, sizeof problem, "a refused call changed the fingerprint");
-        else if (st != KVP_OK && memcmp(&before, &after, sizeof before) != 0)
-            snprintf(problem, sizeof problem, "a refused call changed the statistics");
-        else if (history_len_of(p) != hist)
-            snprintf(problem, sizeof problem, "history length %zu -> %zu", hist,
-                     history_len_of(p));
-        if (problem[0]) {
-            failed++;
-            print_error("  row %-30s [%s]: %s\n", r->name, thread_safe ? "locked" : "unlocked",
-                        problem);
-        }
+    const kvp_owner who[] = {KVP_ANON, 7};
+    for (size_t i = 0; i < ARRAY_LEN(who); i++) {
+        kvp_seq *seq;
+        kvp_block b0;
+        kvp_pool *p = fixture(thread_safe, &seq, &b0);
+        force_refs(p, b0, REF_MAX - 1); /* largest accepted */
+        KVP_ASSERT_OK(kvp_claim(p, b0, who[i]));
+        KVP_ASSERT_EQ(refs_of(p, b0), REF_MAX);
+        kvptest_check(p);
+        REFUSED(p, kvp_claim(p, b0, who[i]), KVP_EINVAL); /* first refused */
+        REFUSED(p, kvp_claim(p, b0, who[1 - i]), KVP_EINVAL);
         kvp_pool_destroy(p);
     }
-    if (failed)
-        fail_msg("%zu of %zu pool rows failed (listed above)", failed, ARRAY_LEN(pool_rows));
 }
 
-static void test_pool_limits(void **state)
+/* kvp_seq_fork: one more reference on each of the parent's blocks. */
+static void fork_rows(int thread_safe)
 {
-    (void)state;
-    run_pool_rows(0);
+    kvp_seq *seq, *child = NULL;
+    kvp_block b0;
+    kvp_pool *p = fixture(thread_safe, &seq, &b0);
+    force_refs(p, b0, REF_MAX - 1);
+    KVP_ASSERT_OK(kvp_seq_fork(seq, 2, &child));
+    KVP_ASSERT_EQ(refs_of(p, b0), REF_MAX);
+    kvptest_check(p);
+    child = NULL;
+    REFUSED(p, kvp_seq_fork(seq, 3, &child), KVP_EINVAL);
+    assert_null(child);
+    KVP_ASSERT_STATUS(kvp_seq_find(p, 3, &child), KVP_ENOTFOUND);
+    kvp_pool_destroy(p);
 }
 
-static void test_pool_limits_locked(void **state)
+/* kvp_seq_admit: a matching block that cannot take another reference is a
+ * miss (fresh blocks instead), never a wrapped count. */
+static void admit_rows(int thread_safe)
 {
-    (void)state;
-    run_pool_rows(1);
+    const struct {
+        uint32_t refs;
+        size_t cached;
+    } rows[] = {{REF_MAX - 1, 32}, {REF_MAX, 0}};
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        kvp_seq *seq, *again;
+        kvp_block b0;
+        kvp_pool *p = fixture(thread_safe, &seq, &b0);
+        force_refs(p, b0, rows[i].refs);
+        size_t cached = 99;
+        KVP_ASSERT_OK(kvp_seq_create(p, 3, NULL, &again));
+        KVP_ASSERT_OK(kvp_seq_admit(again, g_prompt, ARRAY_LEN(g_prompt), &cached));
+        KVP_ASSERT_EQ(cached, rows[i].cached);
+        KVP_ASSERT_EQ(refs_of(p, b0), REF_MAX);
+        kvptest_check(p);
+        kvp_pool_destroy(p);
+    }
+}
+
+/* kvp_hash_block: the block's end, start + n, is a 64-bit position. */
+static void hash_rows(int thread_safe)
+{
+    kvp_seq *seq;
+    kvp_block b0;
+    kvp_pool *p = fixture(thread_safe, &seq, &b0);
+    kvp_hash parent = kvptest_hash(1), out;
+    KVP_ASSERT_OK(kvp_hash_block(p, &parent, g_prompt, 16, UINT64_MAX - 31, NULL, &out));
+    REFUSED(p, kvp_hash_block(p, &parent, g_prompt, 16, UINT64_MAX - 15, NULL, &out),
+            KVP_EINVAL);
+    kvp_pool_destroy(p);
+}
+
+static void test_pool_limits(void **unused)
+{
+    (void)unused;
+    for (int thread_safe = 0; thread_safe < 2; thread_safe++) {
+        claim_rows(thread_safe);
+        fork_rows(thread_safe);
+        admit_rows(thread_safe);
+        hash_rows(thread_safe);
+    }
 }
 
 int main(void)
@@ -325,7 +276,6 @@ int main(void)
         cmocka_unit_test(test_create_arena_limits),
         cmocka_unit_test(test_arena_addresses_at_cap),
         cmocka_unit_test(test_pool_limits),
-        cmocka_unit_test(test_pool_limits_locked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
