@@ -322,8 +322,7 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
  * order; allocator missing a function; with host_arena, a block_bytes[s]
  * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
- * KVP_ENOMEM.  *out is set only on
- * success.
+ * KVP_ENOMEM.  *out is set only on success.
  */
 KVP_API kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out);
 
@@ -560,9 +559,9 @@ KVP_API kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *o
  * KVP_ANON).  A block in use gets one more reference; a cached free block
  * leaves the free list with its content (O(1)).  Errors: KVP_EINVAL (NULL
  * pool, the null block, a block already holding UINT32_MAX references),
- * KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it
- * holds no content to share), KVP_ENOMEM (a second owner's reference needs
- * memory), KVP_EBUSY.  O(1).
+ * KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it holds no content to
+ * share), KVP_ENOMEM (a second owner's reference needs memory), KVP_EBUSY.
+ * O(1).
  */
 KVP_API kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner);
 
@@ -696,9 +695,10 @@ KVP_API kvp_status kvp_retire_top(kvp_pool *pool, kvp_block *retired, kvp_block 
  * `parent` (NULL: the root seed, and then start must be 0).  Pure: reads the
  * pool's configuration only.  Errors: KVP_EINVAL (NULL pool/tokens/out; n !=
  * block_size; start not a multiple of it; start + n above UINT64_MAX;
- * parent NULL with start != 0; a span with end < start), or what a custom hash function returns.  Thread
- * rules: callable concurrently, also on a pool without locking, as long as
- * the pool is not destroyed meanwhile.  O(n + spans).
+ * parent NULL with start != 0; a span with end < start), or what a custom
+ * hash function returns.  Thread rules: callable concurrently, also on a
+ * pool without locking, as long as the pool is not destroyed meanwhile.
+ * O(n + spans).
  */
 KVP_API kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent,
                                   const uint32_t *tokens, size_t n, uint64_t start,
