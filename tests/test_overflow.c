@@ -36,7 +36,7 @@ typedef struct create_row {
 #define EIGHT_GIB_CAP (SIZE_MAX / KVP_MAX_BLOCKS) /* the largest block with the default cap */
 
 static const create_row create_rows[] = {
-    /* the report: 2 x (2^63 + 4096) wrapped to an 8 KiB arena */
+    /* 2 x (2^63 + 4096) would wrap to an 8 KiB arena */
     {"arena_2p63_plus_4096_two_blocks", {((size_t)1 << 63) + 4096, 0}, 2, 0, 0, 1, 0,
      KVP_EINVAL, KVP_EINVAL},
     {"arena_cap2_largest", {SIZE_MAX / 2, 0}, 2, 2, 0, 1, 0, KVP_ENOMEM, KVP_ENOMEM},
@@ -55,7 +55,7 @@ static const create_row create_rows[] = {
     {"event_capacity_first_over", {0, 0}, 2, 0, 0, 0, UINT32_MAX, KVP_EINVAL, KVP_EINVAL},
 };
 
-static void test_create_arena_limits(void **state)
+static void test_create_limits(void **state)
 {
     (void)state;
     size_t failed = 0;
@@ -273,7 +273,7 @@ static void test_pool_limits(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_arena_limits),
+        cmocka_unit_test(test_create_limits),
         cmocka_unit_test(test_arena_addresses_at_cap),
         cmocka_unit_test(test_pool_limits),
     };
