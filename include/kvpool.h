@@ -285,7 +285,10 @@ typedef struct kvp_config {
      * stream s (index 0: shared or K, 1: V).  With host_arena, kvpool
      * allocates an aligned arena (huge pages when the system gives them) and
      * kvp_block_ptr returns addresses in it; otherwise, when copy is set,
-     * kvpool calls it to move bytes it cannot touch (device memory). */
+     * kvpool calls it to move bytes it cannot touch (device memory).  An
+     * arena may grow to block_bytes[s] x the growth cap (max_blocks, or
+     * KVP_MAX_BLOCKS when 0), which must fit in size_t: with host_arena,
+     * block_bytes[s] is at most SIZE_MAX / that cap. */
     size_t block_bytes[2];
     int host_arena;             /* default 0 */
     kvp_copy_fn copy;           /* default NULL */
@@ -295,7 +298,8 @@ typedef struct kvp_config {
     int events;                 /* record events (default 0: nothing is
                                    recorded and nothing is paid) */
     uint32_t event_capacity;    /* block hashes the queue holds between two
-                                   kvp_events_take calls (default 4096).
+                                   kvp_events_take calls (default 4096; at
+                                   most UINT32_MAX - 1).
                                    Reserved at creation for two buffers:
                                    about 2 x capacity x (4 x block_size + 150)
                                    bytes, tokens included */
@@ -316,8 +320,9 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
  * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
- * order; allocator missing a function), KVP_ENOMEM.  *out is set only on
- * success.
+ * order; allocator missing a function; with host_arena, a block_bytes[s]
+ * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
+ * KVP_ENOMEM.  *out is set only on success.
  */
 KVP_API kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out);
 
@@ -553,9 +558,10 @@ KVP_API kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *o
  * Take a share of block `id` for the content it holds, for `owner` (or
  * KVP_ANON).  A block in use gets one more reference; a cached free block
  * leaves the free list with its content (O(1)).  Errors: KVP_EINVAL (NULL
- * pool, the null block), KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it
- * holds no content to share), KVP_ENOMEM (a second owner's reference needs
- * memory), KVP_EBUSY.  O(1).
+ * pool, the null block, a block already holding UINT32_MAX references),
+ * KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it holds no content to
+ * share), KVP_ENOMEM (a second owner's reference needs memory), KVP_EBUSY.
+ * O(1).
  */
 KVP_API kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner);
 
@@ -688,10 +694,11 @@ KVP_API kvp_status kvp_retire_top(kvp_pool *pool, kvp_block *retired, kvp_block 
  * absolute token position `start` (a multiple of block_size), child of
  * `parent` (NULL: the root seed, and then start must be 0).  Pure: reads the
  * pool's configuration only.  Errors: KVP_EINVAL (NULL pool/tokens/out; n !=
- * block_size; start not a multiple of it; parent NULL with start != 0; a
- * span with end < start), or what a custom hash function returns.  Thread
- * rules: callable concurrently, also on a pool without locking, as long as
- * the pool is not destroyed meanwhile.  O(n + spans).
+ * block_size; start not a multiple of it; start + n above UINT64_MAX;
+ * parent NULL with start != 0; a span with end < start), or what a custom
+ * hash function returns.  Thread rules: callable concurrently, also on a
+ * pool without locking, as long as the pool is not destroyed meanwhile.
+ * O(n + spans).
  */
 KVP_API kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent,
                                   const uint32_t *tokens, size_t n, uint64_t start,
@@ -799,8 +806,10 @@ KVP_API kvp_status kvp_seq_destroy(kvp_seq *seq);
  * that were not cached, and report in *cached_tokens how many prompt tokens
  * were served from cache.  At least one token is always left to compute: the
  * hit covers at most the first n-1 tokens, in whole blocks.  Blocks matched
- * here are never evicted to make room for this admission.  Counts prefix
- * queries and hits (blocks and tokens).  All or nothing.
+ * here are never evicted to make room for this admission.  A matching block
+ * that could not take one more reference without passing UINT32_MAX
+ * references counts as a miss.  Counts prefix queries and hits (blocks and
+ * tokens).  All or nothing.
  * Errors: KVP_EINVAL (NULL seq/tokens, n == 0, n needing more than
  * KVP_MAX_BLOCKS blocks), KVP_EBUSY (the sequence
  * already has tokens; or from a callback), KVP_EEXHAUSTED, KVP_ENOMEM.
@@ -823,7 +832,8 @@ KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n
 
 /*
  * Fork: create sequence `child_id` sharing every block of `parent` (one more
- * reference each), with the same tokens and extra keys.  Errors: KVP_EINVAL,
+ * reference each), with the same tokens and extra keys.  Errors: KVP_EINVAL
+ * (NULL argument; a block that would pass UINT32_MAX references),
  * KVP_EOWNERACTIVE (child_id exists), KVP_ENOMEM, KVP_EBUSY.  O(blocks +
  * tokens).
  */

@@ -60,7 +60,8 @@ void kvpi_buf_free(kvpi_buf *b);
  * group_idx 0, the two kv_cache_spec fields nil; extra_keys nil unless the
  * event names multimodal inputs (docs/EVENTS.md gives that encoding).
  * `dp_rank` KVPI_NO_DP_RANK encodes nil.  Replaces out's contents.
- * Returns 0, or -1 when memory runs out or an event is malformed.
+ * Returns 0, or -1 when memory runs out or an event is malformed (also: more
+ * than UINT32_MAX events, hashes or tokens, the most a msgpack array holds).
  */
 int kvpi_encode_batch(const kvp_event *events, size_t n, double timestamp, int64_t dp_rank,
                       kvpi_buf *out);
@@ -165,7 +166,8 @@ uint64_t kvpi_publisher_events_dropped(const kvpi_publisher *pub);
  * (identifier: the mm hash as 64 lowercase hex digits; offset: span start
  * minus block start, may be negative), then the cache salt (as text, first
  * block only).  A kvp_hash_fn: pass as kvp_config.hash_fn with
- * KVP_HASH_CUSTOM (hash_user unused).
+ * KVP_HASH_CUSTOM (hash_user unused).  Returns KVP_EINVAL for NULL
+ * arguments and for start + n above UINT64_MAX.
  */
 kvp_status kvpi_vllm_hash_fn(void *user, const kvp_hash *parent, const uint32_t *tokens,
                              size_t n, uint64_t start, const kvp_extra_keys *extra,

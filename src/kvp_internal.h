@@ -36,6 +36,7 @@
 #define _GNU_SOURCE /* getrandom, madvise, MAP_ANONYMOUS */
 #endif
 
+#include "kvp_checked.h"
 #include "kvpool.h"
 
 #include <pthread.h>

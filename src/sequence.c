@@ -411,7 +411,10 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
     for (uint32_t parent = KVP__NONE; k < max_hit; k++) {
         uint32_t b = p->vtok ? kvp__lookup_verified(p, 0, &seq->hashes[k], parent, tokens + k * bs)
                              : kvp__index_find(p, 0, &seq->hashes[k]);
-        if (b == KVP__NONE)
+        /* A block that could not take one more reference for each time it
+         * may be named here (k earlier matches and this one) without its
+         * 32-bit count wrapping is a miss. */
+        if (b == KVP__NONE || p->blocks[b].ref > UINT32_MAX - 1 - k)
             break;
         seq->blocks[k] = parent = b;
     }
@@ -534,6 +537,25 @@ KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, siz
     return rc;
 }
 
+/* Would one more sequence reference per appearance in q's table wrap a
+ * block's 32-bit reference count?  Counts the appearances in the blocks'
+ * per-call counters (q's blocks are in use), marking and unmarking them. */
+static bool refs_would_wrap(kvp_pool *p, const kvp_seq *q)
+{
+    bool wrap = false;
+    for (size_t i = 0; i < q->nblocks; i++) {
+        kvp__block *blk = &p->blocks[q->blocks[i]];
+        if (!(blk->flags & KVP__F_MARK)) {
+            blk->flags |= KVP__F_MARK;
+            blk->count = 0;
+        }
+        wrap |= blk->ref > UINT32_MAX - ++blk->count;
+    }
+    for (size_t i = 0; i < q->nblocks; i++)
+        p->blocks[q->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+    return wrap;
+}
+
 kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
 {
     if (!parent || !child)
@@ -545,6 +567,8 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
     kvp_seq *q = NULL;
     if (registry_find(p, child_id))
         rc = KVP_EOWNERACTIVE;
+    if (!rc && refs_would_wrap(p, parent))
+        rc = KVP_EINVAL;
     if (!rc)
         rc = registry_reserve(p);
     if (!rc)

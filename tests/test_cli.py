@@ -225,6 +225,9 @@ BAD_LINES = {
                       '"hash_ids": [0.5]}', "hash_ids[0]"),
     "nul_byte": ('{"timestamp": 0, "input_length": 600,\0 "output_length": 5, '
                  '"hash_ids": [0]}', "bad JSON"),
+    # the two GOOD lines before it hold 1200 tokens: one more than INT64_MAX in all
+    "input_length_far_past_its_blocks": ('{"timestamp": 0, "input_length": %d, "output_length": 5, '
+                                         '"hash_ids": [0]}' % (2**63 - 1200), "input_length"),
 }
 
 

@@ -95,6 +95,28 @@ static void test_encode_exact_bytes(void **state)
     bad.kind = (kvp_event_kind)9;
     assert_int_equal(kvpi_encode_batch(&bad, 1, 0, KVPI_NO_DP_RANK, &buf), -1);
     assert_int_equal(kvpi_encode_batch(NULL, 1, 0, KVPI_NO_DP_RANK, &buf), -1);
+    /* msgpack counts elements in 32 bits: a count of 2^32 is refused before
+     * any element is read (each array here holds one) */
+    const size_t over = (size_t)UINT32_MAX + 1;
+    uint64_t hash = 5;
+    uint32_t token = 7;
+    kvp_event big;
+    memset(&big, 0, sizeof big);
+    big.kind = KVP_EVENT_STORED;
+    big.hashes = &hash;
+    big.n_hashes = 1;
+    big.tokens = &token;
+    big.n_tokens = over;
+    big.block_size = 16;
+    assert_int_equal(kvpi_encode_batch(&big, 1, 0, KVPI_NO_DP_RANK, &buf), -1);
+    big.n_tokens = 1;
+    big.n_hashes = over;
+    assert_int_equal(kvpi_encode_batch(&big, 1, 0, KVPI_NO_DP_RANK, &buf), -1);
+    big.kind = KVP_EVENT_REMOVED;
+    assert_int_equal(kvpi_encode_batch(&big, 1, 0, KVPI_NO_DP_RANK, &buf), -1);
+    big.n_hashes = 1;
+    assert_int_equal(kvpi_encode_batch(&big, 1, 0, KVPI_NO_DP_RANK, &buf), 0);
+    assert_int_equal(kvpi_encode_batch(&big, over, 0, KVPI_NO_DP_RANK, &buf), -1);
     kvpi_buf_free(&buf);
 }
 
@@ -159,6 +181,12 @@ static void test_vllm_hashes(void **state)
     kvp_hash h;
     KVP_ASSERT_STATUS(kvpi_vllm_none_hash(NULL, &h), KVP_EINVAL);
     KVP_ASSERT_STATUS(kvpi_vllm_hash_configure(NULL, "0"), KVP_EINVAL);
+    /* the block's end, start + n, is a 64-bit position: largest start, first refused */
+    kvp_hash root = {{0}};
+    static const uint32_t toks[16];
+    KVP_ASSERT_OK(kvpi_vllm_hash_fn(NULL, &root, toks, 16, UINT64_MAX - 16, NULL, &h));
+    KVP_ASSERT_STATUS(kvpi_vllm_hash_fn(NULL, &root, toks, 16, UINT64_MAX - 15, NULL, &h),
+                      KVP_EINVAL);
 }
 
 /* ---- publisher --------------------------------------------------------- */

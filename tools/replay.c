@@ -98,7 +98,9 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
     cfg.prefault = 1;
     if (kvpt_events_on()) { /* replay --events: room for a whole request's events */
         cfg.events = 1;
-        cfg.event_capacity = 2 * (uint32_t)(t->max_blocks < 2048 ? 2048 : t->max_blocks) + 2;
+        uint64_t most = t->max_blocks < capacity ? t->max_blocks : capacity; /* longer: rejected */
+        uint64_t want = 2 * (most < 2048 ? 2048 : most) + 2;
+        cfg.event_capacity = want < UINT32_MAX ? (uint32_t)want : UINT32_MAX - 1; /* the most */
     }
     kvp_pool *pool;
     kvp_status rc = kvp_pool_create(&cfg, &pool);

@@ -109,6 +109,15 @@ kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line)
     return s;
 }
 
+size_t kvptest_history_len_at(kvp_pool *pool, const char *file, int line)
+{
+    size_t n = 0;
+    kvp_status st = kvp_stats_history(pool, NULL, 0, &n);
+    if (st != KVP_ESPACE)
+        kvptest_assert_status(st, KVP_OK, "kvp_stats_history", file, line);
+    return n;
+}
+
 kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
                                int line)
 {

@@ -25,6 +25,7 @@
  *                             kvp_pool_destroy().
  *   kvptest_pool(n, reuse)    shorthand for the two above.
  *   kvptest_stats(pool)       kvp_stats_get() by value.
+ *   kvptest_history_len(pool) entries in the history ring.
  *   kvptest_info(pool, id)    kvp_block_get() by value.
  *   kvptest_free_count(pool, stream)
  *   kvptest_take(pool, stream, owner)         kvp_take(), returns the id.
@@ -109,6 +110,8 @@ kvp_pool *kvptest_pool_at(uint32_t num_blocks, kvp_reuse reuse, const char *file
 
 kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line);
 #define kvptest_stats(pool) kvptest_stats_at((pool), __FILE__, __LINE__)
+size_t kvptest_history_len_at(kvp_pool *pool, const char *file, int line);
+#define kvptest_history_len(pool) kvptest_history_len_at((pool), __FILE__, __LINE__)
 kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
                                int line);
 #define kvptest_info(pool, id) kvptest_info_at((pool), (id), __FILE__, __LINE__)
