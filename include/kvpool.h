@@ -806,6 +806,26 @@ KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
                                  size_t *cached_tokens);
 
 /*
+ * What kvp_seq_admit(seq, tokens, n) would do now, without doing it:
+ * *cached_tokens receives the prompt tokens it would serve from cache (the
+ * same longest-prefix rule, verified with verify_hits), *blocks_needed the
+ * free blocks it would take: the blocks after the cached prefix plus the
+ * matched blocks that are cached (free) now.  The admission succeeds without
+ * growth exactly when *blocks_needed <= kvp_free_count, as long as nothing
+ * changes the pool in between.  An engine uses it to admit a long prompt in
+ * chunks: admit tokens[0..cached + chunk) (the same prefix is found, since it
+ * leaves a token to compute), compute, then kvp_seq_append the next chunk.
+ * Changes nothing and counts nothing (no prefix queries or hits).
+ * Errors: as kvp_seq_admit without KVP_EEXHAUSTED: KVP_EINVAL (NULL
+ * seq/tokens/cached_tokens/blocks_needed, n == 0, n needing more than
+ * KVP_MAX_BLOCKS blocks), KVP_EBUSY (the sequence already has tokens; or
+ * from a callback), KVP_ENOMEM (room for the sequence's hashes).  O(n) plus
+ * O(1) per block.
+ */
+KVP_API kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                 size_t *cached_tokens, size_t *blocks_needed);
+
+/*
  * Append tokens[0..n) (generated tokens, or a prompt's continuation) to a
  * sequence: fill the last block, allocate blocks as they are needed, publish
  * each block when it becomes full.  Appending into a shared, partly filled

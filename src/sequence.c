@@ -340,30 +340,36 @@ KVP__FLATTEN kvp_status kvp_seq_destroy(kvp_seq *seq)
     return KVP_OK;
 }
 
-KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
-                                      size_t *cached_tokens)
+/* Checks and work before the lock for admitting (or probing) tokens[0..n)
+ * into seq: the block count, room in seq's arrays, the full blocks' hashes
+ * (pure, into seq's arrays, which only become meaningful when ntokens
+ * does).  A call from a callback is refused first: the outer call owns those
+ * arrays. */
+static kvp_status admit_prepare(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *nblocks)
 {
     if (!seq || !tokens || n == 0)
         return KVP_EINVAL;
     kvp_pool *p = seq->pool;
     size_t bs = p->cfg.block_size;
-    size_t nfull = n / bs, nblocks = nfull + (n % bs != 0); /* no overflow */
-    if (nblocks > KVP_MAX_BLOCKS)
+    *nblocks = n / bs + (n % bs != 0); /* no overflow */
+    if (*nblocks > KVP_MAX_BLOCKS)
         return KVP_EINVAL;
     if (seq->ntokens || kvp__cb_pool == p)
         return KVP_EBUSY;
-    /* Hashing is pure: done before the lock, into the sequence's arrays,
-     * which only become meaningful when ntokens does.  (A call from a
-     * callback is refused first: the outer call owns those arrays.) */
-    kvp_status rc = seq_reserve(p, seq, nblocks);
+    kvp_status rc = seq_reserve(p, seq, *nblocks);
     if (!rc && p->cfg.prefix_caching)
-        rc = kvp__hash_chain(p, tokens, nfull, extra_of(seq), seq->hashes, 0);
-    if (rc)
-        return rc;
-    if ((rc = kvp__enter(p)))
-        return rc;
+        rc = kvp__hash_chain(p, tokens, n / bs, extra_of(seq), seq->hashes, 0);
+    return rc;
+}
 
-    /* The longest cached prefix, leaving at least one token to compute. */
+/* Under the lock: the longest cached prefix of tokens[0..n), leaving at least
+ * one token to compute, into seq->blocks[0..k); returns k.  *matched_free
+ * receives how many distinct matched blocks are cached (free): claiming them
+ * takes them off the free list. */
+static size_t match_prefix(kvp_pool *p, kvp_seq *seq, const uint32_t *tokens, size_t n,
+                           uint32_t *matched_free)
+{
+    size_t bs = p->cfg.block_size;
     size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0, k = 0;
     for (uint32_t parent = KVP__NONE; k < max_hit; k++) {
         uint32_t b = p->vtok ? kvp__lookup_verified(p, 0, &seq->hashes[k], parent, tokens + k * bs)
@@ -372,16 +378,33 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
             break;
         seq->blocks[k] = parent = b;
     }
-    /* Matched blocks that are cached will leave the free list when claimed:
-     * count each once (a mark flag catches repeats) against what is free. */
-    uint32_t matched_free = 0;
+    /* Count each cached block once (a mark flag catches repeats). */
+    uint32_t nfree = 0;
     for (size_t i = 0; i < k; i++) {
         kvp__block *blk = &p->blocks[seq->blocks[i]];
-        matched_free += blk->state == KVP_BLOCK_CACHED && !(blk->flags & KVP__F_MARK);
+        nfree += blk->state == KVP_BLOCK_CACHED && !(blk->flags & KVP__F_MARK);
         blk->flags |= KVP__F_MARK;
     }
     for (size_t i = 0; i < k; i++)
         p->blocks[seq->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+    *matched_free = nfree;
+    return k;
+}
+
+KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                      size_t *cached_tokens)
+{
+    size_t nblocks;
+    kvp_status rc = admit_prepare(seq, tokens, n, &nblocks);
+    if (rc)
+        return rc;
+    kvp_pool *p = seq->pool;
+    if ((rc = kvp__enter(p)))
+        return rc;
+    size_t bs = p->cfg.block_size, nfull = n / bs;
+    size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0;
+    uint32_t matched_free;
+    size_t k = match_prefix(p, seq, tokens, n, &matched_free);
     uint32_t avail = p->st[0].nvacant + p->st[0].ncached - matched_free;
     rc = kvp__room_for(p, 0, avail, nblocks - k);
     if (!rc) {
@@ -405,6 +428,26 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
     }
     kvp__leave(p, rc == KVP_OK);
     return rc;
+}
+
+kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *cached_tokens,
+                         size_t *blocks_needed)
+{
+    if (!cached_tokens || !blocks_needed)
+        return KVP_EINVAL;
+    size_t nblocks;
+    kvp_status rc = admit_prepare(seq, tokens, n, &nblocks);
+    if (rc)
+        return rc;
+    kvp_pool *p = seq->pool;
+    if ((rc = kvp__enter(p)))
+        return rc;
+    uint32_t matched_free;
+    size_t k = match_prefix(p, seq, tokens, n, &matched_free);
+    *cached_tokens = k * p->cfg.block_size;
+    *blocks_needed = nblocks - k + matched_free;
+    kvp__leave(p, false);
+    return KVP_OK;
 }
 
 /* The tokens of full block `i` of an append: the first one that completes

@@ -7,7 +7,8 @@
  * first, older content first); publication of a partial block only when it
  * fills; a reused block losing its old hash; all-or-nothing admission (also
  * when part of the prefix would hit free cached blocks); the "leave one
- * token to compute" cap; no eviction of blocks matched by the same
+ * token to compute" cap; kvp_seq_probe agreeing with the admission it
+ * predicts and changing nothing; no eviction of blocks matched by the same
  * admission; reset of the prefix cache while sequences hold blocks (also
  * with the null block); fork and copy-on-write; destroy order in every reuse
  * order; the null block never handed out; kvp_seq_blocks pointer stability,
@@ -424,6 +425,95 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(NULL, tp, 4, NULL), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(b, NULL, 3), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(NULL, tp, 3), KVP_EINVAL);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- probe: what an admission would do, changing nothing ---------------- */
+
+/* kvp_seq_probe's answers, asserting that the call succeeded and changed
+ * neither the pool nor any counter. */
+static void probe_at(kvp_pool *pool, kvp_seq *s, const uint32_t *t, size_t n, size_t *cached,
+                     size_t *needed, const char *file, int line)
+{
+    uint64_t fp = kvptest_fp_at(pool, file, line);
+    kvp_stats before = kvptest_stats_at(pool, file, line);
+    kvptest_assert_status(kvp_seq_probe(s, t, n, cached, needed), KVP_OK, "kvp_seq_probe", file,
+                          line);
+    kvptest_assert_fp_at(pool, fp, "kvp_seq_probe", file, line);
+    kvp_stats after = kvptest_stats_at(pool, file, line);
+    if (memcmp(&before, &after, sizeof before))
+        _fail(file, line);
+}
+#define PROBE(pool, s, t, n, c, nd) probe_at((pool), (s), (t), (n), (c), (nd), __FILE__, __LINE__)
+
+static void test_probe(void **state)
+{
+    (void)state;
+    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint32_t tx[12], tp[20];
+    fill_tokens(tx, 12, 900);
+    fill_tokens(tp, 20, 100);
+    kvp_seq *x = mkseq(pool, 9);
+    admit(x, tx, 12); /* holds 3 blocks */
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, tp, 9);
+    KVP_ASSERT_OK(kvp_seq_destroy(a)); /* 2 cached blocks of tp, 1 vacant */
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
+
+    kvp_seq *b = mkseq(pool, 2);
+    size_t c = 0, nd = 0;
+    /* 20 tokens, 5 blocks: 2 hits on free cached blocks + 3 new = 5 > 3. */
+    PROBE(pool, b, tp, 20, &c, &nd);
+    KVP_ASSERT_EQ(c, 8);
+    KVP_ASSERT_EQ(nd, 5);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 20, NULL), KVP_EEXHAUSTED);
+    /* 13 tokens: 2 hits + 2 new = 4 > 3. */
+    PROBE(pool, b, tp, 13, &c, &nd);
+    KVP_ASSERT_EQ(c, 8);
+    KVP_ASSERT_EQ(nd, 4);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 13, NULL), KVP_EEXHAUSTED);
+    /* 8 tokens: the leave-one-token cap allows 1 hit: 1 + 1 new. */
+    PROBE(pool, b, tp, 8, &c, &nd);
+    KVP_ASSERT_EQ(c, 4);
+    KVP_ASSERT_EQ(nd, 2);
+    /* 12 tokens: 2 hits + 1 new = 3: fits exactly, and admit agrees. */
+    PROBE(pool, b, tp, 12, &c, &nd);
+    KVP_ASSERT_EQ(c, 8);
+    KVP_ASSERT_EQ(nd, 3);
+    KVP_ASSERT_EQ(admit(b, tp, 12), 8);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 0);
+
+    /* Hits on blocks in use take nothing from the free list. */
+    kvp_seq *d = mkseq(pool, 3);
+    PROBE(pool, d, tp, 12, &c, &nd);
+    KVP_ASSERT_EQ(c, 8);
+    KVP_ASSERT_EQ(nd, 1);
+    PROBE(pool, d, tp, 8, &c, &nd);
+    KVP_ASSERT_EQ(c, 4);
+    KVP_ASSERT_EQ(nd, 1);
+
+    /* Refusals change nothing. */
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(b, tp, 4, &c, &nd), KVP_EBUSY);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 0, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, NULL, 4, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(NULL, tp, 4, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, NULL, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, &c, NULL), KVP_EINVAL);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* Without prefix caching nothing is cached: every block is new. */
+    cfg.prefix_caching = 0;
+    pool = kvptest_create(&cfg);
+    a = mkseq(pool, 1);
+    admit(a, tp, 9);
+    KVP_ASSERT_OK(kvp_seq_destroy(a));
+    b = mkseq(pool, 2);
+    PROBE(pool, b, tp, 12, &c, &nd);
+    KVP_ASSERT_EQ(c, 0);
+    KVP_ASSERT_EQ(nd, 3);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }
@@ -1499,6 +1589,7 @@ int main(void)
         cmocka_unit_test(test_partial_block_published_when_full),
         cmocka_unit_test(test_reused_block_loses_hash),
         cmocka_unit_test(test_admit_exhausted),
+        cmocka_unit_test(test_probe),
         cmocka_unit_test(test_admit_grows),
         cmocka_unit_test(test_leave_one_token),
         cmocka_unit_test(test_no_self_eviction),
