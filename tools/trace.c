@@ -119,6 +119,10 @@ static int reserve(builder *b, size_t n_ids)
         if (!inl)
             return -1;
         t->input_length = inl;
+        uint64_t *outl = realloc(t->output_length, cap * sizeof *outl);
+        if (!outl)
+            return -1;
+        t->output_length = outl;
         b->req_cap = cap;
     }
     size_t need = (size_t)t->total_blocks + n_ids;
@@ -213,6 +217,7 @@ static int parse_line(builder *b, const char *line, size_t len, char *err, size_
         dst[i] = (uint64_t)json_integer_value(v);
     }
     t->input_length[t->n_requests] = input_length;
+    t->output_length[t->n_requests] = output_length;
     t->total_input += input_length;
     t->total_blocks += n;
     if (n > t->max_blocks)
@@ -271,5 +276,6 @@ void kvpt_trace_free(kvpt_trace *t)
     free(t->offset);
     free(t->ids);
     free(t->input_length);
+    free(t->output_length);
     memset(t, 0, sizeof *t);
 }
