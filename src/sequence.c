@@ -340,12 +340,12 @@ KVP__FLATTEN kvp_status kvp_seq_destroy(kvp_seq *seq)
     return KVP_OK;
 }
 
-/* Checks and work before the lock for admitting (or probing) tokens[0..n)
- * into seq: the block count, room in seq's arrays, the full blocks' hashes
- * (pure, into seq's arrays, which only become meaningful when ntokens
- * does).  A call from a callback is refused first: the outer call owns those
- * arrays. */
-static kvp_status admit_prepare(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *nblocks)
+/* Start admitting (or probing) tokens[0..n) into seq: the block count, room
+ * in seq's arrays, the full blocks' hashes (pure, so before the lock, into
+ * seq's arrays, which only become meaningful when ntokens does), then the
+ * lock.  A call from a callback is refused first: the outer call owns those
+ * arrays.  On KVP_OK the caller holds the lock. */
+static kvp_status admit_enter(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *nblocks)
 {
     if (!seq || !tokens || n == 0)
         return KVP_EINVAL;
@@ -359,7 +359,7 @@ static kvp_status admit_prepare(kvp_seq *seq, const uint32_t *tokens, size_t n, 
     kvp_status rc = seq_reserve(p, seq, *nblocks);
     if (!rc && p->cfg.prefix_caching)
         rc = kvp__hash_chain(p, tokens, n / bs, extra_of(seq), seq->hashes, 0);
-    return rc;
+    return rc ? rc : kvp__enter(p);
 }
 
 /* Under the lock: the longest cached prefix of tokens[0..n), leaving at least
@@ -395,12 +395,10 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
                                       size_t *cached_tokens)
 {
     size_t nblocks;
-    kvp_status rc = admit_prepare(seq, tokens, n, &nblocks);
+    kvp_status rc = admit_enter(seq, tokens, n, &nblocks);
     if (rc)
         return rc;
     kvp_pool *p = seq->pool;
-    if ((rc = kvp__enter(p)))
-        return rc;
     size_t bs = p->cfg.block_size, nfull = n / bs;
     size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0;
     uint32_t matched_free;
@@ -436,12 +434,10 @@ kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t 
     if (!cached_tokens || !blocks_needed)
         return KVP_EINVAL;
     size_t nblocks;
-    kvp_status rc = admit_prepare(seq, tokens, n, &nblocks);
+    kvp_status rc = admit_enter(seq, tokens, n, &nblocks);
     if (rc)
         return rc;
     kvp_pool *p = seq->pool;
-    if ((rc = kvp__enter(p)))
-        return rc;
     uint32_t matched_free;
     size_t k = match_prefix(p, seq, tokens, n, &matched_free);
     *cached_tokens = k * p->cfg.block_size;

@@ -6,7 +6,8 @@
  * block: state, ref count, fill, hash and the order it was published and
  * freed; the content index as "the first published block still indexed with
  * that hash") is driven in lock step with a real pool by a seeded splitmix64
- * stream of operations: admit (with create), append, fork, destroy, and now
+ * stream of operations: admit (with create, and kvp_seq_probe first, whose
+ * answers must predict it), append, fork, destroy, and now
  * and then kvp_evict, kvp_reset_prefix_cache, kvp_retire_top and kvp_extend,
  * plus refused calls (admit into a busy sequence, ids in use, reset while
  * blocks are held, retire with nothing to move into).  Hashes come from
@@ -395,6 +396,12 @@ static void op_admit(model *m)
     uint64_t avail = free_count(m) - matched_cached;
     kvp_status want = nblocks - hit > avail ? KVP_EEXHAUSTED : KVP_OK;
     uint64_t fp = kvptest_fp(m->pool);
+    /* kvp_seq_probe predicts this admission and changes nothing. */
+    size_t pc = 0, pn = 0;
+    expect_status(m, kvp_seq_probe(s->h, s->tok, n, &pc, &pn), KVP_OK, "kvp_seq_probe");
+    MCHECK_EQ(m, kvptest_fp(m->pool), fp, "fingerprint after probe");
+    MCHECK_EQ(m, pc, hit * bs, "probed cached_tokens");
+    MCHECK_EQ(m, pn, nblocks - hit + matched_cached, "probed blocks_needed");
     size_t cached = 77777;
     kvp_status got = kvp_seq_admit(s->h, s->tok, n, &cached);
     expect_status(m, got, want, "kvp_seq_admit");

@@ -359,21 +359,32 @@ static void test_reused_block_loses_hash(void **state)
 
 /* ---- all-or-nothing admission ------------------------------------------- */
 
-static void test_admit_exhausted(void **state)
+/* A pool of 6 blocks of 4 where sequence 9 holds 3 blocks and the first 9
+ * tokens of tp[0..20) (tokens 100..119) were admitted and freed: their 2
+ * full blocks cached, written to ia[0..1], the partial one vacant.  Returns
+ * the pool. */
+static kvp_pool *two_cached_pool(uint32_t *tp, kvp_block *ia, size_t ia_cap)
 {
-    (void)state;
     kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
     kvp_pool *pool = kvptest_create(&cfg);
-    uint32_t tx[12], tp[20];
+    uint32_t tx[12];
     fill_tokens(tx, 12, 900);
     fill_tokens(tp, 20, 100);
     kvp_seq *x = mkseq(pool, 9);
     admit(x, tx, 12); /* holds 3 blocks */
     kvp_seq *a = mkseq(pool, 1);
     admit(a, tp, 9); /* 2 full + 1 partial */
-    kvp_block ia[8];
-    table(a, ia, NULL);
+    table_at(a, ia, ia_cap, NULL, __FILE__, __LINE__);
     KVP_ASSERT_OK(kvp_seq_destroy(a)); /* ia[0..1] cached, ia[2] vacant */
+    return pool;
+}
+
+static void test_admit_exhausted(void **state)
+{
+    (void)state;
+    uint32_t tp[20];
+    kvp_block ia[8];
+    kvp_pool *pool = two_cached_pool(tp, ia, ARRAY_LEN(ia));
     kvp_hash hp[5];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, tp, 20, NULL, hp, 5, 0, NULL));
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
@@ -431,89 +442,75 @@ static void test_admit_exhausted(void **state)
 
 /* ---- probe: what an admission would do, changing nothing ---------------- */
 
-/* kvp_seq_probe's answers, asserting that the call succeeded and changed
+/* kvp_seq_probe must succeed, answer `cached` and `needed`, and change
  * neither the pool nor any counter. */
-static void probe_at(kvp_pool *pool, kvp_seq *s, const uint32_t *t, size_t n, size_t *cached,
-                     size_t *needed, const char *file, int line)
+static void expect_probe_at(kvp_pool *pool, kvp_seq *s, const uint32_t *t, size_t n, size_t cached,
+                            size_t needed, const char *file, int line)
 {
     uint64_t fp = kvptest_fp_at(pool, file, line);
     kvp_stats before = kvptest_stats_at(pool, file, line);
-    kvptest_assert_status(kvp_seq_probe(s, t, n, cached, needed), KVP_OK, "kvp_seq_probe", file,
-                          line);
+    size_t c = 9999, nd = 9999;
+    kvptest_assert_status(kvp_seq_probe(s, t, n, &c, &nd), KVP_OK, "kvp_seq_probe", file, line);
     kvptest_assert_fp_at(pool, fp, "kvp_seq_probe", file, line);
     kvp_stats after = kvptest_stats_at(pool, file, line);
     if (memcmp(&before, &after, sizeof before))
         _fail(file, line);
+    kvptest_assert_eq(c, cached, "cached_tokens", "expected", file, line);
+    kvptest_assert_eq(nd, needed, "blocks_needed", "expected", file, line);
 }
-#define PROBE(pool, s, t, n, c, nd) probe_at((pool), (s), (t), (n), (c), (nd), __FILE__, __LINE__)
+#define EXPECT_PROBE(pool, s, t, n, c, nd)                                                         \
+    expect_probe_at((pool), (s), (t), (n), (c), (nd), __FILE__, __LINE__)
 
 static void test_probe(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
-    uint32_t tx[12], tp[20];
-    fill_tokens(tx, 12, 900);
-    fill_tokens(tp, 20, 100);
-    kvp_seq *x = mkseq(pool, 9);
-    admit(x, tx, 12); /* holds 3 blocks */
-    kvp_seq *a = mkseq(pool, 1);
-    admit(a, tp, 9);
-    KVP_ASSERT_OK(kvp_seq_destroy(a)); /* 2 cached blocks of tp, 1 vacant */
+    uint32_t tp[20];
+    kvp_block ia[8];
+    kvp_pool *pool = two_cached_pool(tp, ia, ARRAY_LEN(ia));
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
 
     kvp_seq *b = mkseq(pool, 2);
-    size_t c = 0, nd = 0;
+    size_t c = 4242, nd = 4242; /* refused probes leave them alone */
     /* 20 tokens, 5 blocks: 2 hits on free cached blocks + 3 new = 5 > 3. */
-    PROBE(pool, b, tp, 20, &c, &nd);
-    KVP_ASSERT_EQ(c, 8);
-    KVP_ASSERT_EQ(nd, 5);
+    EXPECT_PROBE(pool, b, tp, 20, 8, 5);
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 20, NULL), KVP_EEXHAUSTED);
     /* 13 tokens: 2 hits + 2 new = 4 > 3. */
-    PROBE(pool, b, tp, 13, &c, &nd);
-    KVP_ASSERT_EQ(c, 8);
-    KVP_ASSERT_EQ(nd, 4);
+    EXPECT_PROBE(pool, b, tp, 13, 8, 4);
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 13, NULL), KVP_EEXHAUSTED);
     /* 8 tokens: the leave-one-token cap allows 1 hit: 1 + 1 new. */
-    PROBE(pool, b, tp, 8, &c, &nd);
-    KVP_ASSERT_EQ(c, 4);
-    KVP_ASSERT_EQ(nd, 2);
+    EXPECT_PROBE(pool, b, tp, 8, 4, 2);
     /* 12 tokens: 2 hits + 1 new = 3: fits exactly, and admit agrees. */
-    PROBE(pool, b, tp, 12, &c, &nd);
-    KVP_ASSERT_EQ(c, 8);
-    KVP_ASSERT_EQ(nd, 3);
+    EXPECT_PROBE(pool, b, tp, 12, 8, 3);
     KVP_ASSERT_EQ(admit(b, tp, 12), 8);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 0);
 
     /* Hits on blocks in use take nothing from the free list. */
     kvp_seq *d = mkseq(pool, 3);
-    PROBE(pool, d, tp, 12, &c, &nd);
-    KVP_ASSERT_EQ(c, 8);
-    KVP_ASSERT_EQ(nd, 1);
-    PROBE(pool, d, tp, 8, &c, &nd);
-    KVP_ASSERT_EQ(c, 4);
-    KVP_ASSERT_EQ(nd, 1);
+    EXPECT_PROBE(pool, d, tp, 12, 8, 1);
+    EXPECT_PROBE(pool, d, tp, 8, 4, 1);
 
     /* Refusals change nothing. */
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(b, tp, 4, &c, &nd), KVP_EBUSY);
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 0, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, SIZE_MAX, &c, &nd), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, NULL, 4, &c, &nd), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(NULL, tp, 4, &c, &nd), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, NULL, &nd), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, &c, NULL), KVP_EINVAL);
+    KVP_ASSERT_EQ(c, 4242);
+    KVP_ASSERT_EQ(nd, 4242);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 
     /* Without prefix caching nothing is cached: every block is new. */
+    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
     cfg.prefix_caching = 0;
     pool = kvptest_create(&cfg);
-    a = mkseq(pool, 1);
+    kvp_seq *a = mkseq(pool, 1);
     admit(a, tp, 9);
     KVP_ASSERT_OK(kvp_seq_destroy(a));
     b = mkseq(pool, 2);
-    PROBE(pool, b, tp, 12, &c, &nd);
-    KVP_ASSERT_EQ(c, 0);
-    KVP_ASSERT_EQ(nd, 3);
+    EXPECT_PROBE(pool, b, tp, 12, 0, 3);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }
