@@ -34,6 +34,8 @@ static const char usage_text[] =
     "  --block-tokens T      tokens per trace hash id (default 16)\n"
     "  --block-size K        tokens per kvpool block (default 16)\n"
     "  --max-tokens M        cap on tokens generated per request (default 16)\n"
+    "  --output-tokens M     generate exactly M tokens per request instead of the\n"
+    "                        trace's scaled output length (default 0: scaled)\n"
     "  --budget N            tokens computed per step (default 512)\n"
     "  --max-running N       requests running at once (default 256)\n"
     "  --temperature X       0 for greedy (default 1)\n"
@@ -45,7 +47,8 @@ static const char usage_text[] =
 
 typedef struct opts {
     const char *trace, *model;
-    uint64_t requests, blocks, seed, block_tokens, block_size, max_tokens, budget, max_running;
+    uint64_t requests, blocks, seed, block_tokens, block_size, max_tokens, output_tokens;
+    uint64_t budget, max_running;
     uint64_t retire_at, retire;
     double temperature;
     int no_prefix, json;
@@ -76,6 +79,7 @@ static int parse(int argc, char **argv, opts *o)
         {"--block-tokens", offsetof(opts, block_tokens), TRACE_ID_TOKENS},
         {"--block-size", offsetof(opts, block_size), 65535},
         {"--max-tokens", offsetof(opts, max_tokens), 1u << 16},
+        {"--output-tokens", offsetof(opts, output_tokens), 1u << 16},
         {"--budget", offsetof(opts, budget), 1u << 24},
         {"--max-running", offsetof(opts, max_running), 1u << 20},
         {"--retire-at", offsetof(opts, retire_at), 1u << 30},
@@ -146,7 +150,8 @@ static uint64_t scale_up(uint64_t x, uint64_t num, uint64_t den)
 
 /* The requests for the first n of trace t: prompts of the scaled input
  * length (at most the ids' blocks, at least 1), outputs of the scaled
- * output length capped by max_tokens, both within the model's positions. */
+ * output length capped by max_tokens (or output_tokens when set), both
+ * within the model's positions. */
 static int build_requests(const kvpt_trace *t, const opts *o, const tfm_model *m,
                           eng_request *reqs, uint32_t **tok_out)
 {
@@ -163,6 +168,8 @@ static int build_requests(const kvpt_trace *t, const opts *o, const tfm_model *m
         uint64_t cap = nid * o->block_tokens;
         uint64_t outl = scale_up(t->output_length[q], o->block_tokens, TRACE_ID_TOKENS);
         outl = outl < 1 ? 1 : outl > o->max_tokens ? o->max_tokens : outl;
+        if (o->output_tokens)
+            outl = o->output_tokens;
         if (outl > seq_len / 2)
             outl = seq_len / 2;
         want = want < 1 ? 1 : want > cap ? cap : want;
