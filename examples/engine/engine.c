@@ -546,21 +546,24 @@ static int check_config(const eng_config *c, char *err, size_t cap)
 static int setup(engine *e, const eng_request *reqs, size_t n_reqs, eng_output *outs)
 {
     const eng_config *c = e->cfg;
-    size_t total = 0, max_pos = 1;
+    size_t total = 0, max_pos = 1, worst = 0;
     uint32_t keep = c->num_blocks - (c->retire_at_step ? c->retire_blocks : 0);
     for (size_t r = 0; r < n_reqs; r++) {
         if (check_request(e->m, &reqs[r], e->err, e->cap))
             return -1;
         size_t npos = reqs[r].n_prompt + reqs[r].max_tokens - 1;
-        size_t need = (npos + c->block_size - 1) / c->block_size;
-        if (need > keep) {
-            snprintf(e->err, e->cap, "request %llu needs %zu blocks, the pool keeps %u",
-                     (unsigned long long)reqs[r].id, need, keep);
-            return -1;
+        if (npos > max_pos) {
+            max_pos = npos;
+            worst = r;
         }
-        max_pos = npos > max_pos ? npos : max_pos;
         total += reqs[r].n;
         e->sum->prompt_tokens += reqs[r].n_prompt;
+    }
+    size_t need = (max_pos + c->block_size - 1) / c->block_size;
+    if (n_reqs && need > keep) {
+        snprintf(e->err, e->cap, "request %llu needs %zu blocks (the most of any request), "
+                 "the pool keeps %u", (unsigned long long)reqs[worst].id, need, keep);
+        return -1;
     }
     e->units = calloc(total ? total : 1, sizeof *e->units);
     e->running = malloc((total ? total : 1) * sizeof(size_t));
