@@ -838,6 +838,28 @@ KVP_API kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n,
 KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n);
 
 /*
+ * Keep only the first n tokens of a sequence (n <= its token count): the
+ * rollback of rejected speculative tokens, or a prompt cut back.  Blocks
+ * past the first ceil(n / block_size) are dropped, last first (a published
+ * one stays cached: its content is still right for its hash).  When n ends
+ * inside a block that another sequence also holds or that is published,
+ * that block keeps its content for the others and the sequence continues in
+ * a fresh copy of it (through the storage hook, counted in cow_copies), so
+ * later writes never land in bytes others read; otherwise the block's fill
+ * becomes n % block_size.  tokens[0..n) are the sequence's tokens as the
+ * caller keeps them; only the n % block_size tokens of the new partial
+ * block are read (the sequence keeps no tokens of full blocks), and when
+ * the cut lies in the current partial block they must match the ones it
+ * holds.  n == the token count changes nothing.  All or nothing.
+ * Errors: KVP_EINVAL (NULL seq; n above the token count; NULL tokens with
+ * n % block_size != 0; tokens that differ from those of the current partial
+ * block), KVP_EEXHAUSTED (a copy is needed and no block is free, counting
+ * the blocks the truncation frees), KVP_ENOMEM, KVP_EBUSY.  O(dropped
+ * blocks + block_size).
+ */
+KVP_API kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n);
+
+/*
  * Fork: create sequence `child_id` sharing every block of `parent` (one more
  * reference each), with the same tokens and extra keys.  Errors: KVP_EINVAL,
  * KVP_EOWNERACTIVE (child_id exists), KVP_ENOMEM, KVP_EBUSY.  O(blocks +
@@ -848,7 +870,7 @@ KVP_API kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **ch
 /*
  * The block table, in logical order, without copying: *ids points into the
  * sequence and stays valid until the next call that changes this sequence
- * (admit, append, destroy) or relocates a block (kvp_retire_top), or
+ * (admit, append, truncate, destroy) or relocates a block (kvp_retire_top), or
  * kvp_pool_clear.  *n_tokens (may be NULL) receives the token count.
  * Errors: KVP_EINVAL.  O(1).
  */
@@ -954,17 +976,19 @@ typedef struct kvp_stats {
     uint64_t owners;           /* active owners */
     uint64_t peak_in_use;      /* high-water mark of in_use; reset to in_use */
     uint64_t alloc_calls;      /* rate: successful kvp_alloc/kvp_take/take_id,
-                                  and admissions/appends that took blocks */
+                                  and admissions/appends/truncations that
+                                  took blocks */
     uint64_t blocks_allocated; /* rate */
     uint64_t free_calls;       /* rate: successful kvp_free (n > 0),
                                   kvp_free_owner, kvp_seq_destroy of a
-                                  sequence holding blocks */
+                                  sequence holding blocks, kvp_seq_truncate
+                                  dropping references */
     uint64_t blocks_freed;     /* rate: references dropped */
     uint64_t reused;           /* rate: blocks handed out for fresh content that
                                   had been handed out before (claims of
                                   content do not count) */
     uint64_t exhausted;        /* rate: allocation attempts (alloc, take,
-                                  admission, append) refused for lack of
+                                  admission, append, truncate) refused for lack of
                                   blocks; kvp_ensure_free and kvp_retire_top
                                   failures do not count */
     uint64_t grown;            /* rate: blocks added by growth on exhaustion */

@@ -1,5 +1,6 @@
 /*
- * sequence.c — per-request block tables: admit, append, fork, destroy.
+ * sequence.c — per-request block tables: admit, append, truncate, fork,
+ * destroy.
  *
  * What it owns: the sequence registry (request id -> sequence), each
  * sequence's block table, block hashes, the tokens of its partial last block,
@@ -525,6 +526,83 @@ KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, siz
             memcpy(seq->tail + old_fill, tokens, n * sizeof *tokens);
         seq->ntokens = total;
         p->ctr.alloc_calls += fresh + cow > 0;
+    }
+    kvp__leave(p, rc == KVP_OK);
+    return rc;
+}
+
+/* Blocks of q from index `from` on that only q holds (ref 1): what dropping
+ * them puts back on the free list. */
+static uint32_t sole_blocks(const kvp_pool *p, const kvp_seq *q, size_t from)
+{
+    uint32_t n = 0;
+    for (size_t i = from; i < q->nblocks; i++)
+        n += p->blocks[q->blocks[i]].ref == 1;
+    return n;
+}
+
+kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n)
+{
+    if (!seq)
+        return KVP_EINVAL;
+    kvp_pool *p = seq->pool;
+    size_t bs = p->cfg.block_size, fill = n % bs;
+    if (n > seq->ntokens || (fill && !tokens))
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(p);
+    if (rc)
+        return rc;
+    if (n == seq->ntokens) {
+        kvp__leave(p, false);
+        return KVP_OK;
+    }
+    size_t keep = n / bs + (fill != 0);
+    size_t old_fill = seq->ntokens % bs;
+    /* The cut lies in the old partial block: its tokens are known. */
+    if (fill && old_fill && keep == seq->nblocks &&
+        memcmp(seq->tail, tokens + (n - fill), fill * sizeof *tokens))
+        rc = KVP_EINVAL;
+    /* A new partial last block that others hold or that is published keeps
+     * its content for them: the sequence continues in a copy. */
+    uint32_t last = fill ? seq->blocks[keep - 1] : KVP__NONE;
+    bool copy = fill && (p->blocks[last].ref > 1 || (p->blocks[last].flags & KVP__F_PUBLISHED));
+    if (!rc && copy)
+        rc = kvp__room_for(p, 0, p->st[0].nvacant + p->st[0].ncached + sole_blocks(p, seq, keep),
+                           1);
+    if (!rc) {
+        size_t dropped = seq->nblocks - keep;
+        /* The tail first (its blocks may serve the copy), its free
+         * insertions closed before the take. */
+        kvp__cursor cur = KVP__CURSOR(dropped);
+        for (size_t i = seq->nblocks; i-- > keep;) {
+            uint32_t b = seq->blocks[i];
+            kvp__ref_drop(p, b, KVP__SEQ);
+            if (p->blocks[b].ref == 0)
+                kvp__release_block(p, b, &cur);
+        }
+        kvp__free_end(p, &cur);
+        seq->nblocks = keep;
+        if (copy) {
+            uint32_t b = take_block(p);
+            kvp__storage_copy(p, 0, last, b);
+            set_fill(p, b, (uint32_t)fill);
+            seq->blocks[keep - 1] = b;
+            kvp__cursor one = KVP__CURSOR(1);
+            kvp__ref_drop(p, last, KVP__SEQ);
+            if (p->blocks[last].ref == 0)
+                kvp__release_block(p, last, &one);
+            kvp__free_end(p, &one);
+            p->ctr.cow_copies++;
+            p->ctr.alloc_calls++;
+            dropped++;
+        } else if (fill) {
+            set_fill(p, last, (uint32_t)fill);
+        }
+        p->ctr.free_calls += dropped > 0;
+        p->ctr.blocks_freed += dropped;
+        seq->nhashes = p->cfg.prefix_caching ? n / bs : 0;
+        memmove(seq->tail, tokens ? tokens + (n - fill) : seq->tail, fill * sizeof *seq->tail);
+        seq->ntokens = n;
     }
     kvp__leave(p, rc == KVP_OK);
     return rc;
