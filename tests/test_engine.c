@@ -9,7 +9,8 @@
  * prefix caching on and off, chunked prefill under a tiny token budget, a
  * pool small enough to force preemption, forks (n > 1) with copy-on-write, a
  * kvp_retire_top shrink in the middle, thread_safe, verify_hits, greedy
- * decoding.  Each configuration also asserts that the mechanism it is about
+ * decoding, speculative decoding (drafts rolled back with kvp_seq_truncate).
+ * Each configuration also asserts that the mechanism it is about
  * really happened (hits, preemptions, forks, copies, relocations).  Also:
  * a llama2.c checkpoint written and read back gives the same results, and
  * hostile checkpoints and impossible requests are refused without a crash.
@@ -239,6 +240,31 @@ static void test_greedy(void **state)
     run_and_compare(&c, 1, &g_model);
 }
 
+/* Speculative decoding: drafts by prompt lookup, verified in one pass, the
+ * rejected ones cut off the sequence by kvp_seq_truncate (into shared and
+ * published blocks too, with forks and a small pool).  The tokens must be
+ * those of plain decoding. */
+static void test_speculative(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 3; mode++) {
+        eng_config c = base_config();
+        c.spec_tokens = 3;
+        c.temperature = mode == 0 ? 0.0f : 1.0f;
+        c.num_blocks = mode == 2 ? 16 : 128;
+        c.token_budget = 12;
+        c.max_running = 4;
+        eng_summary s = run_and_compare(&c, mode != 0, &g_model);
+        if (s.spec_drafted == 0 || s.spec_drafted == s.spec_accepted)
+            fail_msg("mode %d: %llu drafted, %llu accepted: no rollback", mode,
+                     (unsigned long long)s.spec_drafted, (unsigned long long)s.spec_accepted);
+        if (mode == 0 && s.spec_accepted == 0)
+            fail_msg("greedy decoding accepted no draft");
+        if (mode == 2 && s.preemptions == 0)
+            fail_msg("the small pool preempted nothing");
+    }
+}
+
 /* A checkpoint written in the llama2.c format and read back holds the same
  * weights; the engine on the loaded model matches the reference. */
 static void test_checkpoint_roundtrip(void **state)
@@ -391,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_retire_mid_run),
         cmocka_unit_test(test_thread_safe_and_verify_hits),
         cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_checkpoint_refusals),
         cmocka_unit_test(test_engine_refusals),

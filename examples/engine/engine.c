@@ -59,6 +59,8 @@ typedef struct engine {
     float **arena;           /* per block id: its address, once asked */
     tfm_state st;
     float *logits;
+    float *spec_logits;      /* (spec_tokens + 1) x vocab */
+    uint32_t *drafts;        /* spec_tokens */
     double t0, kv_seconds;
     eng_summary *sum;
     char *err;
@@ -308,10 +310,9 @@ static int take_token(engine *e, size_t ui)
     return 0;
 }
 
-/* Compute positions [a, b) of unit ui, whose sequence now holds b tokens,
- * reading and writing K/V through the sequence's block table; at the last
- * known token, draw the next one. */
-static int compute(engine *e, size_t ui, size_t a, size_t b)
+/* Point kv at unit ui's blocks, read through its table; the sequence must
+ * hold b tokens. */
+static int kv_view(engine *e, size_t ui, size_t b, tfm_kv *kv)
 {
     unit *u = &e->units[ui];
     const kvp_block *ids;
@@ -337,7 +338,19 @@ static int compute(engine *e, size_t ui, size_t a, size_t b)
     for (size_t i = 0; i < nb; i++)
         if (!(u->bptr[i] = block_addr(e, ids[i])))
             return -1;
-    tfm_kv kv = {u->bptr, e->cfg->block_size};
+    *kv = (tfm_kv){u->bptr, e->cfg->block_size};
+    return 0;
+}
+
+/* Compute positions [a, b) of unit ui, whose sequence now holds b tokens,
+ * reading and writing K/V through the sequence's block table; at the last
+ * known token, draw the next one. */
+static int compute(engine *e, size_t ui, size_t a, size_t b)
+{
+    unit *u = &e->units[ui];
+    tfm_kv kv;
+    if (kv_view(e, ui, b, &kv))
+        return -1;
     for (size_t p = a; p < b; p++)
         tfm_forward(e->m, &e->st, u->tokens[p], p, &kv, p + 1 == u->ntok ? e->logits : NULL);
     u->computed = b;
@@ -349,33 +362,106 @@ static int compute(engine *e, size_t ui, size_t a, size_t b)
     return take_token(e, ui);
 }
 
-/* Append the next n tokens of running unit ui to its sequence and compute
- * them.  When the pool is exhausted, preempt the youngest running unit and
- * retry; *self_preempted is set when that was ui itself. */
-static int advance(engine *e, size_t ui, size_t n, int *self_preempted)
+/* Append unit ui's next n tokens (from u->computed) to its sequence, or
+ * (truncate) cut the sequence back to n tokens, preempting the youngest
+ * running unit while the pool is exhausted.  Returns 1 when done, 0 when
+ * ui itself was preempted, -1 on error. */
+static int with_room(engine *e, size_t ui, int truncate, size_t n)
 {
     unit *u = &e->units[ui];
-    *self_preempted = 0;
     for (;;) {
         kvp_status rc;
-        KVCALL(e, rc, kvp_seq_append(u->seq, u->tokens + u->computed, n));
+        if (truncate)
+            KVCALL(e, rc, kvp_seq_truncate(u->seq, u->tokens, n));
+        else
+            KVCALL(e, rc, kvp_seq_append(u->seq, u->tokens + u->computed, n));
         if (rc == KVP_OK)
-            break;
+            return 1;
         if (rc != KVP_EEXHAUSTED)
-            return fail(e, "kvp_seq_append", rc);
+            return fail(e, truncate ? "kvp_seq_truncate" : "kvp_seq_append", rc);
         size_t v = e->running[e->n_running - 1];
         if (preempt(e, v))
             return -1;
-        if (v == ui) {
-            *self_preempted = 1;
+        if (v == ui)
             return 0;
-        }
     }
+}
+
+/* Append the next n tokens of running unit ui and compute them;
+ * *self_preempted is set when ui had to be preempted instead. */
+static int advance(engine *e, size_t ui, size_t n, int *self_preempted)
+{
+    unit *u = &e->units[ui];
+    int r = with_room(e, ui, 0, n);
+    *self_preempted = r == 0;
+    if (r <= 0)
+        return r;
     if (u->in_prefill)
         e->sum->prefill_tokens_computed += n;
     else
         e->sum->decode_tokens += n;
     return compute(e, ui, u->computed, u->computed + n);
+}
+
+/* Draft up to k tokens for decoding unit u by prompt lookup: the tokens
+ * that followed the latest earlier occurrence of its last token.  Writes
+ * them to e->drafts and after u's tokens; returns how many. */
+static size_t propose(engine *e, unit *u, size_t k)
+{
+    uint32_t last = u->tokens[u->ntok - 1];
+    for (size_t i = u->ntok - 1; k > 0 && i-- > 0;)
+        if (u->tokens[i] == last) {
+            size_t n = 0;
+            for (; n < k && i + 1 + n < u->ntok; n++)
+                e->drafts[n] = u->tokens[i + 1 + n];
+            memcpy(u->tokens + u->ntok, e->drafts, n * sizeof *e->drafts);
+            return n;
+        }
+    return 0;
+}
+
+/*
+ * A speculative decode step of unit ui with k drafted tokens: append the
+ * pending token and the drafts, compute all k + 1 positions, then draw
+ * token after token as plain decoding would (same logits, same keys),
+ * keeping drafts while each equals the token drawn at its place.  The
+ * rejected drafts' positions are cut off the sequence (kvp_seq_truncate).
+ */
+static int decode_spec(engine *e, size_t ui, size_t k, int *self_preempted)
+{
+    unit *u = &e->units[ui];
+    size_t base = u->computed, vocab = (size_t)e->m->cfg.vocab_size;
+    int r = with_room(e, ui, 0, k + 1);
+    *self_preempted = r == 0;
+    if (r <= 0)
+        return r;
+    tfm_kv kv;
+    if (kv_view(e, ui, base + k + 1, &kv))
+        return -1;
+    for (size_t j = 0; j <= k; j++)
+        tfm_forward(e->m, &e->st, u->tokens[base + j], base + j, &kv, e->spec_logits + j * vocab);
+    u->computed = base + k + 1;
+    e->sum->decode_tokens += k + 1;
+    e->sum->spec_drafted += k;
+    for (size_t j = 0; j <= k; j++) {
+        memcpy(e->logits, e->spec_logits + j * vocab, vocab * sizeof *e->logits);
+        u->ntok = base + 1 + j;
+        if (take_token(e, ui))
+            return -1;
+        if (u->state == U_DONE)
+            return 0;
+        if (j == k || u->tokens[base + 1 + j] != e->drafts[j])
+            break;
+        e->sum->spec_accepted++;
+    }
+    size_t keep = u->ntok - 1; /* the new token is pending, as after any decode */
+    if (keep == u->computed)
+        return 0;
+    r = with_room(e, ui, 1, keep);
+    *self_preempted = r == 0;
+    if (r > 0)
+        u->computed = keep;
+    return r < 0 ? -1 : 0;
 }
 
 /* Admit the first waiting unit: its cached prefix and a first chunk of at
@@ -449,13 +535,15 @@ static int retire(engine *e)
     return 0;
 }
 
-/* One step: decodes, then prefill chunks of running units, then
- * admissions, within the token budget. */
+/* One step: decodes (with drafts when speculating), then prefill chunks
+ * of running units, then admissions, within the token budget. */
 static int step(engine *e)
 {
-    size_t budget = e->cfg->token_budget;
+    size_t budget = e->cfg->token_budget, decodes = 0;
     if (e->sum->steps == e->cfg->retire_at_step && retire(e))
         return -1;
+    for (size_t i = 0; i < e->n_running; i++)
+        decodes += !e->units[e->running[i]].in_prefill;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < e->n_running && budget > 0;) {
             size_t ui = e->running[i];
@@ -464,13 +552,21 @@ static int step(engine *e)
                 i++;
                 continue;
             }
-            size_t left = u->ntok - u->computed, n = left < budget ? left : budget;
+            size_t left = u->ntok - u->computed, n = left < budget ? left : budget, k = 0;
+            if (!pass) {
+                /* Drafts may use the budget the remaining decodes leave. */
+                size_t room = budget > decodes ? budget - decodes : 0;
+                size_t cap = u->req->max_tokens - u->ngen - 1;
+                decodes--;
+                k = e->cfg->spec_tokens < room ? e->cfg->spec_tokens : room;
+                k = propose(e, u, k < cap ? k : cap);
+            }
             int self = 0;
-            if (advance(e, ui, n, &self))
+            if (k ? decode_spec(e, ui, k, &self) : advance(e, ui, n, &self))
                 return -1;
             if (self)
                 break; /* it was the youngest: nothing after it */
-            budget -= n;
+            budget -= n + k;
             i += e->units[ui].state == U_RUNNING; /* a finished unit left the list */
         }
     }
@@ -533,9 +629,11 @@ static int check_config(const eng_config *c, char *err, size_t cap)
 {
     if (!c->model || c->block_size == 0 || c->block_size > 65535 || c->num_blocks == 0 ||
         c->max_running == 0 || c->token_budget < c->max_running ||
-        c->retire_blocks >= c->num_blocks || c->temperature < 0.0f) {
+        c->retire_blocks >= c->num_blocks || c->temperature < 0.0f ||
+        c->spec_tokens > ENG_MAX_SPEC) {
         snprintf(err, cap, "bad engine configuration (block size 1..65535, blocks > retired, "
-                 "token budget >= max running >= 1, temperature >= 0)");
+                 "token budget >= max running >= 1, temperature >= 0, drafts <= %d)",
+                 ENG_MAX_SPEC);
         return -1;
     }
     return 0;
@@ -570,7 +668,10 @@ static int setup(engine *e, const eng_request *reqs, size_t n_reqs, eng_output *
     e->waiting = malloc((total ? total : 1) * sizeof(size_t));
     e->arena = calloc(c->num_blocks, sizeof *e->arena);
     e->logits = malloc((size_t)e->m->cfg.vocab_size * sizeof *e->logits);
-    if (!e->units || !e->running || !e->waiting || !e->arena || !e->logits ||
+    e->spec_logits = malloc((c->spec_tokens + 1) * (size_t)e->m->cfg.vocab_size * sizeof(float));
+    e->drafts = malloc((c->spec_tokens ? c->spec_tokens : 1) * sizeof *e->drafts);
+    if (!e->units || !e->running || !e->waiting || !e->arena || !e->logits || !e->spec_logits ||
+        !e->drafts ||
         tfm_state_init(&e->st, e->m, max_pos)) {
         snprintf(e->err, e->cap, "out of memory");
         return -1;
@@ -627,6 +728,8 @@ static void teardown(engine *e)
     free(e->waiting);
     free(e->arena);
     free(e->logits);
+    free(e->spec_logits);
+    free(e->drafts);
     tfm_state_free(&e->st);
     kvp_pool_destroy(e->pool);
 }

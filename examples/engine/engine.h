@@ -14,7 +14,10 @@
  * sample is preempted (its sequence destroyed, its blocks left cached) and
  * requeued first; it is recomputed from its tokens, hitting what it cached.
  * At a chosen step the pool shrinks by kvp_retire_top: kvpool moves the
- * bytes of blocks in use and rewrites the tables.
+ * bytes of blocks in use and rewrites the tables.  With spec_tokens, a
+ * decode step drafts tokens by prompt lookup, computes them with the
+ * pending token in one pass, keeps the drafts that match what sampling
+ * draws and cuts the rest off the sequence (kvp_seq_truncate).
  *
  * eng_dense runs one sample alone against a contiguous cache: the
  * reference every paged run must equal bit for bit.
@@ -29,6 +32,8 @@
 
 /* Samples per request at most; sequence ids are request id x this + sample. */
 #define ENG_MAX_N 64u
+/* Drafted tokens per speculative decode step at most. */
+#define ENG_MAX_SPEC 16
 /* Request ids are below this, so that every sequence id fits 64 bits. */
 #define ENG_MAX_REQUEST_ID ((uint64_t)1 << 57)
 
@@ -53,6 +58,10 @@ typedef struct eng_config {
     uint64_t seed;           /* sampling */
     size_t retire_at_step;   /* step (from 1) that shrinks the pool; 0: none */
     uint32_t retire_blocks;  /* blocks retire_top takes off then */
+    size_t spec_tokens;      /* speculative decoding: draft up to this many
+                                tokens per decode step by prompt lookup,
+                                verify them in one pass, roll the rejected
+                                back with kvp_seq_truncate (0: off) */
     int check_each_step;     /* kvp_pool_check and the engine's own checks */
 } eng_config;
 
@@ -76,6 +85,7 @@ typedef struct eng_summary {
     uint64_t first_cached_tokens;      /* of those, at first admissions */
     uint64_t decode_tokens;            /* tokens computed one per step */
     uint64_t preemptions, forks, cow_copies, relocated, retired;
+    uint64_t spec_drafted, spec_accepted; /* draft tokens proposed, kept */
     size_t peak_running;
     double seconds, kvpool_seconds, kvpool_share, ttft_mean;
 } eng_summary;

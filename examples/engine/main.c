@@ -39,6 +39,8 @@ static const char usage_text[] =
     "  --budget N            tokens computed per step (default 512)\n"
     "  --max-running N       requests running at once (default 256)\n"
     "  --temperature X       0 for greedy (default 1)\n"
+    "  --spec-tokens K       speculative decoding: draft up to K tokens a step by\n"
+    "                        prompt lookup, roll rejected ones back (default 0)\n"
     "  --model FILE          llama2.c checkpoint instead of seeded weights\n"
     "  --retire-at STEP      shrink the pool at this step by --retire blocks\n"
     "  --retire N\n"
@@ -48,7 +50,7 @@ static const char usage_text[] =
 typedef struct opts {
     const char *trace, *model;
     uint64_t requests, blocks, seed, block_tokens, block_size, max_tokens, output_tokens;
-    uint64_t budget, max_running;
+    uint64_t budget, max_running, spec_tokens;
     uint64_t retire_at, retire;
     double temperature;
     int no_prefix, json;
@@ -82,6 +84,7 @@ static int parse(int argc, char **argv, opts *o)
         {"--output-tokens", offsetof(opts, output_tokens), 1u << 16},
         {"--budget", offsetof(opts, budget), 1u << 24},
         {"--max-running", offsetof(opts, max_running), 1u << 20},
+        {"--spec-tokens", offsetof(opts, spec_tokens), ENG_MAX_SPEC},
         {"--retire-at", offsetof(opts, retire_at), 1u << 30},
         {"--retire", offsetof(opts, retire), 1u << 24},
     };
@@ -212,15 +215,17 @@ static void print_json(const eng_request *reqs, const eng_output *outs, size_t n
            "\"prompt_tokens\":%llu,\"prefill_tokens_computed\":%llu,"
            "\"prefill_tokens_cached\":%llu,\"first_admission_cached_tokens\":%llu,"
            "\"decode_tokens\":%llu,\"preemptions\":%llu,\"cow_copies\":%llu,"
-           "\"relocated\":%llu,\"steps\":%zu,\"peak_running\":%zu,\"seconds\":%.6f,"
+           "\"relocated\":%llu,\"spec_drafted\":%llu,\"spec_accepted\":%llu,"
+           "\"steps\":%zu,\"peak_running\":%zu,\"seconds\":%.6f,"
            "\"ttft_mean_seconds\":%.6f,\"kvpool_seconds\":%.6f,\"kvpool_share\":%.6f}}\n",
            s->requests, (unsigned long long)o->blocks, o->no_prefix ? "false" : "true",
            (unsigned long long)s->prompt_tokens, (unsigned long long)s->prefill_tokens_computed,
            (unsigned long long)s->prefill_tokens_cached,
            (unsigned long long)s->first_cached_tokens, (unsigned long long)s->decode_tokens,
            (unsigned long long)s->preemptions, (unsigned long long)s->cow_copies,
-           (unsigned long long)s->relocated, s->steps, s->peak_running, s->seconds, s->ttft_mean,
-           s->kvpool_seconds, s->kvpool_share);
+           (unsigned long long)s->relocated, (unsigned long long)s->spec_drafted,
+           (unsigned long long)s->spec_accepted, s->steps, s->peak_running, s->seconds,
+           s->ttft_mean, s->kvpool_seconds, s->kvpool_share);
 }
 
 static void print_text(const eng_summary *s, const opts *o)
@@ -237,6 +242,9 @@ static void print_text(const eng_summary *s, const opts *o)
            (unsigned long long)s->prefill_tokens_cached, 100.0 * saved);
     printf("decode tokens            %llu\n", (unsigned long long)s->decode_tokens);
     printf("preemptions              %llu\n", (unsigned long long)s->preemptions);
+    if (o->spec_tokens)
+        printf("draft tokens             %llu proposed, %llu accepted\n",
+               (unsigned long long)s->spec_drafted, (unsigned long long)s->spec_accepted);
     printf("steps                    %zu (peak %zu running)\n", s->steps, s->peak_running);
     printf("wall time                %.3f s\n", s->seconds);
     printf("time to first token      %.3f s (mean)\n", s->ttft_mean);
@@ -286,6 +294,7 @@ int main(int argc, char **argv)
     c.seed = o.seed;
     c.retire_at_step = (size_t)o.retire_at;
     c.retire_blocks = (uint32_t)o.retire;
+    c.spec_tokens = (size_t)o.spec_tokens;
     eng_summary s;
     if (eng_run(&c, reqs, n, outs, &s, err, sizeof err)) {
         kvpt_error("%s", err);
