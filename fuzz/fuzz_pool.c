@@ -684,12 +684,22 @@ static void do_seq(rd *r, int op)
         static int h[MSEQB];
         if (!chain_ids(m->sq[q].extra, t, len, 0, len / m->c.bs, h))
             return;
-        size_t ec = 0, gc = 99;
+        size_t ec = 0, gc = 99, pc = 0, pn = 0;
+        uint32_t nfree = 0;
         OPF("seq_admit(%" PRIu64 ", n=%" PRIu32 ", family=%" PRIu32 ")", id, len, fam);
+        /* kvp_seq_probe first: it changes nothing (the model is not told)
+         * and predicts the admission. */
+        kvp_status ps = kvp_seq_probe(g_r.seq[q], t, len, &pc, &pn);
+        kvp_status fs = kvp_free_count(p, KVP_STREAM_SHARED, &nfree);
         es = mdl_seq_admit(m, q, len, h, &ec);
         gs = kvp_seq_admit(g_r.seq[q], t, len, &gc);
         cmp_status("kvp_seq_admit", gs, es, fp);
+        if (es == KVP_OK || es == KVP_EEXHAUSTED)
+            cmp_status("kvp_seq_probe", ps, KVP_OK, fp);
+        if (ps == KVP_OK && fs == KVP_OK && !m->c.grow)
+            cmp_status("kvp_seq_admit as probed", gs, pn <= nfree ? KVP_OK : KVP_EEXHAUSTED, fp);
         if (es == KVP_OK) {
+            cmp_u64("seq_admit cached_tokens as probed", pc, gc);
             cmp_u64("seq_admit cached_tokens", ec, gc);
             memcpy(g_r.tok[q], t, len * sizeof t[0]);
         }

@@ -819,6 +819,26 @@ KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
                                  size_t *cached_tokens);
 
 /*
+ * What kvp_seq_admit(seq, tokens, n) would do now, without doing it:
+ * *cached_tokens receives the prompt tokens it would serve from cache (the
+ * same longest-prefix rule, verified with verify_hits), *blocks_needed the
+ * free blocks it would take: the blocks after the cached prefix plus the
+ * matched blocks that are cached (free) now.  The admission succeeds without
+ * growth exactly when *blocks_needed <= kvp_free_count, as long as nothing
+ * changes the pool in between.  An engine uses it to admit a long prompt in
+ * chunks: admit tokens[0..cached + chunk) (the same prefix is found, since it
+ * leaves a token to compute), compute, then kvp_seq_append the next chunk.
+ * Changes nothing and counts nothing (no prefix queries or hits).
+ * Errors: as kvp_seq_admit without KVP_EEXHAUSTED: KVP_EINVAL (NULL
+ * seq/tokens/cached_tokens/blocks_needed, n == 0, n needing more than
+ * KVP_MAX_BLOCKS blocks), KVP_EBUSY (the sequence already has tokens; or
+ * from a callback), KVP_ENOMEM (room for the sequence's hashes).  O(n) plus
+ * O(1) per block.
+ */
+KVP_API kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                 size_t *cached_tokens, size_t *blocks_needed);
+
+/*
  * Append tokens[0..n) (generated tokens, or a prompt's continuation) to a
  * sequence: fill the last block, allocate blocks as they are needed, publish
  * each block when it becomes full.  Appending into a shared, partly filled
@@ -829,6 +849,28 @@ KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
  * O(n) plus O(1) per block.
  */
 KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n);
+
+/*
+ * Keep only the first n tokens of a sequence (n <= its token count): the
+ * rollback of rejected speculative tokens, or a prompt cut back.  Blocks
+ * past the first ceil(n / block_size) are dropped, last first (a published
+ * one stays cached: its content is still right for its hash).  When n ends
+ * inside a block that another sequence also holds or that is published,
+ * that block keeps its content for the others and the sequence continues in
+ * a fresh copy of it (through the storage hook, counted in cow_copies), so
+ * later writes never land in bytes others read; otherwise the block's fill
+ * becomes n % block_size.  tokens[0..n) are the sequence's tokens as the
+ * caller keeps them; only the n % block_size tokens of the new partial
+ * block are read (the sequence keeps no tokens of full blocks), and when
+ * the cut lies in the current partial block they must match the ones it
+ * holds.  n == the token count changes nothing.  All or nothing.
+ * Errors: KVP_EINVAL (NULL seq; n above the token count; NULL tokens with
+ * n % block_size != 0; tokens that differ from those of the current partial
+ * block), KVP_EEXHAUSTED (a copy is needed and no block is free, counting
+ * the blocks the truncation frees), KVP_ENOMEM, KVP_EBUSY.  O(dropped
+ * blocks + block_size).
+ */
+KVP_API kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n);
 
 /*
  * Fork: create sequence `child_id` sharing every block of `parent` (one more
@@ -842,7 +884,7 @@ KVP_API kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **ch
 /*
  * The block table, in logical order, without copying: *ids points into the
  * sequence and stays valid until the next call that changes this sequence
- * (admit, append, destroy) or relocates a block (kvp_retire_top), or
+ * (admit, append, truncate, destroy) or relocates a block (kvp_retire_top), or
  * kvp_pool_clear.  *n_tokens (may be NULL) receives the token count.
  * Errors: KVP_EINVAL.  O(1).
  */
@@ -957,17 +999,19 @@ typedef struct kvp_stats {
     uint64_t owners;           /* active owners */
     uint64_t peak_in_use;      /* high-water mark of in_use; reset to in_use */
     uint64_t alloc_calls;      /* rate: successful kvp_alloc/kvp_take/take_id,
-                                  and admissions/appends that took blocks */
+                                  and admissions/appends/truncations that
+                                  took blocks */
     uint64_t blocks_allocated; /* rate */
     uint64_t free_calls;       /* rate: successful kvp_free (n > 0),
                                   kvp_free_owner, kvp_seq_destroy of a
-                                  sequence holding blocks */
+                                  sequence holding blocks, kvp_seq_truncate
+                                  dropping references */
     uint64_t blocks_freed;     /* rate: references dropped */
     uint64_t reused;           /* rate: blocks handed out for fresh content that
                                   had been handed out before (claims of
                                   content do not count) */
     uint64_t exhausted;        /* rate: allocation attempts (alloc, take,
-                                  admission, append) refused for lack of
+                                  admission, append, truncate) refused for lack of
                                   blocks; kvp_ensure_free and kvp_retire_top
                                   failures do not count */
     uint64_t grown;            /* rate: blocks added by growth on exhaustion */

@@ -8,7 +8,7 @@
  * owner's reference array growing), shared-owner references (claims by
  * further owners: the xref slab), index growth (rebuilt with the pool),
  * verify arrays (verify_hits), hashing of long blocks, and sequences
- * (create with extra keys, admit, append, fork).
+ * (create with extra keys, admit, probe, append, fork).
  *
  * How: a kvp_allocator that counts allocations, tracks outstanding bytes
  * (checking that every release names the size it was allocated with), and
@@ -384,6 +384,15 @@ static kvp_status act_seq_append(kvp_pool *p, int v)
                           seq_bs(v) * (size_t)(5 + 3 * (v & 1)) + 1);
 }
 
+static kvp_status act_seq_probe(kvp_pool *p, int v)
+{
+    size_t cached = 0, needed = 0;
+    (void)p;
+    /* long enough to grow the sequence's hash array */
+    return kvp_seq_probe(g_seq[1], g_tokens, seq_bs(v) * (size_t)(6 + 3 * (v & 1)) + 2, &cached,
+                         &needed);
+}
+
 static kvp_status act_seq_fork(kvp_pool *p, int v)
 {
     kvp_seq *c;
@@ -410,6 +419,7 @@ static const scenario g_sc[] = {
     {"seq: admit", 8, cfg_seq, setup_seq, act_seq_admit},
     {"seq: append", 8, cfg_seq, setup_seq, act_seq_append},
     {"seq: fork", 8, cfg_seq, setup_seq, act_seq_fork},
+    {"seq: probe", 8, cfg_seq, setup_seq, act_seq_probe},
 };
 
 #define NSC (sizeof g_sc / sizeof g_sc[0])

@@ -7,7 +7,10 @@
  * first, older content first); publication of a partial block only when it
  * fills; a reused block losing its old hash; all-or-nothing admission (also
  * when part of the prefix would hit free cached blocks); the "leave one
- * token to compute" cap; no eviction of blocks matched by the same
+ * token to compute" cap; kvp_seq_probe agreeing with the admission it
+ * predicts and changing nothing; truncation (a cut in the partial block, in
+ * a published or shared block, which continues in a copy, at a boundary, to
+ * nothing) and its refusals; no eviction of blocks matched by the same
  * admission; reset of the prefix cache while sequences hold blocks (also
  * with the null block); fork and copy-on-write; destroy order in every reuse
  * order; the null block never handed out; kvp_seq_blocks pointer stability,
@@ -358,21 +361,32 @@ static void test_reused_block_loses_hash(void **state)
 
 /* ---- all-or-nothing admission ------------------------------------------- */
 
-static void test_admit_exhausted(void **state)
+/* A pool of 6 blocks of 4 where sequence 9 holds 3 blocks and the first 9
+ * tokens of tp[0..20) (tokens 100..119) were admitted and freed: their 2
+ * full blocks cached, written to ia[0..1], the partial one vacant.  Returns
+ * the pool. */
+static kvp_pool *two_cached_pool(uint32_t *tp, kvp_block *ia, size_t ia_cap)
 {
-    (void)state;
     kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
     kvp_pool *pool = kvptest_create(&cfg);
-    uint32_t tx[12], tp[20];
+    uint32_t tx[12];
     fill_tokens(tx, 12, 900);
     fill_tokens(tp, 20, 100);
     kvp_seq *x = mkseq(pool, 9);
     admit(x, tx, 12); /* holds 3 blocks */
     kvp_seq *a = mkseq(pool, 1);
     admit(a, tp, 9); /* 2 full + 1 partial */
-    kvp_block ia[8];
-    table(a, ia, NULL);
+    table_at(a, ia, ia_cap, NULL, __FILE__, __LINE__);
     KVP_ASSERT_OK(kvp_seq_destroy(a)); /* ia[0..1] cached, ia[2] vacant */
+    return pool;
+}
+
+static void test_admit_exhausted(void **state)
+{
+    (void)state;
+    uint32_t tp[20];
+    kvp_block ia[8];
+    kvp_pool *pool = two_cached_pool(tp, ia, ARRAY_LEN(ia));
     kvp_hash hp[5];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, tp, 20, NULL, hp, 5, 0, NULL));
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
@@ -424,6 +438,81 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(NULL, tp, 4, NULL), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(b, NULL, 3), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(NULL, tp, 3), KVP_EINVAL);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- probe: what an admission would do, changing nothing ---------------- */
+
+/* kvp_seq_probe must succeed, answer `cached` and `needed`, and change
+ * neither the pool nor any counter. */
+static void expect_probe_at(kvp_pool *pool, kvp_seq *s, const uint32_t *t, size_t n, size_t cached,
+                            size_t needed, const char *file, int line)
+{
+    uint64_t fp = kvptest_fp_at(pool, file, line);
+    kvp_stats before = kvptest_stats_at(pool, file, line);
+    size_t c = 9999, nd = 9999;
+    kvptest_assert_status(kvp_seq_probe(s, t, n, &c, &nd), KVP_OK, "kvp_seq_probe", file, line);
+    kvptest_assert_fp_at(pool, fp, "kvp_seq_probe", file, line);
+    kvp_stats after = kvptest_stats_at(pool, file, line);
+    if (memcmp(&before, &after, sizeof before))
+        _fail(file, line);
+    kvptest_assert_eq(c, cached, "cached_tokens", "expected", file, line);
+    kvptest_assert_eq(nd, needed, "blocks_needed", "expected", file, line);
+}
+#define EXPECT_PROBE(pool, s, t, n, c, nd)                                                         \
+    expect_probe_at((pool), (s), (t), (n), (c), (nd), __FILE__, __LINE__)
+
+static void test_probe(void **state)
+{
+    (void)state;
+    uint32_t tp[20];
+    kvp_block ia[8];
+    kvp_pool *pool = two_cached_pool(tp, ia, ARRAY_LEN(ia));
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
+
+    kvp_seq *b = mkseq(pool, 2);
+    size_t c = 4242, nd = 4242; /* refused probes leave them alone */
+    /* 20 tokens, 5 blocks: 2 hits on free cached blocks + 3 new = 5 > 3. */
+    EXPECT_PROBE(pool, b, tp, 20, 8, 5);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 20, NULL), KVP_EEXHAUSTED);
+    /* 13 tokens: 2 hits + 2 new = 4 > 3. */
+    EXPECT_PROBE(pool, b, tp, 13, 8, 4);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 13, NULL), KVP_EEXHAUSTED);
+    /* 8 tokens: the leave-one-token cap allows 1 hit: 1 + 1 new. */
+    EXPECT_PROBE(pool, b, tp, 8, 4, 2);
+    /* 12 tokens: 2 hits + 1 new = 3: fits exactly, and admit agrees. */
+    EXPECT_PROBE(pool, b, tp, 12, 8, 3);
+    KVP_ASSERT_EQ(admit(b, tp, 12), 8);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 0);
+
+    /* Hits on blocks in use take nothing from the free list. */
+    kvp_seq *d = mkseq(pool, 3);
+    EXPECT_PROBE(pool, d, tp, 12, 8, 1);
+    EXPECT_PROBE(pool, d, tp, 8, 4, 1);
+
+    /* Refusals change nothing. */
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(b, tp, 4, &c, &nd), KVP_EBUSY);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 0, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, SIZE_MAX, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, NULL, 4, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(NULL, tp, 4, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, NULL, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, &c, NULL), KVP_EINVAL);
+    KVP_ASSERT_EQ(c, 4242);
+    KVP_ASSERT_EQ(nd, 4242);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+
+    /* Without prefix caching nothing is cached: every block is new. */
+    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
+    cfg.prefix_caching = 0;
+    pool = kvptest_create(&cfg);
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, tp, 9);
+    KVP_ASSERT_OK(kvp_seq_destroy(a));
+    b = mkseq(pool, 2);
+    EXPECT_PROBE(pool, b, tp, 12, 0, 3);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }
@@ -703,6 +792,163 @@ static void test_fork_cow(void **state)
     KVP_ASSERT_OK(kvp_seq_blocks(f, &ids, &nb, &nt));
     KVP_ASSERT_EQ(nb, 0);
     KVP_ASSERT_EQ(nt, 0);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* ---- truncate: rollback of rejected tokens ------------------------------- */
+
+/* Hash of full block i of t (the chain over t's blocks up to it). */
+static kvp_hash chain_hash(kvp_pool *pool, const uint32_t *t, size_t i)
+{
+    kvp_hash h[16];
+    KVP_ASSERT_OK(kvp_hash_tokens(pool, t, (i + 1) * 4, NULL, h, 16, 0, NULL));
+    return h[i];
+}
+
+static void test_truncate(void **state)
+{
+    (void)state;
+    kvp_config cfg = seq_config(12, 4, KVP_REUSE_LIFO);
+    cfg.host_arena = 1;
+    cfg.block_bytes[0] = 16;
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint32_t t[24];
+    fill_tokens(t, 24, 500);
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, t, 14); /* blocks 0..2 full and published, block 3 holds 2 */
+    kvp_block ia[8], ia2[8];
+    size_t nt;
+    KVP_ASSERT_EQ(table(a, ia, &nt), 4);
+
+    /* Within the partial block: only its fill changes. */
+    KVP_ASSERT_OK(kvp_seq_truncate(a, t, 13));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 4);
+    KVP_ASSERT_EQ(nt, 13);
+    assert_memory_equal(ia2, ia, 4 * sizeof *ia);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia[3]).fill, 1);
+    KVP_ASSERT_EQ(kvptest_stats(pool).tokens_in_use, 13);
+    kvptest_check(pool);
+
+    /* Into a full published block: it stays cached under its hash with its
+     * bytes; the sequence goes on in a copy holding 2 tokens, made in the
+     * block the cut frees (LIFO: the most recently freed vacant block). */
+    void *src;
+    KVP_ASSERT_OK(kvp_block_ptr(pool, ia[2], &src));
+    memset(src, 0x5a, 16);
+    kvp_stats before = kvptest_stats(pool);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, t, 10));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 3);
+    KVP_ASSERT_EQ(nt, 10);
+    KVP_ASSERT_EQ(ia2[0], ia[0]);
+    KVP_ASSERT_EQ(ia2[1], ia[1]);
+    assert_int_not_equal(ia2[2], ia[2]);
+    kvp_block_info old = kvptest_info(pool, ia[2]), fresh = kvptest_info(pool, ia2[2]);
+    KVP_ASSERT_EQ(old.state, KVP_BLOCK_CACHED);
+    KVP_ASSERT_EQ(old.fill, 4); /* a cached block keeps its fill */
+    KVP_ASSERT_EQ(fresh.fill, 2);
+    KVP_ASSERT_EQ(fresh.published, 0);
+    KVP_ASSERT_EQ(ia2[2], ia[3]); /* the dropped tail block, freed first, holds the copy */
+    kvp_hash h2 = chain_hash(pool, t, 2);
+    KVP_ASSERT_EQ(lookup_hash(pool, &h2), ia[2]);
+    void *dst;
+    KVP_ASSERT_OK(kvp_block_ptr(pool, ia2[2], &dst));
+    assert_memory_equal(dst, src, 16);
+    kvp_stats after = kvptest_stats(pool);
+    KVP_ASSERT_EQ(after.cow_copies, before.cow_copies + 1);
+    KVP_ASSERT_EQ(after.free_calls, before.free_calls + 1);
+    KVP_ASSERT_EQ(after.blocks_freed, before.blocks_freed + 2);
+    KVP_ASSERT_EQ(after.tokens_in_use, 10);
+    kvptest_check(pool);
+
+    /* Appending other tokens fills the copy under a hash of its own; the
+     * cached block keeps the old one, and a prompt with the old tokens
+     * still hits it. */
+    uint32_t u[24];
+    memcpy(u, t, 10 * sizeof *t);
+    fill_tokens(u + 10, 14, 9000);
+    APPEND(a, u + 10, 2);
+    kvp_hash hu2 = chain_hash(pool, u, 2);
+    KVP_ASSERT_EQ(lookup_hash(pool, &hu2), ia2[2]);
+    kvp_seq *b = mkseq(pool, 2);
+    KVP_ASSERT_EQ(admit(b, t, 13), 12);
+    KVP_ASSERT_OK(kvp_seq_destroy(b));
+
+    /* At a block boundary: whole blocks go, last first; no copy. */
+    before = kvptest_stats(pool);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, NULL, 8));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 2);
+    KVP_ASSERT_EQ(nt, 8);
+    KVP_ASSERT_EQ(kvptest_stats(pool).cow_copies, before.cow_copies);
+    /* The same count: nothing changes. */
+    uint64_t fp = kvptest_fp(pool);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, NULL, 8));
+    KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+    /* To nothing: the sequence is empty and may admit again. */
+    KVP_ASSERT_OK(kvp_seq_truncate(a, NULL, 0));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 0);
+    KVP_ASSERT_EQ(nt, 0);
+    KVP_ASSERT_EQ(kvptest_stats(pool).in_use, 0);
+    KVP_ASSERT_EQ(admit(a, t, 14), 12);
+    kvptest_check(pool);
+    kvp_pool_destroy(pool);
+}
+
+/* A shared partial block (after a fork) is copied, not cut under the
+ * other sequence; refusals change nothing. */
+static void test_truncate_shared_and_refused(void **state)
+{
+    (void)state;
+    kvp_config cfg = seq_config(4, 4, KVP_REUSE_LIFO);
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint32_t t[16];
+    fill_tokens(t, 16, 40);
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, t, 7); /* 2 blocks, the second holds 3 */
+    kvp_seq *b = NULL;
+    KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
+    kvp_block ia[4], ib[4], ia2[4];
+    size_t nt;
+    table(a, ia, &nt);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, t, 5));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 2);
+    assert_int_not_equal(ia2[1], ia[1]);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia2[1]).fill, 1);
+    KVP_ASSERT_EQ(table(b, ib, &nt), 2);
+    KVP_ASSERT_EQ(nt, 7);
+    KVP_ASSERT_EQ(ib[1], ia[1]);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia[1]).fill, 3);
+    KVP_ASSERT_EQ(refs(pool, ia[1]), 1);
+    kvptest_check(pool);
+
+    /* b's partial block is now its own: cut in place. */
+    KVP_ASSERT_OK(kvp_seq_truncate(b, t, 6));
+    KVP_ASSERT_EQ(kvptest_info(pool, ib[1]).fill, 2);
+
+    /* Refused, changing nothing. */
+    uint32_t wrong[16];
+    memcpy(wrong, t, sizeof wrong);
+    wrong[4] = 999; /* b's partial block holds t[4..6) */
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, wrong, 5), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, t, 7), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, NULL, 5), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(NULL, t, 5), KVP_EINVAL);
+    /* A copy with no block free, none freed by the cut (every block of b is
+     * shared with its fork c): exhausted, counted. */
+    kvp_seq *c = NULL, *d = mkseq(pool, 4);
+    KVP_ASSERT_OK(kvp_seq_fork(b, 3, &c));
+    admit(d, t + 8, 4);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 0);
+    uint64_t exhausted = kvptest_stats(pool).exhausted;
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, t, 2), KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(kvptest_stats(pool).exhausted, exhausted + 1);
+    KVP_ASSERT_EQ(table(b, ib, &nt), 2);
+    KVP_ASSERT_EQ(nt, 6);
+    /* Once d goes, a block is free and the cut succeeds. */
+    KVP_ASSERT_OK(kvp_seq_destroy(d));
+    KVP_ASSERT_OK(kvp_seq_truncate(b, t, 2));
+    KVP_ASSERT_EQ(table(b, ib, &nt), 1);
+    KVP_ASSERT_EQ(nt, 2);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }
@@ -1499,11 +1745,14 @@ int main(void)
         cmocka_unit_test(test_partial_block_published_when_full),
         cmocka_unit_test(test_reused_block_loses_hash),
         cmocka_unit_test(test_admit_exhausted),
+        cmocka_unit_test(test_probe),
         cmocka_unit_test(test_admit_grows),
         cmocka_unit_test(test_leave_one_token),
         cmocka_unit_test(test_no_self_eviction),
         cmocka_unit_test(test_reset_prefix_cache),
         cmocka_unit_test(test_fork_cow),
+        cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_truncate_shared_and_refused),
         cmocka_unit_test(test_cow_exhausted),
         cmocka_unit_test(test_destroy_order),
         cmocka_unit_test(test_null_block_never_handed_out),

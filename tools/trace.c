@@ -273,6 +273,10 @@ static int reserve(kvpt_trace *t, size_t n_ids)
         if (!inl)
             return -1;
         t->input_length = inl;
+        uint64_t *outl = realloc(t->output_length, cap * sizeof *outl);
+        if (!outl)
+            return -1;
+        t->output_length = outl;
         t->req_cap = cap;
     }
     size_t need = (size_t)t->total_blocks + n_ids;
@@ -364,6 +368,7 @@ static int add_request(kvpt_trace *t, json_t *obj, char *err, size_t cap)
         return -1;
     }
     t->input_length[t->n_requests] = input_length;
+    t->output_length[t->n_requests] = output_length;
     t->total_input += input_length;
     t->total_blocks += n;
     if (n > t->max_blocks)
@@ -460,5 +465,6 @@ void kvpt_trace_free(kvpt_trace *t)
     free(t->offset);
     free(t->ids);
     free(t->input_length);
+    free(t->output_length);
     memset(t, 0, sizeof *t);
 }
