@@ -1,32 +1,50 @@
 /*
  * publisher.c — the KV-cache events publisher: ZeroMQ sockets, batch
- * numbering, the replay buffer and the thread that answers replay requests.
+ * numbering, the replay buffer and the service thread that reads
+ * subscriptions and answers replay requests.
  *
  * What it owns: kvpi_publisher and its sockets.  Every batch goes out as
  * exactly three frames — topic, sequence number (8 bytes, big-endian),
  * msgpack payload (encode.c) — the layout of vLLM's ZmqEventPublisher, so
  * its subscribers work unchanged (docs/EVENTS.md).
  *
+ * Invariants: the caller's thread never waits for a peer.  Its sends do not
+ * block (ZMQ_DONTWAIT on a PUB-like socket: a slow subscriber loses messages
+ * at its high-water mark and recovers them through replay), and the two
+ * locks it takes are held by the service thread only for bounded work:
+ * `sock_lock` for one chunk of at most SUB_CHUNK subscription frames, each
+ * at most KVPI_MAX_SUBSCRIPTION-ish bytes (ZMQ_MAXMSGSIZE), and `lock` (the
+ * replay ring) for taking references to at most REPLAY_CHUNK kept batches —
+ * never across a send.  Kept batches are reference counted: the ring holds
+ * one reference, each replayed frame in flight another (zmq_msg_init_data
+ * with a release callback), so a replay sends without copying and without
+ * the lock, and a batch leaving the ring stays alive until ZeroMQ is done
+ * with it.
+ *
  * Why built this way:
  * - Publishing is synchronous, on the caller's thread: kvp_events_take hands
  *   out a buffer valid only until the next take, so encoding right there
- *   needs no copy of the events and no queue between threads.  PUB sockets
- *   never block (a slow subscriber loses messages at its high-water mark and
- *   recovers them through replay), so the caller is never held up.
+ *   needs no copy of the events and no queue between threads.
  * - The socket is an XPUB rather than a PUB: it behaves the same for
  *   subscribers, and also delivers their subscriptions, which is how
  *   kvpi_publisher_wait_subscriber sees one arrive (ZeroMQ's slow-joiner
- *   problem: messages sent before a subscription is in place are lost).
- * - Replay needs answering while the caller is busy elsewhere, so it has its
- *   own thread, the only user of the ROUTER socket (ZeroMQ sockets are not
- *   thread-safe); the ring of recent payloads it reads is shared under a
- *   mutex.  Without a replay endpoint no thread is started.
+ *   problem: messages sent before a subscription is in place are lost).  It
+ *   runs in manual mode (ZMQ_XPUB_MANUAL): the service thread applies only
+ *   filters that match the topic, so what peers subscribe to cannot grow the
+ *   socket's subscription trie beyond the topic's prefixes.
+ * - Subscriptions and replay requests need reading while the caller is busy
+ *   elsewhere, so the service thread does both; it is the only user of the
+ *   ROUTER socket and shares the XPUB with the caller under `sock_lock`
+ *   (ZeroMQ sockets are not thread-safe, but may change threads behind a
+ *   lock).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvpool_interop.h"
+#include "publisher_hooks.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -34,37 +52,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
+#define SUB_CHUNK 64      /* subscription frames read per turn of sock_lock */
+#define REPLAY_CHUNK 64   /* batches referenced per turn of the ring lock */
+#define SERVICE_POLL_MS 5 /* the service thread's idle wait */
+#define XPUB_RCVHWM 64    /* subscription messages queued per peer */
+#define ROUTER_RCVHWM 16  /* replay requests queued per client */
+
+/* One sent payload, shared by the ring and the replayed frames in flight. */
 typedef struct kept_batch {
+    atomic_uint refs;
     uint64_t seq;
-    uint8_t *payload;
     size_t len;
+    uint8_t data[];
 } kept_batch;
 
 struct kvpi_publisher {
     void *ctx;
-    void *pub;     /* XPUB */
-    void *router;  /* replay, owned by the replay thread once it runs */
+    void *pub;     /* XPUB; under sock_lock once the service thread runs */
+    void *router;  /* replay, owned by the service thread once it runs */
     char *topic;
     size_t topic_len;
     int64_t dp_rank;
     int linger_ms;
     char endpoint[256];
     char replay_ep[256];
-    bool subscribed;
+    atomic_int subscribed;
 
     uint64_t next_seq;
     uint64_t events_sent, events_dropped;
     kvpi_buf scratch; /* reused encoding buffer */
 
-    /* replay ring: the newest `count` batches, oldest at `head` */
+    pthread_mutex_t sock_lock;
+    /* replay ring: the newest `count` batches, oldest at `head`, sequence
+     * numbers increasing */
     pthread_mutex_t lock;
-    kept_batch *ring;
+    kept_batch **ring;
     uint32_t ring_cap, head, count;
     pthread_t thread;
     bool thread_running;
     atomic_int stop;
+    _Atomic(kvpi__replay_hook) hook;
+    void *_Atomic hook_arg;
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -101,31 +132,151 @@ static uint64_t get_be64(const uint8_t in[8])
 }
 
 /* ------------------------------------------------------------------------ */
-/* Replay                                                                    */
+/* Endpoints                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* Checks tcp://HOST:PORT (the part after a "source;" prefix); see the
+ * header.  Resolves HOST only for a connect. */
+int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
+{
+    if (!ep || !*ep) {
+        set_err(err, errcap, "no endpoint given");
+        return -1;
+    }
+    if (!strstr(ep, "://")) {
+        set_err(err, errcap,
+                "'%s' is not an endpoint (expected TRANSPORT://ADDRESS, e.g. "
+                "tcp://127.0.0.1:5557)", ep);
+        return -1;
+    }
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return 0; /* ipc://, inproc://: ZeroMQ checks them synchronously */
+    const char *addr = ep + 6;
+    const char *semi = strrchr(addr, ';');
+    if (semi)
+        addr = semi + 1;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr) {
+        set_err(err, errcap, "%s: expected tcp://HOST:PORT", ep);
+        return -1;
+    }
+    const char *port = colon + 1;
+    if (strcmp(port, "*") == 0) {
+        if (!bind) {
+            set_err(err, errcap, "%s: port '*' (chosen by the system) can only be bound", ep);
+            return -1;
+        }
+    } else {
+        unsigned long v = 0;
+        size_t nd = strspn(port, "0123456789");
+        if (nd == 0 || nd > 5 || port[nd] != '\0' || (v = strtoul(port, NULL, 10)) < 1 ||
+            v > 65535) {
+            set_err(err, errcap,
+                    "%s: port '%s' is not in 1..65535%s", ep, port,
+                    bind ? " (or '*' for a port chosen by the system)" : "");
+            return -1;
+        }
+    }
+    char host[256];
+    size_t hl = (size_t)(colon - addr);
+    if (hl >= 2 && addr[0] == '[' && addr[hl - 1] == ']') { /* [IPv6] */
+        addr++;
+        hl -= 2;
+    }
+    if (hl == 0 || hl >= sizeof host) {
+        set_err(err, errcap, "%s: %s host", ep, hl ? "over-long" : "empty");
+        return -1;
+    }
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    if (strcmp(host, "*") == 0) {
+        if (!bind) {
+            set_err(err, errcap, "%s: cannot connect to host '*' (bind it, or name a host)", ep);
+            return -1;
+        }
+        return 0;
+    }
+    if (bind)
+        return 0; /* zmq_bind resolves interfaces synchronously and says why */
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0) {
+        set_err(err, errcap, "%s: cannot resolve host '%s': %s", ep, host, gai_strerror(rc));
+        return -1;
+    }
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Kept batches and replay                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void kept_unref(kept_batch *k)
+{
+    if (k && atomic_fetch_sub(&k->refs, 1) == 1)
+        free(k);
+}
+
+/* zmq_msg_init_data's release callback: a replayed frame is done. */
+static void kept_release(void *data, void *hint)
+{
+    (void)data;
+    kept_unref(hint);
+}
+
 /* Keep a copy of a sent batch; the oldest goes when the ring is full.
- * Memory refused: the batch is simply not replayable. */
+ * Memory refused: the batch is simply not replayable.  The lock is held for
+ * O(1) work; the copy and the free happen outside it. */
 static void keep(kvpi_publisher *p, uint64_t seq, const uint8_t *payload, size_t len)
 {
     if (!p->ring_cap)
         return;
-    uint8_t *copy = malloc(len ? len : 1);
-    if (!copy)
+    kept_batch *k = malloc(sizeof *k + len);
+    if (!k)
         return;
-    memcpy(copy, payload, len);
+    atomic_init(&k->refs, 1);
+    k->seq = seq;
+    k->len = len;
+    memcpy(k->data, payload, len);
+    kept_batch *old = NULL;
     pthread_mutex_lock(&p->lock);
-    kept_batch *slot;
     if (p->count == p->ring_cap) {
-        slot = &p->ring[p->head];
-        free(slot->payload);
+        old = p->ring[p->head];
+        p->ring[p->head] = k;
         p->head = (p->head + 1) % p->ring_cap;
     } else {
-        slot = &p->ring[(p->head + p->count) % p->ring_cap];
+        p->ring[(p->head + p->count) % p->ring_cap] = k;
         p->count++;
     }
-    *slot = (kept_batch){seq, copy, len};
     pthread_mutex_unlock(&p->lock);
+    kept_unref(old);
+}
+
+/* Reference up to `max` kept batches numbered `from` or later, oldest first,
+ * into out[]; returns how many.  O(log ring + max) under the lock. */
+static size_t grab_batches(kvpi_publisher *p, uint64_t from, kept_batch **out, size_t max)
+{
+    pthread_mutex_lock(&p->lock);
+    uint32_t lo = 0, hi = p->count; /* first position with seq >= from */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->ring[(p->head + mid) % p->ring_cap]->seq < from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t n = 0;
+    for (uint32_t i = lo; i < p->count && n < max; i++) {
+        kept_batch *k = p->ring[(p->head + i) % p->ring_cap];
+        atomic_fetch_add(&k->refs, 1);
+        out[n++] = k;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return n;
 }
 
 /* Receive one whole multipart message into at most `max` frames (the rest
@@ -152,20 +303,43 @@ static int recv_frames(void *sock, zmq_msg_t *frames, int max)
     return n;
 }
 
-/* Send [identity, "", seq, payload] to a replay client. */
-static int send_reply(void *router, const void *id, size_t id_len, const uint8_t seq[8],
-                      const uint8_t *payload, size_t len)
+/* Send [identity, "", seq] ahead of a payload frame, without waiting. */
+static int send_head(void *router, const void *id, size_t id_len, const uint8_t seq[8])
 {
-    if (zmq_send(router, id, id_len, ZMQ_SNDMORE) < 0 || zmq_send(router, "", 0, ZMQ_SNDMORE) < 0 ||
-        zmq_send(router, seq, 8, ZMQ_SNDMORE) < 0 || zmq_send(router, payload, len, 0) < 0)
+    if (zmq_send(router, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(router, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(router, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return -1;
+    return 0;
+}
+
+/* Send one kept batch to a replay client.  Takes over the caller's
+ * reference to k: ZeroMQ releases it once the frame has left. */
+static int send_kept(kvpi_publisher *p, const void *id, size_t id_len, kept_batch *k)
+{
+    kvpi__replay_hook hook = atomic_load(&p->hook);
+    if (hook)
+        hook(p, atomic_load(&p->hook_arg));
+    uint8_t seq[8];
+    put_be64(seq, k->seq);
+    zmq_msg_t m;
+    if (send_head(p->router, id, id_len, seq) != 0 ||
+        zmq_msg_init_data(&m, k->data, k->len, kept_release, k) != 0) {
+        kept_unref(k);
+        return -1;
+    }
+    if (zmq_msg_send(&m, p->router, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m); /* releases k */
+        return -1;
+    }
     return 0;
 }
 
 /* Answer one request: [identity, "", start (8 bytes BE)] gets every kept
  * batch numbered start or later, oldest first, then the end marker
  * (sequence -1, empty payload).  Malformed requests are ignored, as vLLM
- * does. */
+ * does.  The ring lock is taken once per REPLAY_CHUNK batches, only to
+ * reference them; the sends happen without it. */
 static void serve_replay(kvpi_publisher *p)
 {
     zmq_msg_t f[3];
@@ -173,39 +347,92 @@ static void serve_replay(kvpi_publisher *p)
     if (n < 0)
         return;
     if (n == 3 && zmq_msg_size(&f[1]) == 0 && zmq_msg_size(&f[2]) == 8) {
-        uint64_t start = get_be64(zmq_msg_data(&f[2]));
+        uint64_t next = get_be64(zmq_msg_data(&f[2]));
         const void *id = zmq_msg_data(&f[0]);
         size_t id_len = zmq_msg_size(&f[0]);
-        pthread_mutex_lock(&p->lock);
-        for (uint32_t i = 0; i < p->count; i++) {
-            const kept_batch *k = &p->ring[(p->head + i) % p->ring_cap];
-            if (k->seq < start)
-                continue;
-            uint8_t seq[8];
-            put_be64(seq, k->seq);
-            if (send_reply(p->router, id, id_len, seq, k->payload, k->len))
-                break;
-        }
-        pthread_mutex_unlock(&p->lock);
+        kept_batch *chunk[REPLAY_CHUNK];
+        size_t got;
+        bool ok = true;
+        do {
+            got = grab_batches(p, next, chunk, REPLAY_CHUNK);
+            for (size_t i = 0; i < got; i++) {
+                next = chunk[i]->seq + 1;
+                if (!ok)
+                    kept_unref(chunk[i]);
+                else if (send_kept(p, id, id_len, chunk[i]) != 0)
+                    ok = false;
+            }
+        } while (ok && got == REPLAY_CHUNK);
         static const uint8_t end_seq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-        send_reply(p->router, id, id_len, end_seq, (const uint8_t *)"", 0);
+        if (send_head(p->router, id, id_len, end_seq) == 0)
+            zmq_send(p->router, "", 0, ZMQ_DONTWAIT);
     }
     for (int i = 0; i < n && i < 3; i++)
         zmq_msg_close(&f[i]);
 }
 
-static void *replay_thread(void *arg)
+/* ------------------------------------------------------------------------ */
+/* Subscriptions                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Read up to SUB_CHUNK subscription messages waiting on the XPUB; apply
+ * (manual mode) those whose filter matches the topic — a prefix of it, as
+ * ZeroMQ matches — and note that a subscriber is there.  Returns the number
+ * read.  Holds sock_lock for the chunk only. */
+static int read_subscriptions(kvpi_publisher *p)
+{
+    int got = 0;
+    pthread_mutex_lock(&p->sock_lock);
+    for (; got < SUB_CHUNK; got++) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, p->pub, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        const uint8_t *d = zmq_msg_data(&m);
+        size_t n = zmq_msg_size(&m);
+        /* 1 + filter: subscribe; 0 + filter: unsubscribe */
+        if (n >= 1 && d[0] <= 1 && n - 1 <= p->topic_len &&
+            memcmp(d + 1, p->topic, n - 1) == 0 &&
+            zmq_setsockopt(p->pub, d[0] ? ZMQ_SUBSCRIBE : ZMQ_UNSUBSCRIBE, d + 1, n - 1) == 0 &&
+            d[0])
+            atomic_store(&p->subscribed, 1);
+        zmq_msg_close(&m);
+    }
+    pthread_mutex_unlock(&p->sock_lock);
+    return got;
+}
+
+/* The service thread: subscriptions, then at most one replay request per
+ * turn; idles SERVICE_POLL_MS when there was nothing to read. */
+static void *service_thread(void *arg)
 {
     kvpi_publisher *p = arg;
     while (!atomic_load(&p->stop)) {
+        int busy = read_subscriptions(p) == SUB_CHUNK;
         zmq_pollitem_t it = {p->router, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll(&it, 1, 50);
+        int rc = zmq_poll(&it, p->router ? 1 : 0, busy ? 0 : SERVICE_POLL_MS);
         if (rc < 0 && zmq_errno() != EINTR)
             break;
         if (rc > 0 && (it.revents & ZMQ_POLLIN))
             serve_replay(p);
     }
     return NULL;
+}
+
+void kvpi__publisher_set_replay_hook(kvpi_publisher *pub, kvpi__replay_hook fn, void *arg)
+{
+    atomic_store(&pub->hook_arg, arg);
+    atomic_store(&pub->hook, fn);
+}
+
+int kvpi__publisher_ring_busy(kvpi_publisher *pub)
+{
+    if (pthread_mutex_trylock(&pub->lock) != 0)
+        return 1;
+    pthread_mutex_unlock(&pub->lock);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -229,14 +456,73 @@ static void close_all(kvpi_publisher *p)
         zmq_close(p->pub);
     }
     if (p->ctx)
-        zmq_ctx_term(p->ctx);
+        zmq_ctx_term(p->ctx); /* releases every frame still in flight */
     for (uint32_t i = 0; i < p->count; i++)
-        free(p->ring[(p->head + i) % p->ring_cap].payload);
+        kept_unref(p->ring[(p->head + i) % p->ring_cap]);
     free(p->ring);
     free(p->topic);
     kvpi_buf_free(&p->scratch);
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->sock_lock);
     free(p);
+}
+
+/* Socket options that bound what a peer can make a receiving socket hold. */
+static int bound_receive(void *sock, int64_t max_frame, int rcvhwm)
+{
+    return zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) ||
+           zmq_setsockopt(sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+}
+
+/* Open, bound and attach the XPUB socket.  Returns 0, or -1 with err set. */
+static int open_pub(kvpi_publisher *p, const kvpi_publisher_config *cfg, char *err,
+                    size_t errcap)
+{
+    const char *ep = cfg->endpoint ? cfg->endpoint : KVPI_DEFAULT_ENDPOINT;
+    bool bind = !cfg->connect;
+    if (kvpi_endpoint_check(ep, bind, err, errcap) != 0)
+        return -1;
+    p->pub = zmq_socket(p->ctx, ZMQ_XPUB);
+    int hwm = cfg->sndhwm > 0 ? cfg->sndhwm : 100000, one = 1;
+    int64_t max_sub = (int64_t)p->topic_len + 1 > KVPI_MAX_SUBSCRIPTION
+                          ? (int64_t)p->topic_len + 1
+                          : KVPI_MAX_SUBSCRIPTION;
+    if (!p->pub || zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
+        zmq_setsockopt(p->pub, ZMQ_XPUB_MANUAL, &one, sizeof one) ||
+        bound_receive(p->pub, max_sub, XPUB_RCVHWM)) {
+        set_err(err, errcap, "cannot open the PUB socket: %s", zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    if ((bind ? zmq_bind(p->pub, ep) : zmq_connect(p->pub, ep)) != 0) {
+        set_err(err, errcap, "cannot %s %s: %s", bind ? "bind" : "connect to", ep,
+                zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    size_t len = sizeof p->endpoint;
+    if (!bind || zmq_getsockopt(p->pub, ZMQ_LAST_ENDPOINT, p->endpoint, &len) != 0)
+        snprintf(p->endpoint, sizeof p->endpoint, "%s", ep);
+    return 0;
+}
+
+/* Open, bound and bind the replay ROUTER.  Returns 0, or -1 with err set. */
+static int open_router(kvpi_publisher *p, const char *ep, char *err, size_t errcap)
+{
+    if (kvpi_endpoint_check(ep, 1, err, errcap) != 0)
+        return -1;
+    p->router = zmq_socket(p->ctx, ZMQ_ROUTER);
+    /* room for one whole replay per client: frames share the kept payloads */
+    int sndhwm = p->ring_cap < INT32_MAX - 2 ? (int)p->ring_cap + 2 : INT32_MAX;
+    if (!p->router || zmq_setsockopt(p->router, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm) ||
+        bound_receive(p->router, KVPI_MAX_REPLAY_REQUEST, ROUTER_RCVHWM) ||
+        zmq_bind(p->router, ep) != 0) {
+        set_err(err, errcap, "cannot bind the replay socket at %s: %s", ep,
+                zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    size_t len = sizeof p->replay_ep;
+    if (zmq_getsockopt(p->router, ZMQ_LAST_ENDPOINT, p->replay_ep, &len) != 0)
+        snprintf(p->replay_ep, sizeof p->replay_ep, "%s", ep);
+    return 0;
 }
 
 int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out, char *err,
@@ -257,6 +543,7 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
         return -1;
     }
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->sock_lock, NULL);
     p->dp_rank = cfg->dp_rank;
     p->linger_ms = cfg->linger_ms;
     const char *topic = cfg->topic ? cfg->topic : "";
@@ -270,40 +557,14 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
         goto fail;
     }
     memcpy(p->topic, topic, p->topic_len + 1);
-
-    const char *ep = cfg->endpoint ? cfg->endpoint : KVPI_DEFAULT_ENDPOINT;
-    p->pub = zmq_socket(p->ctx, ZMQ_XPUB);
-    int hwm = cfg->sndhwm > 0 ? cfg->sndhwm : 100000;
-    if (!p->pub || zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof hwm)) {
-        set_err(err, errcap, "cannot open the PUB socket: %s", zmq_strerror(zmq_errno()));
+    if (open_pub(p, cfg, err, errcap) != 0 ||
+        (cfg->replay_endpoint && open_router(p, cfg->replay_endpoint, err, errcap) != 0))
+        goto fail;
+    if (pthread_create(&p->thread, NULL, service_thread, p) != 0) {
+        set_err(err, errcap, "cannot start the publisher's service thread");
         goto fail;
     }
-    bool bind = strchr(ep, '*') != NULL;
-    if ((bind ? zmq_bind(p->pub, ep) : zmq_connect(p->pub, ep)) != 0) {
-        set_err(err, errcap, "cannot %s %s: %s", bind ? "bind" : "connect to", ep,
-                zmq_strerror(zmq_errno()));
-        goto fail;
-    }
-    size_t len = sizeof p->endpoint;
-    if (!bind || zmq_getsockopt(p->pub, ZMQ_LAST_ENDPOINT, p->endpoint, &len) != 0)
-        snprintf(p->endpoint, sizeof p->endpoint, "%s", ep);
-
-    if (cfg->replay_endpoint) {
-        p->router = zmq_socket(p->ctx, ZMQ_ROUTER);
-        if (!p->router || zmq_bind(p->router, cfg->replay_endpoint) != 0) {
-            set_err(err, errcap, "cannot bind the replay socket at %s: %s",
-                    cfg->replay_endpoint, zmq_strerror(zmq_errno()));
-            goto fail;
-        }
-        len = sizeof p->replay_ep;
-        if (zmq_getsockopt(p->router, ZMQ_LAST_ENDPOINT, p->replay_ep, &len) != 0)
-            snprintf(p->replay_ep, sizeof p->replay_ep, "%s", cfg->replay_endpoint);
-        if (pthread_create(&p->thread, NULL, replay_thread, p) != 0) {
-            set_err(err, errcap, "cannot start the replay thread");
-            goto fail;
-        }
-        p->thread_running = true;
-    }
+    p->thread_running = true;
     *out = p;
     return 0;
 fail:
@@ -328,46 +589,12 @@ const char *kvpi_publisher_replay_endpoint(const kvpi_publisher *pub)
     return pub->router ? pub->replay_ep : NULL;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Subscriptions                                                             */
-/* ------------------------------------------------------------------------ */
-
-/* Read every subscription message waiting on the XPUB socket (or wait up to
- * timeout_ms for the first); note whether one matches our topic. */
-static void read_subscriptions(kvpi_publisher *p, int timeout_ms)
-{
-    for (;;) {
-        zmq_pollitem_t it = {p->pub, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, timeout_ms) <= 0 || !(it.revents & ZMQ_POLLIN))
-            return;
-        timeout_ms = 0;
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, p->pub, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return;
-        }
-        const uint8_t *d = zmq_msg_data(&m);
-        size_t n = zmq_msg_size(&m);
-        /* 1 + filter: subscribe; a filter matches when it is a prefix of
-         * our topic (ZeroMQ's prefix matching) */
-        if (n >= 1 && d[0] == 1 && n - 1 <= p->topic_len && memcmp(d + 1, p->topic, n - 1) == 0)
-            p->subscribed = true;
-        zmq_msg_close(&m);
-    }
-}
-
 int kvpi_publisher_wait_subscriber(kvpi_publisher *pub, int timeout_ms)
 {
     double deadline = kvpi_now() + (timeout_ms < 0 ? 1e12 : timeout_ms / 1000.0);
-    read_subscriptions(pub, 0);
-    while (!pub->subscribed) {
-        double left = deadline - kvpi_now();
-        if (left <= 0)
-            break;
-        read_subscriptions(pub, left > 0.1 ? 100 : (int)(left * 1000) + 1);
-    }
-    return pub->subscribed;
+    while (!atomic_load(&pub->subscribed) && kvpi_now() < deadline)
+        zmq_poll(NULL, 0, SERVICE_POLL_MS); /* a sleep */
+    return atomic_load(&pub->subscribed);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -378,7 +605,6 @@ int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n, 
 {
     if (!pub || (n && !events))
         return -1;
-    read_subscriptions(pub, 0); /* keep the subscription queue short */
     if (n == 0)
         return 0;
     if (kvpi_encode_batch(events, n, timestamp < 0 ? kvpi_now() : timestamp, pub->dp_rank,
@@ -388,10 +614,14 @@ int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n, 
     put_be64(seq, pub->next_seq);
     /* A PUB socket never blocks: past the high-water mark zmq_send drops the
      * message and still succeeds, and the number stays used (subscribers see
-     * the gap and ask for a replay). */
-    if (zmq_send(pub->pub, pub->topic, pub->topic_len, ZMQ_SNDMORE) < 0 ||
-        zmq_send(pub->pub, seq, sizeof seq, ZMQ_SNDMORE) < 0 ||
-        zmq_send(pub->pub, pub->scratch.data, pub->scratch.len, 0) < 0)
+     * the gap and ask for a replay).  sock_lock is held by the service
+     * thread for one chunk of subscriptions at most. */
+    pthread_mutex_lock(&pub->sock_lock);
+    int rc = zmq_send(pub->pub, pub->topic, pub->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+             zmq_send(pub->pub, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+             zmq_send(pub->pub, pub->scratch.data, pub->scratch.len, ZMQ_DONTWAIT) < 0;
+    pthread_mutex_unlock(&pub->sock_lock);
+    if (rc)
         return -1;
     keep(pub, pub->next_seq, pub->scratch.data, pub->scratch.len);
     pub->next_seq++;

@@ -205,8 +205,8 @@ def test_scenario_and_replay(ctx):
     sub = ctx.socket(zmq.SUB)
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
-    # no '*': the demo connects to us
-    proc = start_demo("tcp://127.0.0.1:%d" % port, "--replay", "tcp://127.0.0.1:*",
+    # --connect: the demo connects to us
+    proc = start_demo("tcp://127.0.0.1:%d" % port, "--connect", "--replay", "tcp://127.0.0.1:*",
                       "--events-wait", "5", "--hold", "30")
     try:
         ready = read_line(proc, socks=[sub])
@@ -270,7 +270,7 @@ def test_scenario_and_replay(ctx):
 
 
 def test_bind_mode_waits_for_subscriber(ctx):
-    # '*' in the endpoint: the demo binds, and waits (XPUB) for us
+    # by default the demo binds, and waits (XPUB) for us
     proc = start_demo("tcp://127.0.0.1:*", "--events-wait", "10", "--topic", "kv@pod@model")
     try:
         ready = read_line(proc)
@@ -293,7 +293,7 @@ def test_small_queue_drops_are_counted(ctx):
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     # a queue of 2 hashes, drained only every 3 steps: the pool must drop
-    proc = start_demo("tcp://127.0.0.1:%d" % port, "--event-capacity", "2",
+    proc = start_demo("tcp://127.0.0.1:%d" % port, "--connect", "--event-capacity", "2",
                       "--drain-every", "3", "--events-wait", "5")
     try:
         read_line(proc, socks=[sub])
@@ -315,7 +315,8 @@ def test_small_queue_drops_are_counted(ctx):
 
 
 def test_events_cli_json(ctx):
-    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:*", "--json", "--topic", "kv@",
+    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:*", "--bind", "--json",
+                           "--topic", "kv@",
                            "--timeout", "10", "--count", "3"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -327,7 +328,7 @@ def test_events_cli_json(ctx):
             if r:
                 line += os.read(ev.stderr.fileno(), 256)
         endpoint = line.split(b"listening on ")[1].split()[0].decode()
-        demo = start_demo(endpoint, "--events-wait", "5")
+        demo = start_demo(endpoint, "--connect", "--events-wait", "5")
         read_line(demo)
         done = read_line(demo)
         finish(demo)
@@ -359,7 +360,8 @@ def test_replay_publishes(ctx, tmp_path):
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     proc = subprocess.Popen([KVPOOL, "replay", str(trace), "--capacity", "4", "--json",
-                             "--events", "tcp://127.0.0.1:%d" % port, "--topic", "kv@a@b",
+                             "--events", "tcp://127.0.0.1:%d" % port, "--events-connect",
+                             "--topic", "kv@a@b",
                              "--events-wait", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     out = read_line(proc, socks=[sub])  # the replay's JSON result
