@@ -1,30 +1,35 @@
 /*
  * publisher.c — the KV-cache events publisher: ZeroMQ sockets, batch
- * numbering, the replay buffer and the service thread that reads
- * subscriptions and answers replay requests.
+ * numbering, the replay buffer and the service thread that sends batches,
+ * reads subscriptions and answers replay requests.
  *
  * What it owns: kvpi_publisher and its sockets.  Every batch goes out as
  * exactly three frames — topic, sequence number (8 bytes, big-endian),
  * msgpack payload (encode.c) — the layout of vLLM's ZmqEventPublisher, so
  * its subscribers work unchanged (docs/EVENTS.md).
  *
- * Invariants: the caller's thread never waits for a peer.  Its sends do not
- * block (ZMQ_DONTWAIT on a PUB-like socket: a slow subscriber loses messages
- * at its high-water mark and recovers them through replay), and the two
- * locks it takes are held by the service thread only for bounded work:
- * `sock_lock` for one chunk of at most SUB_CHUNK subscription frames, each
- * at most KVPI_MAX_SUBSCRIPTION-ish bytes (ZMQ_MAXMSGSIZE), and `lock` (the
- * replay ring) for taking references to at most REPLAY_CHUNK kept batches —
- * never across a send.  Kept batches are reference counted: the ring holds
- * one reference, each replayed frame in flight another (zmq_msg_init_data
- * with a release callback), so a replay sends without copying and without
- * the lock, and a batch leaving the ring stays alive until ZeroMQ is done
- * with it.
+ * Invariants:
+ * - The caller's thread shares no lock and no socket with anything a peer
+ *   can slow down.  kvpi_publisher_send encodes the batch, copies it into a
+ *   reference-counted kept_batch and hands the pointer to the service thread
+ *   over an inproc PAIR socket (ZeroMQ's lock-free pipe; ZMQ_DONTWAIT).
+ *   That is all: O(batch), whatever subscribers and replay clients do.
+ * - Only the service thread touches the XPUB, the ROUTER and the replay
+ *   ring, so the ring needs no lock and nothing is held across a send.
+ * - Kept batches are reference counted: the ring holds one reference, each
+ *   frame in flight another (zmq_msg_init_data with a release callback), so
+ *   publishing and replay send without copying and a batch leaving the ring
+ *   stays alive until ZeroMQ is done with it.
+ * - Every receiving socket bounds its frames (ZMQ_MAXMSGSIZE: a peer that
+ *   sends a longer one is disconnected before it is stored) and its queue
+ *   (ZMQ_RCVHWM), and each turn of the service loop reads a bounded number
+ *   of messages, so no peer can make the publisher hold more than a fixed
+ *   amount per connection.
  *
  * Why built this way:
- * - Publishing is synchronous, on the caller's thread: kvp_events_take hands
- *   out a buffer valid only until the next take, so encoding right there
- *   needs no copy of the events and no queue between threads.
+ * - Encoding happens on the caller's thread: kvp_events_take hands out a
+ *   buffer valid only until the next take, so encoding right there needs no
+ *   copy of the events.
  * - The socket is an XPUB rather than a PUB: it behaves the same for
  *   subscribers, and also delivers their subscriptions, which is how
  *   kvpi_publisher_wait_subscriber sees one arrive (ZeroMQ's slow-joiner
@@ -32,11 +37,8 @@
  *   runs in manual mode (ZMQ_XPUB_MANUAL): the service thread applies only
  *   filters that match the topic, so what peers subscribe to cannot grow the
  *   socket's subscription trie beyond the topic's prefixes.
- * - Subscriptions and replay requests need reading while the caller is busy
- *   elsewhere, so the service thread does both; it is the only user of the
- *   ROUTER socket and shares the XPUB with the caller under `sock_lock`
- *   (ZeroMQ sockets are not thread-safe, but may change threads behind a
- *   lock).
+ * - PUB-like sockets never block: past the high-water mark a slow subscriber
+ *   loses messages and recovers them through replay.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -55,13 +57,14 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
-#define SUB_CHUNK 64      /* subscription frames read per turn of sock_lock */
-#define REPLAY_CHUNK 64   /* batches referenced per turn of the ring lock */
-#define SERVICE_POLL_MS 5 /* the service thread's idle wait */
-#define XPUB_RCVHWM 64    /* subscription messages queued per peer */
-#define ROUTER_RCVHWM 16  /* replay requests queued per client */
+#define FORWARD_CHUNK 1024 /* batches forwarded per turn of the service loop */
+#define SUB_CHUNK 64       /* subscription messages read per turn */
+#define SERVICE_POLL_MS 5  /* the service thread's idle wait */
+#define XPUB_RCVHWM 64     /* subscription messages queued per peer */
+#define ROUTER_RCVHWM 16   /* replay requests queued per client */
+#define HANDOFF_EP "inproc://kvpi-handoff"
 
-/* One sent payload, shared by the ring and the replayed frames in flight. */
+/* One sent payload, shared by the ring and the frames in flight. */
 typedef struct kept_batch {
     atomic_uint refs;
     uint64_t seq;
@@ -71,8 +74,10 @@ typedef struct kept_batch {
 
 struct kvpi_publisher {
     void *ctx;
-    void *pub;     /* XPUB; under sock_lock once the service thread runs */
-    void *router;  /* replay, owned by the service thread once it runs */
+    void *give;    /* PAIR: the caller's end of the hand-off */
+    void *take;    /* PAIR: the service thread's end */
+    void *pub;     /* XPUB, the service thread's */
+    void *router;  /* replay ROUTER, the service thread's; NULL: none */
     char *topic;
     size_t topic_len;
     int64_t dp_rank;
@@ -81,14 +86,13 @@ struct kvpi_publisher {
     char replay_ep[256];
     atomic_int subscribed;
 
+    /* the caller's */
     uint64_t next_seq;
     uint64_t events_sent, events_dropped;
     kvpi_buf scratch; /* reused encoding buffer */
 
-    pthread_mutex_t sock_lock;
-    /* replay ring: the newest `count` batches, oldest at `head`, sequence
-     * numbers increasing */
-    pthread_mutex_t lock;
+    /* the service thread's: the newest `count` batches, oldest at `head`,
+     * sequence numbers increasing */
     kept_batch **ring;
     uint32_t ring_cap, head, count;
     pthread_t thread;
@@ -212,7 +216,7 @@ int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Kept batches and replay                                                   */
+/* Kept batches                                                              */
 /* ------------------------------------------------------------------------ */
 
 static void kept_unref(kept_batch *k)
@@ -221,47 +225,53 @@ static void kept_unref(kept_batch *k)
         free(k);
 }
 
-/* zmq_msg_init_data's release callback: a replayed frame is done. */
+/* zmq_msg_init_data's release callback: a frame has left. */
 static void kept_release(void *data, void *hint)
 {
     (void)data;
     kept_unref(hint);
 }
 
-/* Keep a copy of a sent batch; the oldest goes when the ring is full.
- * Memory refused: the batch is simply not replayable.  The lock is held for
- * O(1) work; the copy and the free happen outside it. */
-static void keep(kvpi_publisher *p, uint64_t seq, const uint8_t *payload, size_t len)
+/* Send k's payload as the last frame of a message, sharing it (one more
+ * reference, released by ZeroMQ).  Returns 0, or -1. */
+static int send_payload(void *sock, kept_batch *k)
 {
-    if (!p->ring_cap)
+    zmq_msg_t m;
+    atomic_fetch_add(&k->refs, 1);
+    if (zmq_msg_init_data(&m, k->data, k->len, kept_release, k) != 0) {
+        kept_unref(k);
+        return -1;
+    }
+    if (zmq_msg_send(&m, sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m); /* releases the reference */
+        return -1;
+    }
+    return 0;
+}
+
+/* The ring takes over the caller's reference to k; the oldest batch goes
+ * when it is full.  Without replay, k is simply released. */
+static void ring_keep(kvpi_publisher *p, kept_batch *k)
+{
+    if (!p->ring_cap) {
+        kept_unref(k);
         return;
-    kept_batch *k = malloc(sizeof *k + len);
-    if (!k)
-        return;
-    atomic_init(&k->refs, 1);
-    k->seq = seq;
-    k->len = len;
-    memcpy(k->data, payload, len);
-    kept_batch *old = NULL;
-    pthread_mutex_lock(&p->lock);
+    }
     if (p->count == p->ring_cap) {
-        old = p->ring[p->head];
+        kept_unref(p->ring[p->head]);
         p->ring[p->head] = k;
         p->head = (p->head + 1) % p->ring_cap;
     } else {
         p->ring[(p->head + p->count) % p->ring_cap] = k;
         p->count++;
     }
-    pthread_mutex_unlock(&p->lock);
-    kept_unref(old);
 }
 
-/* Reference up to `max` kept batches numbered `from` or later, oldest first,
- * into out[]; returns how many.  O(log ring + max) under the lock. */
-static size_t grab_batches(kvpi_publisher *p, uint64_t from, kept_batch **out, size_t max)
+/* Position in the ring of the first batch numbered `from` or later
+ * (count when none).  O(log count). */
+static uint32_t ring_find(const kvpi_publisher *p, uint64_t from)
 {
-    pthread_mutex_lock(&p->lock);
-    uint32_t lo = 0, hi = p->count; /* first position with seq >= from */
+    uint32_t lo = 0, hi = p->count;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         if (p->ring[(p->head + mid) % p->ring_cap]->seq < from)
@@ -269,14 +279,58 @@ static size_t grab_batches(kvpi_publisher *p, uint64_t from, kept_batch **out, s
         else
             hi = mid;
     }
-    size_t n = 0;
-    for (uint32_t i = lo; i < p->count && n < max; i++) {
-        kept_batch *k = p->ring[(p->head + i) % p->ring_cap];
-        atomic_fetch_add(&k->refs, 1);
-        out[n++] = k;
+    return lo;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The service thread                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Forward up to `max` handed-off batches to the subscribers, then keep them
+ * for replay.  Returns the number forwarded. */
+static int forward_batches(kvpi_publisher *p, int max)
+{
+    int n = 0;
+    for (; n < max; n++) {
+        kept_batch *k;
+        if (zmq_recv(p->take, &k, sizeof k, ZMQ_DONTWAIT) != (int)sizeof k)
+            break;
+        uint8_t seq[8];
+        put_be64(seq, k->seq);
+        /* past a subscriber's high-water mark the message is dropped for it
+         * (the number stays used: it sees the gap and asks for a replay) */
+        if (zmq_send(p->pub, p->topic, p->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+            zmq_send(p->pub, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+            send_payload(p->pub, k);
+        ring_keep(p, k);
     }
-    pthread_mutex_unlock(&p->lock);
     return n;
+}
+
+/* Read up to SUB_CHUNK subscription messages; apply (manual mode) those
+ * whose filter matches the topic — a prefix of it, as ZeroMQ matches — and
+ * note that a subscriber is there.  Returns the number read. */
+static int read_subscriptions(kvpi_publisher *p)
+{
+    int got = 0;
+    for (; got < SUB_CHUNK; got++) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, p->pub, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        const uint8_t *d = zmq_msg_data(&m);
+        size_t n = zmq_msg_size(&m);
+        /* 1 + filter: subscribe; 0 + filter: unsubscribe */
+        if (n >= 1 && d[0] <= 1 && n - 1 <= p->topic_len &&
+            memcmp(d + 1, p->topic, n - 1) == 0 &&
+            zmq_setsockopt(p->pub, d[0] ? ZMQ_SUBSCRIBE : ZMQ_UNSUBSCRIBE, d + 1, n - 1) == 0 &&
+            d[0])
+            atomic_store(&p->subscribed, 1);
+        zmq_msg_close(&m);
+    }
+    return got;
 }
 
 /* Receive one whole multipart message into at most `max` frames (the rest
@@ -287,7 +341,7 @@ static int recv_frames(void *sock, zmq_msg_t *frames, int max)
     while (more) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, sock, 0) < 0) {
+        if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&m);
             for (int i = 0; i < n && i < max; i++)
                 zmq_msg_close(&frames[i]);
@@ -313,111 +367,60 @@ static int send_head(void *router, const void *id, size_t id_len, const uint8_t 
     return 0;
 }
 
-/* Send one kept batch to a replay client.  Takes over the caller's
- * reference to k: ZeroMQ releases it once the frame has left. */
-static int send_kept(kvpi_publisher *p, const void *id, size_t id_len, kept_batch *k)
-{
-    kvpi__replay_hook hook = atomic_load(&p->hook);
-    if (hook)
-        hook(p, atomic_load(&p->hook_arg));
-    uint8_t seq[8];
-    put_be64(seq, k->seq);
-    zmq_msg_t m;
-    if (send_head(p->router, id, id_len, seq) != 0 ||
-        zmq_msg_init_data(&m, k->data, k->len, kept_release, k) != 0) {
-        kept_unref(k);
-        return -1;
-    }
-    if (zmq_msg_send(&m, p->router, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&m); /* releases k */
-        return -1;
-    }
-    return 0;
-}
-
 /* Answer one request: [identity, "", start (8 bytes BE)] gets every kept
  * batch numbered start or later, oldest first, then the end marker
  * (sequence -1, empty payload).  Malformed requests are ignored, as vLLM
- * does.  The ring lock is taken once per REPLAY_CHUNK batches, only to
- * reference them; the sends happen without it. */
-static void serve_replay(kvpi_publisher *p)
+ * does.  Frames share the kept payloads; nothing is copied.  Returns 1 when
+ * a request was read, else 0. */
+static int serve_replay(kvpi_publisher *p)
 {
     zmq_msg_t f[3];
     int n = recv_frames(p->router, f, 3);
     if (n < 0)
-        return;
+        return 0;
     if (n == 3 && zmq_msg_size(&f[1]) == 0 && zmq_msg_size(&f[2]) == 8) {
-        uint64_t next = get_be64(zmq_msg_data(&f[2]));
         const void *id = zmq_msg_data(&f[0]);
         size_t id_len = zmq_msg_size(&f[0]);
-        kept_batch *chunk[REPLAY_CHUNK];
-        size_t got;
-        bool ok = true;
-        do {
-            got = grab_batches(p, next, chunk, REPLAY_CHUNK);
-            for (size_t i = 0; i < got; i++) {
-                next = chunk[i]->seq + 1;
-                if (!ok)
-                    kept_unref(chunk[i]);
-                else if (send_kept(p, id, id_len, chunk[i]) != 0)
-                    ok = false;
-            }
-        } while (ok && got == REPLAY_CHUNK);
+        for (uint32_t i = ring_find(p, get_be64(zmq_msg_data(&f[2]))); i < p->count; i++) {
+            kept_batch *k = p->ring[(p->head + i) % p->ring_cap];
+            kvpi__replay_hook hook = atomic_load(&p->hook);
+            if (hook)
+                hook(p, atomic_load(&p->hook_arg));
+            uint8_t seq[8];
+            put_be64(seq, k->seq);
+            if (send_head(p->router, id, id_len, seq) != 0 || send_payload(p->router, k) != 0)
+                break;
+        }
         static const uint8_t end_seq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
         if (send_head(p->router, id, id_len, end_seq) == 0)
             zmq_send(p->router, "", 0, ZMQ_DONTWAIT);
     }
     for (int i = 0; i < n && i < 3; i++)
         zmq_msg_close(&f[i]);
+    return 1;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Subscriptions                                                             */
-/* ------------------------------------------------------------------------ */
-
-/* Read up to SUB_CHUNK subscription messages waiting on the XPUB; apply
- * (manual mode) those whose filter matches the topic — a prefix of it, as
- * ZeroMQ matches — and note that a subscriber is there.  Returns the number
- * read.  Holds sock_lock for the chunk only. */
-static int read_subscriptions(kvpi_publisher *p)
-{
-    int got = 0;
-    pthread_mutex_lock(&p->sock_lock);
-    for (; got < SUB_CHUNK; got++) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, p->pub, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            break;
-        }
-        const uint8_t *d = zmq_msg_data(&m);
-        size_t n = zmq_msg_size(&m);
-        /* 1 + filter: subscribe; 0 + filter: unsubscribe */
-        if (n >= 1 && d[0] <= 1 && n - 1 <= p->topic_len &&
-            memcmp(d + 1, p->topic, n - 1) == 0 &&
-            zmq_setsockopt(p->pub, d[0] ? ZMQ_SUBSCRIBE : ZMQ_UNSUBSCRIBE, d + 1, n - 1) == 0 &&
-            d[0])
-            atomic_store(&p->subscribed, 1);
-        zmq_msg_close(&m);
-    }
-    pthread_mutex_unlock(&p->sock_lock);
-    return got;
-}
-
-/* The service thread: subscriptions, then at most one replay request per
- * turn; idles SERVICE_POLL_MS when there was nothing to read. */
+/* The service loop: each turn forwards handed-off batches, reads a chunk of
+ * subscriptions and answers at most one replay request, then waits up to
+ * SERVICE_POLL_MS for more.  On stop, forwards whatever is still handed
+ * off, so destroy's linger covers every batch sent. */
 static void *service_thread(void *arg)
 {
     kvpi_publisher *p = arg;
     while (!atomic_load(&p->stop)) {
-        int busy = read_subscriptions(p) == SUB_CHUNK;
-        zmq_pollitem_t it = {p->router, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll(&it, p->router ? 1 : 0, busy ? 0 : SERVICE_POLL_MS);
-        if (rc < 0 && zmq_errno() != EINTR)
+        int busy = forward_batches(p, FORWARD_CHUNK) == FORWARD_CHUNK;
+        busy |= read_subscriptions(p) == SUB_CHUNK;
+        if (p->router)
+            busy |= serve_replay(p);
+        zmq_pollitem_t it[3] = {{p->take, 0, ZMQ_POLLIN, 0},
+                                {p->pub, 0, ZMQ_POLLIN, 0},
+                                {p->router, 0, ZMQ_POLLIN, 0}};
+        if (!busy && zmq_poll(it, p->router ? 3 : 2, SERVICE_POLL_MS) < 0 &&
+            zmq_errno() != EINTR)
             break;
-        if (rc > 0 && (it.revents & ZMQ_POLLIN))
-            serve_replay(p);
     }
+    while (forward_batches(p, FORWARD_CHUNK) > 0)
+        ;
     return NULL;
 }
 
@@ -427,17 +430,17 @@ void kvpi__publisher_set_replay_hook(kvpi_publisher *pub, kvpi__replay_hook fn, 
     atomic_store(&pub->hook, fn);
 }
 
-int kvpi__publisher_ring_busy(kvpi_publisher *pub)
-{
-    if (pthread_mutex_trylock(&pub->lock) != 0)
-        return 1;
-    pthread_mutex_unlock(&pub->lock);
-    return 0;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Life cycle                                                                */
 /* ------------------------------------------------------------------------ */
+
+static void close_socket(void *sock, int linger_ms)
+{
+    if (sock) {
+        zmq_setsockopt(sock, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+        zmq_close(sock);
+    }
+}
 
 static void close_all(kvpi_publisher *p)
 {
@@ -446,15 +449,10 @@ static void close_all(kvpi_publisher *p)
         pthread_join(p->thread, NULL);
         p->thread_running = false;
     }
-    if (p->router) {
-        int zero = 0;
-        zmq_setsockopt(p->router, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_close(p->router);
-    }
-    if (p->pub) {
-        zmq_setsockopt(p->pub, ZMQ_LINGER, &p->linger_ms, sizeof p->linger_ms);
-        zmq_close(p->pub);
-    }
+    close_socket(p->give, 0);
+    close_socket(p->take, 0);
+    close_socket(p->router, 0);
+    close_socket(p->pub, p->linger_ms);
     if (p->ctx)
         zmq_ctx_term(p->ctx); /* releases every frame still in flight */
     for (uint32_t i = 0; i < p->count; i++)
@@ -462,8 +460,6 @@ static void close_all(kvpi_publisher *p)
     free(p->ring);
     free(p->topic);
     kvpi_buf_free(&p->scratch);
-    pthread_mutex_destroy(&p->lock);
-    pthread_mutex_destroy(&p->sock_lock);
     free(p);
 }
 
@@ -501,6 +497,15 @@ static int open_pub(kvpi_publisher *p, const kvpi_publisher_config *cfg, char *e
     size_t len = sizeof p->endpoint;
     if (!bind || zmq_getsockopt(p->pub, ZMQ_LAST_ENDPOINT, p->endpoint, &len) != 0)
         snprintf(p->endpoint, sizeof p->endpoint, "%s", ep);
+    /* the hand-off holds as many batches as a subscriber may lag */
+    p->take = zmq_socket(p->ctx, ZMQ_PAIR);
+    p->give = zmq_socket(p->ctx, ZMQ_PAIR);
+    if (!p->take || !p->give || zmq_setsockopt(p->take, ZMQ_RCVHWM, &hwm, sizeof hwm) ||
+        zmq_setsockopt(p->give, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
+        zmq_bind(p->take, HANDOFF_EP) || zmq_connect(p->give, HANDOFF_EP)) {
+        set_err(err, errcap, "cannot open the hand-off socket: %s", zmq_strerror(zmq_errno()));
+        return -1;
+    }
     return 0;
 }
 
@@ -542,8 +547,6 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
         set_err(err, errcap, "out of memory");
         return -1;
     }
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_mutex_init(&p->sock_lock, NULL);
     p->dp_rank = cfg->dp_rank;
     p->linger_ms = cfg->linger_ms;
     const char *topic = cfg->topic ? cfg->topic : "";
@@ -610,20 +613,19 @@ int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n, 
     if (kvpi_encode_batch(events, n, timestamp < 0 ? kvpi_now() : timestamp, pub->dp_rank,
                           &pub->scratch))
         return -1;
-    uint8_t seq[8];
-    put_be64(seq, pub->next_seq);
-    /* A PUB socket never blocks: past the high-water mark zmq_send drops the
-     * message and still succeeds, and the number stays used (subscribers see
-     * the gap and ask for a replay).  sock_lock is held by the service
-     * thread for one chunk of subscriptions at most. */
-    pthread_mutex_lock(&pub->sock_lock);
-    int rc = zmq_send(pub->pub, pub->topic, pub->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-             zmq_send(pub->pub, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-             zmq_send(pub->pub, pub->scratch.data, pub->scratch.len, ZMQ_DONTWAIT) < 0;
-    pthread_mutex_unlock(&pub->sock_lock);
-    if (rc)
+    kept_batch *k = malloc(sizeof *k + pub->scratch.len);
+    if (!k)
         return -1;
-    keep(pub, pub->next_seq, pub->scratch.data, pub->scratch.len);
+    atomic_init(&k->refs, 1);
+    k->seq = pub->next_seq;
+    k->len = pub->scratch.len;
+    memcpy(k->data, pub->scratch.data, k->len);
+    /* the pointer itself crosses the lock-free pipe; the service thread
+     * owns the reference from here.  EAGAIN: sndhwm batches are waiting. */
+    if (zmq_send(pub->give, &k, sizeof k, ZMQ_DONTWAIT) != (int)sizeof k) {
+        free(k);
+        return -1;
+    }
     pub->next_seq++;
     pub->events_sent += n;
     return 0;
