@@ -36,10 +36,12 @@ FUZZ_CFLAGS    := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanit
 # Fuzz targets: build-fuzz/fuzz_NAME from fuzz/fuzz_NAME.c plus
 # FUZZ_SRCS_NAME, linked with FUZZ_LIBS_NAME.  fuzz_pool is the differential
 # model fuzzer; the others feed a decoder the bytes a peer or a file controls.
-FUZZ_TARGETS   := pool
+FUZZ_TARGETS   := pool events
 FUZZ_SRCS_pool := $(wildcard src/*.c) tests/support/model.c
 FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
-FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h
+FUZZ_SRCS_events := tools/event_decode.c
+FUZZ_LIBS_events := -lmsgpackc -ljansson -lm
+FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h tools/event_decode.h
 
 NORMAL_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(KVP_CMAKE_ARGS)
 ASAN_ARGS   := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DKVP_SANITIZE=address -DKVP_DEBUG_LEVEL=2 $(KVP_CMAKE_ARGS)

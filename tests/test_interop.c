@@ -453,6 +453,24 @@ static void test_endpoint_check(void **state)
 
 /* ---- a replay in progress never holds up publishing ---------------------- */
 
+/* A publisher bound on loopback with a replay socket keeping `ring`
+ * batches, no linger. */
+static kvpi_publisher *replay_publisher(uint32_t ring, const char *topic)
+{
+    kvpi_publisher_config pc;
+    kvpi_publisher_config_default(&pc);
+    pc.endpoint = "tcp://127.0.0.1:*";
+    pc.replay_endpoint = "tcp://127.0.0.1:*";
+    pc.topic = topic;
+    pc.replay_batches = ring;
+    pc.linger_ms = 0;
+    kvpi_publisher *pub = NULL;
+    char err[256];
+    if (kvpi_publisher_create(&pc, &pub, err, sizeof err) != 0)
+        fail_msg("kvpi_publisher_create: %s", err);
+    return pub;
+}
+
 /* The hook parks the service thread, mid-replay, until the test lets go. */
 typedef struct parking {
     pthread_mutex_t mu;
@@ -514,16 +532,7 @@ static void *publish_while_parked(void *arg)
 static void test_replay_never_holds_up_publishing(void **state)
 {
     (void)state;
-    kvpi_publisher_config pc;
-    kvpi_publisher_config_default(&pc);
-    pc.endpoint = "tcp://127.0.0.1:*";
-    pc.replay_endpoint = "tcp://127.0.0.1:*";
-    pc.replay_batches = PARK_BATCHES;
-    pc.linger_ms = 0;
-    kvpi_publisher *pub = NULL;
-    char err[256];
-    if (kvpi_publisher_create(&pc, &pub, err, sizeof err) != 0)
-        fail_msg("kvpi_publisher_create: %s", err);
+    kvpi_publisher *pub = replay_publisher(PARK_BATCHES, NULL);
     kvp_event clear = {.kind = KVP_EVENT_ALL_CLEARED};
     for (int i = 0; i < PARK_BATCHES; i++)
         assert_int_equal(kvpi_publisher_send(pub, &clear, 1, 1.0), 0);
@@ -671,17 +680,7 @@ static int cmp_double(const void *a, const void *b)
 static void test_publisher_under_hostile_peers(void **state)
 {
     (void)state;
-    kvpi_publisher_config pc;
-    kvpi_publisher_config_default(&pc);
-    pc.endpoint = "tcp://127.0.0.1:*";
-    pc.replay_endpoint = "tcp://127.0.0.1:*";
-    pc.topic = "kv@t";
-    pc.replay_batches = HOSTILE_RING;
-    pc.linger_ms = 0;
-    kvpi_publisher *pub = NULL;
-    char err[256];
-    if (kvpi_publisher_create(&pc, &pub, err, sizeof err) != 0)
-        fail_msg("kvpi_publisher_create: %s", err);
+    kvpi_publisher *pub = replay_publisher(HOSTILE_RING, "kv@t");
     void *ctx = zmq_ctx_new();
     void *sub = zmq_socket(ctx, ZMQ_SUB);
     int zero = 0;
@@ -707,11 +706,10 @@ static void test_publisher_under_hostile_peers(void **state)
     hostile h = {kvpi_publisher_endpoint(pub), kvpi_publisher_replay_endpoint(pub), 0, 0};
     pthread_t t;
     for (int phase = 0; phase < 2; phase++) {
-        if (phase == 1) {
+        if (phase == 1)
             assert_int_equal(pthread_create(&t, NULL, hostile_main, &h), 0);
-            struct timespec settle = {0, 200000000};
-            nanosleep(&settle, NULL);
-        }
+        struct timespec settle = {0, 300000000}; /* the prefill, or the flood, under way */
+        nanosleep(&settle, NULL);
         double cpu_worst = 0;
         for (int i = 0; i < HOSTILE_TIMED; i++) {
             double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);

@@ -184,12 +184,13 @@ void kvpt_json_text(FILE *f, const char *s, size_t n)
 
 static void json_obj(FILE *f, const msgpack_object *o);
 
-/* A map key as a JSON string: a string as itself, anything else as the
- * text of its JSON form (e.g. the key 7 as "7", binary as hex). */
+/* A map key as a JSON string: a string as itself, binary as its hex
+ * string, anything else as the text of its JSON form (the key 7 as "7"). */
 static void json_key(FILE *f, const msgpack_object *k)
 {
-    if (k->type == MSGPACK_OBJECT_STR) {
-        kvpt_json_text(f, k->via.str.ptr, k->via.str.size);
+    if (k->type == MSGPACK_OBJECT_STR || k->type == MSGPACK_OBJECT_BIN ||
+        k->type == MSGPACK_OBJECT_EXT) {
+        json_obj(f, k); /* already a JSON string */
         return;
     }
     char *text = NULL;

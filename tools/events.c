@@ -105,13 +105,13 @@ static uint64_t be64(const unsigned char *p)
 
 /* Receive one whole message, keeping at most 3 frames.  Returns the frame
  * count, or -1 when nothing could be read. */
-static int recv_message(void *sub, zmq_msg_t f[3])
+static int recv_message(void *sock, zmq_msg_t f[3])
 {
     int n = 0, more = 1;
     while (more) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, sub, 0) < 0) {
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
             zmq_msg_close(&m);
             break;
         }
@@ -125,10 +125,31 @@ static int recv_message(void *sub, zmq_msg_t f[3])
     return n ? n : -1;
 }
 
+/* ZeroMQ treats a frame past ZMQ_MAXMSGSIZE as a protocol error and, on
+ * the connecting side, does not reconnect after one; a monitor reports the
+ * disconnection so kvpool events can connect again itself. */
+#define EVENTS_MONITOR "inproc://kvpool-events-monitor"
+
+/* Read one monitor event (two frames) and connect again to `ep`. */
+static void reconnect(void *mon, void *sub, const char *ep)
+{
+    zmq_msg_t f[3];
+    int n = recv_message(mon, f);
+    for (int i = 0; i < n && i < 3; i++)
+        zmq_msg_close(&f[i]);
+    fprintf(stderr, "kvpool events: lost the connection to %s (a frame over --max-bytes, "
+                    "or the publisher went away); connecting again\n", ep);
+    zmq_disconnect(sub, ep);
+    if (zmq_connect(sub, ep) != 0)
+        kvpt_error("connect %s: %s", ep, zmq_strerror(zmq_errno()));
+}
+
 /* `kvpool events ENDPOINT`: subscribe (connect, or --bind) and print every
- * batch.  Frames longer than --max-bytes are refused by ZeroMQ (the
- * publisher is disconnected and reconnects), so one message costs at most
- * that, plus a bounded multiple of it while decoding. */
+ * batch.  Frames longer than --max-bytes are refused by ZeroMQ before they
+ * are stored (the connection is dropped; a publisher that connects to us
+ * comes back by itself, one we connect to is connected to again), so one
+ * message costs at most that, plus a bounded multiple of it while
+ * decoding. */
 int kvpt_cmd_events(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -188,7 +209,7 @@ int kvpt_cmd_events(int argc, char **argv)
         return kvpt_usage_error("events", "%s", err);
 
     void *ctx = zmq_ctx_new();
-    void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL;
+    void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL, *mon = NULL;
     int rc = KVPT_EXIT_ERROR;
     int64_t maxmsg = (int64_t)max_bytes;
     if (!sub || zmq_setsockopt(sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
@@ -205,19 +226,27 @@ int kvpt_cmd_events(int argc, char **argv)
         size_t len = sizeof last;
         if (zmq_getsockopt(sub, ZMQ_LAST_ENDPOINT, last, &len) == 0)
             fprintf(stderr, "kvpool events: listening on %s\n", last);
+    } else if (zmq_socket_monitor(sub, EVENTS_MONITOR, ZMQ_EVENT_DISCONNECTED) != 0 ||
+               !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(mon, EVENTS_MONITOR) != 0) {
+        kvpt_error("cannot monitor the SUB socket: %s", zmq_strerror(zmq_errno()));
+        goto out;
     }
     uint64_t got = 0, expect = 0;
     int have_prev = 0;
     rc = KVPT_EXIT_OK;
     while (!count || got < count) {
-        zmq_pollitem_t it = {sub, 0, ZMQ_POLLIN, 0};
-        int pr = zmq_poll(&it, 1, timeout > 0 ? (long)(timeout * 1000) : -1);
+        zmq_pollitem_t it[2] = {{sub, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
+        int pr = zmq_poll(it, mon ? 2 : 1, timeout > 0 ? (long)(timeout * 1000) : -1);
         if (pr < 0) {
             rc = kvpt_error("poll: %s", zmq_strerror(zmq_errno()));
             break;
         }
         if (pr == 0)
             break; /* --timeout without messages */
+        if (mon && (it[1].revents & ZMQ_POLLIN))
+            reconnect(mon, sub, ep);
+        if (!(it[0].revents & ZMQ_POLLIN))
+            continue;
         zmq_msg_t f[3];
         int n = recv_message(sub, f);
         if (n != 3 || zmq_msg_size(&f[1]) != 8) {
@@ -239,6 +268,10 @@ int kvpt_cmd_events(int argc, char **argv)
             zmq_msg_close(&f[i]);
     }
 out:
+    if (mon) {
+        zmq_socket_monitor(sub, NULL, 0);
+        zmq_close(mon);
+    }
     if (sub) {
         int zero = 0;
         zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof zero);
