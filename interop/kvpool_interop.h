@@ -16,9 +16,9 @@
  * the wire format, topics, endpoints, replay and the hash mode.
  *
  * Thread rules: a publisher is used by one thread at a time (the caller's);
- * it runs one internal service thread of its own, which reads subscriptions
- * and answers replay requests.  The encoder, kvpi_endpoint_check and the
- * hash function are pure and thread-safe.
+ * it runs one internal service thread of its own, which sends the batches,
+ * reads subscriptions and answers replay requests.  The encoder,
+ * kvpi_endpoint_check and the hash function are pure and thread-safe.
  */
 #ifndef KVPOOL_INTEROP_H
 #define KVPOOL_INTEROP_H
@@ -85,7 +85,7 @@ double kvpi_now(void);
  * A subscription frame is 1 byte plus the filter; a filter longer than the
  * topic can never match it, so the bound is the larger of the topic length
  * + 1 and KVPI_MAX_SUBSCRIPTION.  A replay request frame is at most 8
- * bytes. */
+ * bytes (the ROUTER's own identity frame is not received from the peer). */
 #define KVPI_MAX_SUBSCRIPTION 256
 #define KVPI_MAX_REPLAY_REQUEST 64
 
@@ -128,7 +128,8 @@ int kvpi_endpoint_check(const char *endpoint, int bind, char *err, size_t errcap
  * Create a publisher: check the endpoints (kvpi_endpoint_check), open the
  * PUB socket (an XPUB, so that subscriptions can be seen), bind or connect
  * it, bind the replay ROUTER socket when configured, and start the service
- * thread that reads subscriptions and answers replay requests.  Every
+ * thread that sends the batches, reads subscriptions and answers replay
+ * requests (it alone uses those sockets and the replay ring).  Every
  * socket that receives bounds its frames (KVPI_MAX_SUBSCRIPTION,
  * KVPI_MAX_REPLAY_REQUEST).  On failure returns -1, leaves *out unchanged
  * and writes a message into err[0..errcap) (err may be NULL).
@@ -137,8 +138,9 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
                           size_t errcap);
 
 /*
- * Flush queued messages (for up to the configured linger), stop the service
- * thread, close the sockets.  NULL is ignored.
+ * Stop the service thread once it has sent every batch handed to it, flush
+ * queued messages (for up to the configured linger), close the sockets.
+ * NULL is ignored.
  */
 void kvpi_publisher_destroy(kvpi_publisher *pub);
 
@@ -161,13 +163,15 @@ int kvpi_publisher_wait_subscriber(kvpi_publisher *pub, int timeout_ms);
  * Send one batch of events as one message (topic, sequence number, payload),
  * keep it for replay, and number it: the first batch is 0, every batch sent
  * gets the next number, an empty batch (n == 0) is not sent and takes no
- * number.  timestamp < 0: now.  Returns 0, or -1 (encoding or socket
- * failure; the number is not used).
- * Never blocks on peers: the sends do not wait (a slow subscriber loses
- * messages at its high-water mark), and the only locks taken are held by
- * the service thread for O(1) work (one bounded chunk of subscriptions, or
- * taking references to a chunk of kept batches), never across a send.  Cost
- * O(n) to encode plus one copy of the payload for replay.
+ * number.  timestamp < 0: now.  Returns 0, or -1 (encoding failure, out
+ * of memory, or `sndhwm` batches still waiting for the service thread; the
+ * number is not used).
+ * Never waits for peers or for the service thread: the call encodes the
+ * batch, copies it into one reference-counted buffer (shared by the
+ * subscribers' message and the replay ring) and hands it to the service
+ * thread through a lock-free, non-blocking inproc pipe; it shares no lock
+ * with that thread.  O(n), whatever subscribers and replay clients do; a
+ * slow subscriber loses messages at its high-water mark instead.
  */
 int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n,
                         double timestamp);
