@@ -100,8 +100,10 @@ static uint64_t be64(const unsigned char *p)
     return v;
 }
 
-/* The largest frame `kvpool events` accepts by default (--max-bytes). */
+/* The largest frame `kvpool events` accepts by default (--max-bytes), and
+ * the messages it lets ZeroMQ queue: together they bound its memory. */
 #define EVENTS_MAX_BYTES (16u << 20)
+#define EVENTS_RCVHWM 64
 
 /* Receive one whole message, keeping at most 3 frames.  Returns the frame
  * count, or -1 when nothing could be read. */
@@ -147,9 +149,11 @@ static void reconnect(void *mon, void *sub, const char *ep)
 /* `kvpool events ENDPOINT`: subscribe (connect, or --bind) and print every
  * batch.  Frames longer than --max-bytes are refused by ZeroMQ before they
  * are stored (the connection is dropped; a publisher that connects to us
- * comes back by itself, one we connect to is connected to again), so one
- * message costs at most that, plus a bounded multiple of it while
- * decoding. */
+ * comes back by itself, one we connect to is connected to again), and at
+ * most EVENTS_RCVHWM messages wait in ZeroMQ's queue (past that the
+ * publisher drops them for us, and the gap is reported), so memory stays
+ * within EVENTS_RCVHWM x --max-bytes plus a bounded multiple of one message
+ * while decoding. */
 int kvpt_cmd_events(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -212,7 +216,9 @@ int kvpt_cmd_events(int argc, char **argv)
     void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL, *mon = NULL;
     int rc = KVPT_EXIT_ERROR;
     int64_t maxmsg = (int64_t)max_bytes;
-    if (!sub || zmq_setsockopt(sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
+    int hwm = EVENTS_RCVHWM;
+    if (!sub || zmq_setsockopt(sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
+        zmq_setsockopt(sub, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0) {
         kvpt_error("cannot open a SUB socket");
         goto out;
     }

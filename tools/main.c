@@ -138,8 +138,8 @@ static const char usage_events[] =
     "                (each with \"type\" and its named fields)\n"
     "  --count N     stop after N batches\n"
     "  --timeout S   stop after S seconds without a message\n"
-    "  --max-bytes N refuse frames longer than N bytes (default 16 MiB; ZeroMQ\n"
-    "                drops the connection, and the publisher reconnects)\n";
+    "  --max-bytes N refuse frames longer than N bytes (default 16 MiB): the\n"
+    "                connection is dropped, then made again\n";
 
 static const char usage_events_demo[] =
     "usage: kvpool events-demo ENDPOINT [--connect] [--replay EP] [--topic T]\n"
