@@ -14,7 +14,10 @@
  *   object (jansson rejects invalid UTF-8, NaN and bare control
  *   characters), and the line holds no control character byte at all;
  * - text: every line is valid UTF-8 with no C0, DEL or C1 control character;
- * - a refused payload prints nothing.
+ * - a refused payload prints nothing;
+ * - the output is at most OUT_PER_BYTE bytes per input byte (plus the
+ *   batch line's constant part): nested map keys cannot make it grow
+ *   exponentially.
  */
 #define _POSIX_C_SOURCE 200809L /* open_memstream */
 
@@ -25,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define OUT_PER_BYTE 48
 
 /* Die loudly: libFuzzer records the input. */
 static void fail(const char *why, const char *out, size_t len)
@@ -111,6 +116,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fclose(f);
     if (rc != 0 && out_len != 0)
         fail("a refused payload printed something", out, out_len);
+    if (out_len > OUT_PER_BYTE * size + 256)
+        fail("the output is out of proportion to the input", out, out_len);
     if (rc == 0 && json) {
         if (out_len == 0 || out[out_len - 1] != '\n' || memchr(out, '\n', out_len - 1))
             fail("JSON output is not exactly one line", out, out_len);

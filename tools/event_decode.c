@@ -11,21 +11,21 @@
  * allocates more than one msgpack_object per input byte; msgpack-c itself
  * refuses nesting deeper than 32, which bounds the recursion here.  Every
  * string goes through put_text(), which never emits a control character or
- * invalid UTF-8.
+ * invalid UTF-8.  Every object is printed once, in at most a few dozen
+ * characters per input byte (the longest: a nil field after its name), so
+ * the output is linear in the input; map keys that are arrays or maps are
+ * summarised, never rendered inside a string.
  *
  * Why built this way: JSON is written by hand because block hashes are
  * unsigned 64-bit integers, which a signed-integer JSON library would
  * mangle; the subscriber prints the wire format as it is, by tag, with no
  * knowledge of kvpool, so it can watch vLLM engines too.
  */
-#define _POSIX_C_SOURCE 200809L /* open_memstream */
-
 #include "event_decode.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
@@ -184,24 +184,31 @@ void kvpt_json_text(FILE *f, const char *s, size_t n)
 
 static void json_obj(FILE *f, const msgpack_object *o);
 
-/* A map key as a JSON string: a string as itself, binary as its hex
- * string, anything else as the text of its JSON form (the key 7 as "7"). */
+/* A map key as a JSON string: a string as itself, binary as its hex, a
+ * scalar as its JSON text ("7", "null"), an array or a map as a summary
+ * ("array of 2").  Compound keys are summarised, not rendered: each level
+ * of a key rendered inside a string would escape the level below again,
+ * doubling its backslashes, so nested keys would grow the output
+ * exponentially with depth. */
 static void json_key(FILE *f, const msgpack_object *k)
 {
-    if (k->type == MSGPACK_OBJECT_STR || k->type == MSGPACK_OBJECT_BIN ||
-        k->type == MSGPACK_OBJECT_EXT) {
+    switch (k->type) {
+    case MSGPACK_OBJECT_STR:
+    case MSGPACK_OBJECT_BIN:
+    case MSGPACK_OBJECT_EXT:
         json_obj(f, k); /* already a JSON string */
-        return;
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        fprintf(f, "\"array of %" PRIu32 "\"", k->via.array.size);
+        break;
+    case MSGPACK_OBJECT_MAP:
+        fprintf(f, "\"map of %" PRIu32 "\"", k->via.map.size);
+        break;
+    default: /* nil, boolean, numbers: no character that needs escaping */
+        fputc('"', f);
+        json_obj(f, k);
+        fputc('"', f);
     }
-    char *text = NULL;
-    size_t tlen = 0;
-    FILE *m = open_memstream(&text, &tlen);
-    if (m) {
-        json_obj(m, k);
-        fclose(m);
-    }
-    kvpt_json_text(f, text ? text : "", text ? tlen : 0);
-    free(text);
 }
 
 /* Any msgpack object as JSON: binary and extensions as hex strings,

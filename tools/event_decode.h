@@ -7,7 +7,8 @@
  * the output is safe: JSON output is valid JSON in valid UTF-8 (invalid
  * UTF-8 becomes U+FFFD, non-finite floats null, non-string map keys strings)
  * and contains no control characters, and text output contains no control
- * characters other than its line ends.
+ * characters other than its line ends.  Output is linear in the input (at
+ * most a few dozen bytes per input byte).
  */
 #ifndef KVPT_EVENT_DECODE_H
 #define KVPT_EVENT_DECODE_H
