@@ -561,6 +561,9 @@ def hostile_payloads():
         # [1.0, array32 claiming 2^32 - 1 events] in 15 bytes
         (b"kv@a", b"\x93\xcb" + bytes(8) + b"\xdd\xff\xff\xff\xff"),
         (b"kv@a", msgpack.packb([2.0, [["AllBlocksCleared"]], None])),
+        # 20 maps, each the key of the next, around a '"': 80 bytes
+        (b"kv@a", b"\x93\xcb" + bytes(8) + b"\x91\x92\xa1X" + b"\x81" * 20 + b'\xa1"'
+         + b"\xc0" * 21),
     ]
 
 
@@ -588,7 +591,7 @@ def test_events_output_is_safe(ctx, mode):
         assert out.count(b"batch ") == len(payloads) - 1
         return
     lines = [json.loads(x, parse_constant=reject_constant) for x in out.decode().splitlines()]
-    assert [x["seq"] for x in lines] == [0, 1, 2, 3, 5]
+    assert [x["seq"] for x in lines] == [0, 1, 2, 3, 5, 6]
     assert lines[0]["ts"] is None and lines[1]["ts"] is None  # NaN, inf
     assert lines[1]["topic"] == "kv@\ufffd\x1b[0m"
     st = lines[1]["events"][0]
@@ -596,6 +599,9 @@ def test_events_output_is_safe(ctx, mode):
     assert lines[2]["events"][0]["medium"] == "\ufffd\ufffd\ufffdGPU"
     assert lines[3]["events"][0]["raw"][1] == {"00ff": 1, "7": 2, "null": ["1b"]}
     assert lines[4]["events"] == [{"type": "AllBlocksCleared"}]
+    # a key that is a map is summarised: output stays linear in the input
+    assert lines[5]["events"][0]["raw"][1] == {"map of 1": None}
+    assert len(out.decode().splitlines()[5]) < 48 * len(payloads[6][1]) + 256
 
 
 def test_events_refuses_oversized_frames(ctx):
