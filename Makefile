@@ -36,15 +36,18 @@ FUZZ_CFLAGS    := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanit
 # Fuzz targets: build-fuzz/fuzz_NAME from fuzz/fuzz_NAME.c plus
 # FUZZ_SRCS_NAME, linked with FUZZ_LIBS_NAME.  fuzz_pool is the differential
 # model fuzzer; the others feed a decoder the bytes a peer or a file controls.
-FUZZ_TARGETS   := pool trace
+FUZZ_TARGETS   := pool trace events
 FUZZ_SRCS_pool := $(wildcard src/*.c) tests/support/model.c
 FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
 # fuzz_trace: the CLI's trace line parser (tools/trace.c; common.c needs the
 # library for kvp_strerror).
 FUZZ_SRCS_trace := tools/trace.c tools/common.c $(wildcard src/*.c)
 FUZZ_LIBS_trace := -ljansson -lz -lcrypto -lxxhash -lpthread
+# fuzz_events: the subscriber's decoder of event batches (network bytes).
+FUZZ_SRCS_events := tools/event_decode.c
+FUZZ_LIBS_events := -lmsgpackc -ljansson -lm
 FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h \
-                  tools/trace.h tools/common.h
+                  tools/trace.h tools/common.h tools/event_decode.h
 
 NORMAL_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(KVP_CMAKE_ARGS)
 ASAN_ARGS   := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DKVP_SANITIZE=address -DKVP_DEBUG_LEVEL=2 $(KVP_CMAKE_ARGS)

@@ -318,6 +318,47 @@ def test_help():
     assert run("--help").returncode == 0
 
 
+# ---- KV-cache events: endpoints ---------------------------------------------
+
+def have_interop(binary=KVPOOL):
+    return run("events-demo", "--help", binary=binary).returncode == 0
+
+
+def test_events_help_binds_loopback():
+    # examples bind loopback, never every interface
+    if not have_interop():
+        pytest.skip("kvpool built without the interop part")
+    for cmd in ("events", "events-demo", "replay"):
+        p = run(cmd, "--help")
+        assert p.returncode == 0
+        assert "tcp://*" not in p.stdout and "127.0.0.1" in p.stdout, cmd
+
+
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
+@pytest.mark.parametrize("args, why, status", [
+    (["events", "tcp://127.0.0.1:99999"], "port '99999' is not in 1..65535", 2),
+    (["events", "tcp://127.0.0.1:*"], "can only be bound", 2),
+    (["events", "tcp://no-such-host.invalid:5557"], "cannot resolve host", 2),
+    (["events", "tcp://127.0.0.1:0", "--bind"], "port '0' is not in 1..65535", 2),
+    (["events-demo", "tcp://*:99999"], "port '99999' is not in 1..65535", 1),
+    (["events-demo", "tcp://127.0.0.1:70000", "--replay", "tcp://127.0.0.1:*"],
+     "port '70000'", 1),
+    (["events-demo", "tcp://127.0.0.1:*", "--replay", "tcp://127.0.0.1:99999"],
+     "port '99999'", 1),
+    (["events-demo", "tcp://no-such-host.invalid:5557", "--connect"],
+     "cannot resolve host 'no-such-host.invalid'", 1),
+], ids=lambda v: v if isinstance(v, int) else None)
+def test_events_refuse_bad_endpoints(binary, args, why, status):
+    # refused up front with the reason, within a bounded time, nothing sent
+    if not have_interop(binary):
+        pytest.skip("kvpool built without the interop part")
+    extra = ["--timeout", "1"] if args[0] == "events" else ["--events-wait", "0"]
+    p = run(*args, *extra, binary=binary, timeout=60)
+    assert p.returncode == status, (p.returncode, p.stderr)
+    assert why in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
 # ---- sweep, CSV, plot ------------------------------------------------------
 
 def test_sweep_csv(tmp_path):

@@ -243,6 +243,7 @@ int kvpt_cmd_replay(int argc, char **argv)
         {"events", required_argument, NULL, 'E'},
         {"topic", required_argument, NULL, 'T'},
         {"events-wait", required_argument, NULL, 'W'},
+        {"events-connect", no_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -250,6 +251,7 @@ int kvpt_cmd_replay(int argc, char **argv)
     int have_capacity = 0, json = 0, c;
     const char *events_ep = NULL, *events_topic = NULL; /* --events (events.c) */
     double events_wait = 2;
+    int events_connect = 0;
     char *end;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -267,6 +269,9 @@ int kvpt_cmd_replay(int argc, char **argv)
             break;
         case 'T':
             events_topic = optarg;
+            break;
+        case 'K':
+            events_connect = 1;
             break;
         case 'W':
             events_wait = strtod(optarg, &end);
@@ -289,7 +294,7 @@ int kvpt_cmd_replay(int argc, char **argv)
     kvpt_trace t;
     if (kvpt_trace_load(argv[optind], &t))
         return KVPT_EXIT_ERROR;
-    if (events_ep && kvpt_events_start(events_ep, events_topic, events_wait)) {
+    if (events_ep && kvpt_events_start(events_ep, events_connect, events_topic, events_wait)) {
         kvpt_trace_free(&t);
         return KVPT_EXIT_ERROR;
     }
