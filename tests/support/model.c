@@ -1100,6 +1100,67 @@ kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h)
     return KVP_OK;
 }
 
+/* "Keep only the first n tokens": the dropped tail's blocks join the free
+ * blocks last first, like a destroy; when n ends inside a block another
+ * sequence holds or that is published, a fresh copy takes its place and the
+ * old one is dropped after (a second join).  The room for the copy counts
+ * what the tail frees. */
+kvp_status mdl_seq_truncate(model *m, int slot, size_t n)
+{
+    mseq *q = &m->sq[slot];
+    if (n > q->ntokens)
+        return KVP_EINVAL;
+    if (n == q->ntokens)
+        return KVP_OK;
+    size_t bs = m->c.bs, fill = n % bs, keep = (n + bs - 1) / bs;
+    kvp_block last = fill ? q->blocks[keep - 1] : KVP_NO_BLOCK;
+    int copy = fill && (mdl_refcnt(&m->b[last]) > 1 || m->b[last].hash >= 0);
+    uint32_t sole = 0;
+    for (size_t i = keep; i < q->nblocks; i++)
+        sole += mdl_refcnt(&m->b[q->blocks[i]]) == 1;
+    if (copy) {
+        kvp_status rc = seq_room(m, mdl_n_free(m, 0) + sole, 1);
+        if (rc)
+            return rc;
+    }
+    kvp_block freed[MSEQB] = {0}; /* (GCC cannot see nf bounds the reads) */
+    uint32_t nf = 0, dropped = q->nblocks - (uint32_t)keep;
+    for (uint32_t i = q->nblocks; i-- > keep;) {
+        mblk *k = &m->b[q->blocks[i]];
+        k->seqref--;
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = q->blocks[i];
+        }
+    }
+    join_free(m, freed, nf);
+    q->nblocks = (uint32_t)keep;
+    if (copy) {
+        kvp_block b = seq_take(m);
+        m->b[b].fill = (uint32_t)fill;
+        q->blocks[keep - 1] = b;
+        mdl_note_peak(m); /* the copy and its source are both in use */
+        mblk *k = &m->b[last];
+        k->seqref--;
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            join_free(m, &last, 1);
+        }
+        m->k.cow_copies++;
+        m->k.alloc_calls++;
+        dropped++;
+    } else if (fill) {
+        m->b[last].fill = (uint32_t)fill;
+    }
+    if (dropped) {
+        m->k.free_calls++;
+        m->k.blocks_freed += dropped;
+    }
+    q->nhashes = m->c.prefix ? (uint32_t)(n / bs) : 0;
+    q->ntokens = n;
+    return KVP_OK;
+}
+
 kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
 {
     if (mdl_seq_find(m, child_id) >= 0)
