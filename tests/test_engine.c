@@ -63,6 +63,7 @@ static size_t make_requests(eng_request *r, int forks)
     return total;
 }
 
+/* The seeded model and every sample's dense reference, sampled and greedy. */
 static int setup(void **state)
 {
     (void)state;
@@ -79,6 +80,7 @@ static int setup(void **state)
     return 0;
 }
 
+/* Release the references and the model. */
 static int teardown(void **state)
 {
     (void)state;
@@ -125,6 +127,8 @@ static eng_summary run_and_compare(const eng_config *cfg, int forks, const tfm_m
     return sum;
 }
 
+/* Blocks of 4 tokens, room for everything, 8 running, checks after every
+ * step; each test changes what it is about. */
 static eng_config base_config(void)
 {
     eng_config c;
@@ -292,7 +296,7 @@ static void test_checkpoint_roundtrip(void **state)
     unlink(path);
 }
 
-/* Write `len` bytes of a header `h` and `extra` zero bytes to path. */
+/* Write the header h and then `extra` zero bytes to path. */
 static void write_file(const char *path, const int32_t h[7], size_t extra)
 {
     FILE *f = fopen(path, "wb");

@@ -67,6 +67,7 @@ typedef struct engine {
     size_t cap;
 } engine;
 
+/* The monotonic clock in seconds. */
 static double now(void)
 {
     struct timespec ts;
@@ -82,6 +83,7 @@ static double now(void)
         (e)->kv_seconds += now() - t_;                                                             \
     } while (0)
 
+/* Record "what: kvpool's message" as the run's error; returns -1. */
 static int fail(engine *e, const char *what, kvp_status rc)
 {
     snprintf(e->err, e->cap, "%s: %s", what, kvp_strerror(rc));
@@ -198,6 +200,7 @@ done:
 /* Queues                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* Take unit u out of the running list, keeping the others' order. */
 static void running_remove(engine *e, size_t u)
 {
     for (size_t i = 0; i < e->n_running; i++)
@@ -208,6 +211,7 @@ static void running_remove(engine *e, size_t u)
         }
 }
 
+/* Unit u runs, as the youngest. */
 static void running_push(engine *e, size_t u)
 {
     e->running[e->n_running++] = u;
@@ -625,6 +629,7 @@ static int check_step(engine *e)
 /* Setup and the run                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* A configuration the loop can run.  0 or -1 with err set. */
 static int check_config(const eng_config *c, char *err, size_t cap)
 {
     if (!c->model || c->block_size == 0 || c->block_size > 65535 || c->num_blocks == 0 ||
@@ -701,6 +706,8 @@ static int setup(engine *e, const eng_request *reqs, size_t n_reqs, eng_output *
     return 0;
 }
 
+/* The pool: no growth, a host arena of blocks holding every layer's K and
+ * V, XXH3 block hashes. */
 static kvp_status create_pool(engine *e)
 {
     const eng_config *c = e->cfg;
@@ -717,6 +724,7 @@ static kvp_status create_pool(engine *e)
     return kvp_pool_create(&pc, &e->pool);
 }
 
+/* Release everything the run holds but the outputs. */
 static void teardown(engine *e)
 {
     for (size_t i = 0; i < e->n_units; i++) {

@@ -56,6 +56,7 @@ typedef struct opts {
     int no_prefix, json;
 } opts;
 
+/* Report a bad command line on stderr; returns exit status 2. */
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "kvpool-engine: ");
@@ -201,6 +202,7 @@ static int build_requests(const kvpt_trace *t, const opts *o, const tfm_model *m
     return 0;
 }
 
+/* One JSON line per request, then the summary line. */
 static void print_json(const eng_request *reqs, const eng_output *outs, size_t n,
                        const eng_summary *s, const opts *o)
 {
@@ -228,6 +230,7 @@ static void print_json(const eng_request *reqs, const eng_output *outs, size_t n
            s->ttft_mean, s->kvpool_seconds, s->kvpool_share);
 }
 
+/* The summary as aligned text. */
 static void print_text(const eng_summary *s, const opts *o)
 {
     double saved = s->prompt_tokens ? (double)s->first_cached_tokens / (double)s->prompt_tokens
@@ -252,6 +255,7 @@ static void print_text(const eng_summary *s, const opts *o)
            100.0 * s->kvpool_share);
 }
 
+/* Load the model and the trace, build the requests, run, print. */
 int main(int argc, char **argv)
 {
     opts o;

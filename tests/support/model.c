@@ -1100,6 +1100,24 @@ kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h)
     return KVP_OK;
 }
 
+/* Drop one sequence reference on bl[n-1] .. bl[0], last first; the blocks
+ * whose last reference goes join the free blocks in that order, like one
+ * kvp_free. */
+static void seq_drop(model *m, const kvp_block *bl, uint32_t n)
+{
+    kvp_block freed[MSEQB] = {0}; /* (GCC cannot see that nf bounds the reads) */
+    uint32_t nf = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        mblk *k = &m->b[bl[i]];
+        k->seqref--;
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = bl[i];
+        }
+    }
+    join_free(m, freed, nf);
+}
+
 /* "Keep only the first n tokens": the dropped tail's blocks join the free
  * blocks last first, like a destroy; when n ends inside a block another
  * sequence holds or that is published, a fresh copy takes its place and the
@@ -1123,29 +1141,15 @@ kvp_status mdl_seq_truncate(model *m, int slot, size_t n)
         if (rc)
             return rc;
     }
-    kvp_block freed[MSEQB] = {0}; /* (GCC cannot see nf bounds the reads) */
-    uint32_t nf = 0, dropped = q->nblocks - (uint32_t)keep;
-    for (uint32_t i = q->nblocks; i-- > keep;) {
-        mblk *k = &m->b[q->blocks[i]];
-        k->seqref--;
-        if (mdl_refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            freed[nf++] = q->blocks[i];
-        }
-    }
-    join_free(m, freed, nf);
+    uint32_t dropped = q->nblocks - (uint32_t)keep;
+    seq_drop(m, q->blocks + keep, dropped);
     q->nblocks = (uint32_t)keep;
     if (copy) {
         kvp_block b = seq_take(m);
         m->b[b].fill = (uint32_t)fill;
         q->blocks[keep - 1] = b;
         mdl_note_peak(m); /* the copy and its source are both in use */
-        mblk *k = &m->b[last];
-        k->seqref--;
-        if (mdl_refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            join_free(m, &last, 1);
-        }
+        seq_drop(m, &last, 1);
         m->k.cow_copies++;
         m->k.alloc_calls++;
         dropped++;
@@ -1182,17 +1186,7 @@ kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
 kvp_status mdl_seq_destroy(model *m, int slot)
 {
     mseq *q = &m->sq[slot];
-    kvp_block freed[MSEQB];
-    uint32_t nf = 0;
-    for (uint32_t i = q->nblocks; i-- > 0;) {
-        mblk *k = &m->b[q->blocks[i]];
-        k->seqref--;
-        if (mdl_refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            freed[nf++] = q->blocks[i];
-        }
-    }
-    join_free(m, freed, nf);
+    seq_drop(m, q->blocks, q->nblocks);
     if (q->nblocks) {
         m->k.free_calls++;
         m->k.blocks_freed += q->nblocks;
