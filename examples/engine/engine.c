@@ -494,16 +494,23 @@ static int admit_front(engine *e, size_t *budget)
     KVCALL(e, rc, kvp_seq_create(e->pool, u->seq_id, NULL, &u->seq));
     if (rc)
         return fail(e, "kvp_seq_create", rc);
-    size_t cached = 0, needed = 0, got = 0;
+    /* A prompt within the budget is admitted whole (all or nothing).  A
+     * longer one is probed first: where its cached prefix ends, and whether
+     * the whole prompt would fit now; then its prefix and a first chunk are
+     * admitted. */
+    size_t cached = 0, needed = 0, got = 0, upto = u->ntok;
     uint32_t nfree = 0;
-    KVCALL(e, rc, kvp_seq_probe(u->seq, u->tokens, u->ntok, &cached, &needed));
-    if (!rc)
-        KVCALL(e, rc, kvp_free_count(e->pool, KVP_STREAM_SHARED, &nfree));
-    if (rc)
-        return fail(e, "kvp_seq_probe", rc);
-    size_t n = u->ntok - cached < *budget ? u->ntok - cached : *budget;
+    int chunked = u->ntok > *budget;
+    if (chunked) {
+        KVCALL(e, rc, kvp_seq_probe(u->seq, u->tokens, u->ntok, &cached, &needed));
+        if (!rc)
+            KVCALL(e, rc, kvp_free_count(e->pool, KVP_STREAM_SHARED, &nfree));
+        if (rc)
+            return fail(e, "kvp_seq_probe", rc);
+        upto = cached + (u->ntok - cached < *budget ? u->ntok - cached : *budget);
+    }
     if (needed <= nfree)
-        KVCALL(e, rc, kvp_seq_admit(u->seq, u->tokens, cached + n, &got));
+        KVCALL(e, rc, kvp_seq_admit(u->seq, u->tokens, upto, &got));
     if (needed > nfree || rc == KVP_EEXHAUSTED) {
         KVCALL(e, rc, kvp_seq_destroy(u->seq));
         u->seq = NULL;
@@ -511,11 +518,13 @@ static int admit_front(engine *e, size_t *budget)
     }
     if (rc)
         return fail(e, "kvp_seq_admit", rc);
-    if (got != cached) {
+    if (chunked && got != cached) {
         snprintf(e->err, e->cap, "sequence %llu: admitted %zu cached tokens, probed %zu",
                  (unsigned long long)u->seq_id, got, cached);
         return -1;
     }
+    cached = got;
+    size_t n = upto - cached;
     memmove(e->waiting, e->waiting + 1, --e->n_waiting * sizeof(size_t));
     running_push(e, ui);
     u->in_prefill = 1;

@@ -6,9 +6,10 @@
  * sample is a kvpool sequence; attention reads its rows only through
  * kvp_seq_blocks and kvp_block_ptr.  A step runs every decode (one token
  * each), then continues chunked prefills, then admits waiting work, all
- * under a per-step token budget.  Admission looks the prompt up in the
- * prefix cache (kvp_seq_probe) and admits the cached prefix plus the first
- * chunk; later chunks are appended.  A request with n > 1 samples forks its
+ * under a per-step token budget.  Admission claims the prompt's cached
+ * prefix (kvp_seq_admit); a prompt longer than the budget is probed first
+ * (kvp_seq_probe) and admitted as its cached prefix plus a first chunk,
+ * later chunks appended.  A request with n > 1 samples forks its
  * sequence after the prompt (the shared partial block is copied on write by
  * kvpool, bytes included).  When the pool runs out the youngest running
  * sample is preempted (its sequence destroyed, its blocks left cached) and
