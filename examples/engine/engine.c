@@ -4,15 +4,17 @@
  *
  * What it owns: the samples ("units": one per sample of a request), the
  * waiting queue (preempted units at its front), the running list (in
- * admission order, so the youngest is last), the memo of block addresses in
- * kvpool's arena, and the time spent inside kvpool calls.
+ * admission order, so the youngest is last), every block's address in
+ * kvpool's arena (taken once, at creation), the lanes (threads) and the batch
+ * of decodes they compute, and the time spent inside kvpool calls.
  *
  * Invariants between steps: a running unit holds a sequence whose token
  * count equals the unit's computed tokens; a waiting unit holds none;
  * u->tokens[0..ntok) are the prompt and the tokens sampled so far, and
  * computed < ntok while the unit runs.  Every published block's K/V rows are
- * computed before any other admission can hit it: a chunk is admitted or
- * appended and computed before the next unit is looked at.
+ * computed before an admission (the only call that can hit a block) comes
+ * next: an admitted unit is computed before the next one is admitted, and
+ * the step's appends are all computed before its admissions start.
  *
  * Why outputs do not depend on the batch: a token's K/V and logits depend
  * only on the tokens before it (the model is evaluated one position at a
@@ -69,10 +71,10 @@ typedef struct engine {
     size_t n_units, n_done;
     size_t *running, n_running;
     size_t *waiting, n_waiting; /* front at 0 */
-    float **arena;           /* per block id: its address, once asked */
+    float **arena;           /* per block id: its address in the arena */
     tfm_state st;
     float *logits;
-    struct lane *lanes;      /* threads of them: a step's plain decodes */
+    lane *lanes;             /* `threads` of them: a step's plain decodes */
     size_t *batch, n_batch;  /* units appended this step, computed by the lanes */
     float *batch_logits;     /* n_batch x vocab */
     size_t batch_cap;
