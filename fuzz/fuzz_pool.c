@@ -542,7 +542,7 @@ enum {
     OP_ALLOC, OP_TAKE, OP_TAKE_ID, OP_FREE, OP_FREE2, OP_FREE_OWNER, OP_REGISTER, OP_RELEASE,
     OP_SET_FILL, OP_CLAIM, OP_PUBLISH, OP_LOOKUP_CLAIM, OP_UNPUBLISH, OP_EVICT, OP_ENSURE,
     OP_EXTEND, OP_SHRINK, OP_RETIRE_TOP, OP_OWNER_BLOCKS, OP_SEQ_CREATE, OP_SEQ_ADMIT,
-    OP_SEQ_APPEND, OP_SEQ_APPEND2, OP_SEQ_FORK, OP_SEQ_DESTROY, OP_RARE, NOPS
+    OP_SEQ_APPEND, OP_SEQ_APPEND2, OP_SEQ_FORK, OP_SEQ_DESTROY, OP_RARE, OP_SEQ_TRUNCATE, NOPS
 };
 
 static kvp_status do_free(rd *r)
@@ -747,6 +747,17 @@ static void do_seq(rd *r, int op)
             g_r.seq[slot] = h;
             memcpy(g_r.tok[slot], g_r.tok[q], sizeof g_r.tok[q]);
         }
+        break;
+    }
+    case OP_SEQ_TRUNCATE: {
+        if (q < 0)
+            return;
+        size_t have = m->sq[q].ntokens, cut = u8(r) % (m->c.bs * 3 + 2);
+        size_t n = cut > have ? have + 1 : have - cut; /* now and then one too many */
+        OPF("seq_truncate(%" PRIu64 ", %zu) of %zu tokens", id, n, have);
+        es = mdl_seq_truncate(m, q, n);
+        gs = kvp_seq_truncate(g_r.seq[q], g_r.tok[q], n);
+        cmp_status("kvp_seq_truncate", gs, es, fp);
         break;
     }
     case OP_SEQ_DESTROY:

@@ -857,8 +857,9 @@ KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n
  * one stays cached: its content is still right for its hash).  When n ends
  * inside a block that another sequence also holds or that is published,
  * that block keeps its content for the others and the sequence continues in
- * a fresh copy of it (through the storage hook, counted in cow_copies), so
- * later writes never land in bytes others read; otherwise the block's fill
+ * a fresh copy of it (through the storage hook, counted in cow_copies; both
+ * are in use while it is made, as peak_in_use shows), so later writes never
+ * land in bytes others read; otherwise the block's fill
  * becomes n % block_size.  tokens[0..n) are the sequence's tokens as the
  * caller keeps them; only the n % block_size tokens of the new partial
  * block are read (the sequence keeps no tokens of full blocks), and when

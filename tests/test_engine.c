@@ -8,7 +8,8 @@
  * for bit, those of the sample run alone over a contiguous K/V array:
  * prefix caching on and off, chunked prefill under a tiny token budget, a
  * pool small enough to force preemption, forks (n > 1) with copy-on-write, a
- * kvp_retire_top shrink in the middle, thread_safe, verify_hits, greedy
+ * kvp_retire_top shrink in the middle, thread_safe (with two threads
+ * computing decodes), verify_hits, greedy
  * decoding, speculative decoding (drafts rolled back with kvp_seq_truncate).
  * Each configuration also asserts that the mechanism it is about
  * really happened (hits, preemptions, forks, copies, relocations).  Also:
@@ -63,6 +64,7 @@ static size_t make_requests(eng_request *r, int forks)
     return total;
 }
 
+/* The seeded model and every sample's dense reference, sampled and greedy. */
 static int setup(void **state)
 {
     (void)state;
@@ -79,6 +81,7 @@ static int setup(void **state)
     return 0;
 }
 
+/* Release the references and the model. */
 static int teardown(void **state)
 {
     (void)state;
@@ -125,6 +128,8 @@ static eng_summary run_and_compare(const eng_config *cfg, int forks, const tfm_m
     return sum;
 }
 
+/* Blocks of 4 tokens, room for everything, 8 running, checks after every
+ * step; each test changes what it is about. */
 static eng_config base_config(void)
 {
     eng_config c;
@@ -217,17 +222,23 @@ static void test_retire_mid_run(void **state)
         fail_msg("the retire moved no block in use");
 }
 
+/* thread_safe with 1 and with 2 threads (the second computes half of each
+ * step's decodes, calling kvp_seq_blocks concurrently), verify_hits. */
 static void test_thread_safe_and_verify_hits(void **state)
 {
     (void)state;
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         eng_config c = base_config();
         c.thread_safe = mode != 1;
         c.verify_hits = mode != 0;
+        c.threads = mode >= 2 ? 2 : 1;
+        c.spec_tokens = mode == 3 ? 2 : 0; /* drafts serially, the rest on two threads */
         c.num_blocks = 20;
         eng_summary s = run_and_compare(&c, 1, &g_model);
         if (s.prefill_tokens_cached == 0)
             fail_msg("no prompt token was served from cache");
+        if (s.preemptions == 0)
+            fail_msg("the small pool preempted nothing");
     }
 }
 
@@ -292,7 +303,7 @@ static void test_checkpoint_roundtrip(void **state)
     unlink(path);
 }
 
-/* Write `len` bytes of a header `h` and `extra` zero bytes to path. */
+/* Write the header h and then `extra` zero bytes to path. */
 static void write_file(const char *path, const int32_t h[7], size_t extra)
 {
     FILE *f = fopen(path, "wb");
@@ -385,6 +396,12 @@ static void test_engine_refusals(void **state)
     KVP_ASSERT_EQ(eng_run(&c, reqs, NREQ, outs, &sum, err, sizeof err), -1);
     c = base_config();
     c.token_budget = c.max_running - 1;
+    KVP_ASSERT_EQ(eng_run(&c, reqs, NREQ, outs, &sum, err, sizeof err), -1);
+    c = base_config();
+    c.threads = 2; /* without thread_safe */
+    KVP_ASSERT_EQ(eng_run(&c, reqs, NREQ, outs, &sum, err, sizeof err), -1);
+    c.thread_safe = 1;
+    c.threads = ENG_MAX_THREADS + 1;
     KVP_ASSERT_EQ(eng_run(&c, reqs, NREQ, outs, &sum, err, sizeof err), -1);
     c = base_config();
     eng_request bad = reqs[0];

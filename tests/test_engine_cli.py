@@ -4,7 +4,8 @@ Runs the built binary ($KVP_BUILD_DIR/kvpool-engine) on the first requests of
 the bundled Mooncake trace, scaled down, and checks what the command line
 promises: the `output` of every request is the same whatever --blocks and
 --no-prefix-caching say (a small pool forces preemption and still gives the
-same tokens, and so do a retire mid-run and speculative decoding); the JSON lines and summary keys; the prompt tokens served from
+same tokens, and so do a retire mid-run, speculative decoding and two
+threads); the JSON lines and summary keys; the prompt tokens served from
 cache equal `kvpool replay`'s token hits on the same trace, scaled; a
 llama2.c checkpoint is loaded; bad command lines exit 2 and bad inputs exit 1
 with a message, never a crash.
@@ -80,6 +81,8 @@ def test_outputs_do_not_depend_on_pool_or_caching():
     assert outputs(mid) == outputs(base)
     spec, s_spec = engine_json("--requests", 24, "--spec-tokens", 4, *SMALL)
     assert outputs(spec) == outputs(base)
+    two, _ = engine_json("--requests", 24, "--threads", 2, "--blocks", need, *SMALL)
+    assert outputs(two) == outputs(base)
     assert s_spec["spec_drafted"] > 0
     other, _ = engine_json("--requests", 24, "--seed", 1, *SMALL)
     assert outputs(other) != outputs(base)
@@ -142,6 +145,8 @@ def test_checkpoint(tmp_path):
     ["--trace", BUNDLED, "--temperature", "x"],
     ["--trace", BUNDLED, "--budget", "4", "--max-running", "8"],
     ["--trace", BUNDLED, "--spec-tokens", "17"],
+    ["--trace", BUNDLED, "--threads", "0"],
+    ["--trace", BUNDLED, "--threads", "9"],
 ])
 def test_usage_errors(args):
     r = run(*args)

@@ -806,10 +806,13 @@ static kvp_hash chain_hash(kvp_pool *pool, const uint32_t *t, size_t i)
     return h[i];
 }
 
-static void test_truncate(void **state)
+/* Cuts in the partial block, into a published one (continued in a copy,
+ * the cached block still found, with verified hits too), at a boundary,
+ * of nothing, to nothing. */
+static void truncate_case(int verify)
 {
-    (void)state;
     kvp_config cfg = seq_config(12, 4, KVP_REUSE_LIFO);
+    cfg.verify_hits = verify;
     cfg.host_arena = 1;
     cfg.block_bytes[0] = 16;
     kvp_pool *pool = kvptest_create(&cfg);
@@ -892,6 +895,13 @@ static void test_truncate(void **state)
     KVP_ASSERT_EQ(admit(a, t, 14), 12);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
+}
+
+static void test_truncate(void **state)
+{
+    (void)state;
+    for (int verify = 0; verify < 2; verify++)
+        truncate_case(verify);
 }
 
 /* A shared partial block (after a fork) is copied, not cut under the

@@ -4,15 +4,17 @@
  *
  * What it owns: the samples ("units": one per sample of a request), the
  * waiting queue (preempted units at its front), the running list (in
- * admission order, so the youngest is last), the memo of block addresses in
- * kvpool's arena, and the time spent inside kvpool calls.
+ * admission order, so the youngest is last), every block's address in
+ * kvpool's arena (taken once, at creation), the lanes (threads) and the batch
+ * of decodes they compute, and the time spent inside kvpool calls.
  *
  * Invariants between steps: a running unit holds a sequence whose token
  * count equals the unit's computed tokens; a waiting unit holds none;
  * u->tokens[0..ntok) are the prompt and the tokens sampled so far, and
  * computed < ntok while the unit runs.  Every published block's K/V rows are
- * computed before any other admission can hit it: a chunk is admitted or
- * appended and computed before the next unit is looked at.
+ * computed before an admission (the only call that can hit a block) comes
+ * next: an admitted unit is computed before the next one is admitted, and
+ * the step's appends are all computed before its admissions start.
  *
  * Why outputs do not depend on the batch: a token's K/V and logits depend
  * only on the tokens before it (the model is evaluated one position at a
@@ -26,6 +28,7 @@
 
 #include <kvpool.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,12 +44,24 @@ typedef struct unit {
     size_t ntok, computed, ngen;
     int in_prefill;          /* admitted and its last token not yet reached */
     int admitted_once;
+    int batched;             /* appended this step, waiting for its lane */
     kvp_seq *seq;
     float **bptr;            /* block addresses of the sequence, per compute */
     size_t bptr_cap;
     eng_output *out;
     ustate state;
 } unit;
+
+/* One thread's share of a step's batched decodes: batch entries first,
+ * first + stride, ...; its own scratch, its own time inside kvpool, its
+ * first error. */
+typedef struct lane {
+    struct engine *e;
+    tfm_state st;
+    size_t first, stride;
+    double kv_seconds;
+    kvp_status rc;
+} lane;
 
 typedef struct engine {
     const eng_config *cfg;
@@ -56,9 +71,13 @@ typedef struct engine {
     size_t n_units, n_done;
     size_t *running, n_running;
     size_t *waiting, n_waiting; /* front at 0 */
-    float **arena;           /* per block id: its address, once asked */
+    float **arena;           /* per block id: its address in the arena */
     tfm_state st;
     float *logits;
+    lane *lanes;             /* `threads` of them: a step's plain decodes */
+    size_t *batch, n_batch;  /* units appended this step, computed by the lanes */
+    float *batch_logits;     /* n_batch x vocab */
+    size_t batch_cap;
     float *spec_logits;      /* (spec_tokens + 1) x vocab */
     uint32_t *drafts;        /* spec_tokens */
     double t0, kv_seconds;
@@ -67,6 +86,7 @@ typedef struct engine {
     size_t cap;
 } engine;
 
+/* The monotonic clock in seconds. */
 static double now(void)
 {
     struct timespec ts;
@@ -82,6 +102,7 @@ static double now(void)
         (e)->kv_seconds += now() - t_;                                                             \
     } while (0)
 
+/* Record "what: kvpool's message" as the run's error; returns -1. */
 static int fail(engine *e, const char *what, kvp_status rc)
 {
     snprintf(e->err, e->cap, "%s: %s", what, kvp_strerror(rc));
@@ -98,6 +119,7 @@ void eng_config_default(eng_config *c, const tfm_model *model)
     c->token_budget = 512;
     c->max_running = 256;
     c->temperature = 1.0f;
+    c->threads = 1;
 }
 
 /* The draw for the token at position `pos` of sample `sample` of request
@@ -198,6 +220,7 @@ done:
 /* Queues                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* Take unit u out of the running list, keeping the others' order. */
 static void running_remove(engine *e, size_t u)
 {
     for (size_t i = 0; i < e->n_running; i++)
@@ -208,6 +231,7 @@ static void running_remove(engine *e, size_t u)
         }
 }
 
+/* Unit u runs, as the youngest. */
 static void running_push(engine *e, size_t u)
 {
     e->running[e->n_running++] = u;
@@ -228,6 +252,12 @@ static int preempt(engine *e, size_t v)
     u->seq = NULL;
     u->computed = 0;
     running_remove(e, v);
+    for (size_t i = 0; u->batched && i < e->n_batch; i++)
+        if (e->batch[i] == v) {
+            memmove(e->batch + i, e->batch + i + 1, (e->n_batch - i - 1) * sizeof(size_t));
+            e->n_batch--;
+            u->batched = 0;
+        }
     memmove(e->waiting + 1, e->waiting, e->n_waiting * sizeof(size_t));
     e->waiting[0] = v;
     e->n_waiting++;
@@ -239,23 +269,6 @@ static int preempt(engine *e, size_t v)
 /* ------------------------------------------------------------------------ */
 /* Computing                                                                 */
 /* ------------------------------------------------------------------------ */
-
-/* The arena address of block b (kvp_block_ptr once per block: an address
- * stays valid while the pool does not grow, and it never does here). */
-static float *block_addr(engine *e, kvp_block b)
-{
-    if (!e->arena[b]) {
-        void *ptr = NULL;
-        kvp_status rc;
-        KVCALL(e, rc, kvp_block_ptr(e->pool, b, &ptr));
-        if (rc) {
-            fail(e, "kvp_block_ptr", rc);
-            return NULL;
-        }
-        e->arena[b] = ptr;
-    }
-    return e->arena[b];
-}
 
 static int take_token(engine *e, size_t ui);
 
@@ -310,36 +323,44 @@ static int take_token(engine *e, size_t ui)
     return 0;
 }
 
-/* Point kv at unit ui's blocks, read through its table; the sequence must
- * hold b tokens. */
-static int kv_view(engine *e, size_t ui, size_t b, tfm_kv *kv)
+/* Point kv at unit ui's blocks, read through its table (the sequence must
+ * hold b tokens), adding the time of the kvpool call to *kv_seconds.  Any
+ * thread may run it for a unit no other thread touches meanwhile.  Returns
+ * KVP_OK, the call's error, KVP_ECORRUPT (another token count) or
+ * KVP_ENOMEM. */
+static kvp_status kv_view(engine *e, size_t ui, size_t b, tfm_kv *kv, double *kv_seconds)
 {
     unit *u = &e->units[ui];
     const kvp_block *ids;
     size_t nb, nt;
-    kvp_status rc;
-    KVCALL(e, rc, kvp_seq_blocks(u->seq, &ids, &nb, &nt));
+    double t0 = now();
+    kvp_status rc = kvp_seq_blocks(u->seq, &ids, &nb, &nt);
+    *kv_seconds += now() - t0;
     if (rc)
-        return fail(e, "kvp_seq_blocks", rc);
-    if (nt != b) {
-        snprintf(e->err, e->cap, "sequence %llu holds %zu tokens, the engine %zu",
-                 (unsigned long long)u->seq_id, nt, b);
-        return -1;
-    }
+        return rc;
+    if (nt != b)
+        return KVP_ECORRUPT;
     if (nb > u->bptr_cap) {
         float **np = realloc(u->bptr, nb * 2 * sizeof *np);
-        if (!np) {
-            snprintf(e->err, e->cap, "out of memory");
-            return -1;
-        }
+        if (!np)
+            return KVP_ENOMEM;
         u->bptr = np;
         u->bptr_cap = nb * 2;
     }
     for (size_t i = 0; i < nb; i++)
-        if (!(u->bptr[i] = block_addr(e, ids[i])))
-            return -1;
+        u->bptr[i] = e->arena[ids[i]];
     *kv = (tfm_kv){u->bptr, e->cfg->block_size};
-    return 0;
+    return KVP_OK;
+}
+
+/* kv_view for the loop's own thread, the error recorded. */
+static int view(engine *e, size_t ui, size_t b, tfm_kv *kv)
+{
+    kvp_status rc = kv_view(e, ui, b, kv, &e->kv_seconds);
+    if (rc == KVP_ECORRUPT)
+        snprintf(e->err, e->cap, "sequence %llu does not hold the %zu tokens computed",
+                 (unsigned long long)e->units[ui].seq_id, b);
+    return rc ? (rc == KVP_ECORRUPT ? -1 : fail(e, "kvp_seq_blocks", rc)) : 0;
 }
 
 /* Compute positions [a, b) of unit ui, whose sequence now holds b tokens,
@@ -349,7 +370,7 @@ static int compute(engine *e, size_t ui, size_t a, size_t b)
 {
     unit *u = &e->units[ui];
     tfm_kv kv;
-    if (kv_view(e, ui, b, &kv))
+    if (view(e, ui, b, &kv))
         return -1;
     for (size_t p = a; p < b; p++)
         tfm_forward(e->m, &e->st, u->tokens[p], p, &kv, p + 1 == u->ntok ? e->logits : NULL);
@@ -436,7 +457,7 @@ static int decode_spec(engine *e, size_t ui, size_t k, int *self_preempted)
     if (r <= 0)
         return r;
     tfm_kv kv;
-    if (kv_view(e, ui, base + k + 1, &kv))
+    if (view(e, ui, base + k + 1, &kv))
         return -1;
     for (size_t j = 0; j <= k; j++)
         tfm_forward(e->m, &e->st, u->tokens[base + j], base + j, &kv, e->spec_logits + j * vocab);
@@ -475,16 +496,23 @@ static int admit_front(engine *e, size_t *budget)
     KVCALL(e, rc, kvp_seq_create(e->pool, u->seq_id, NULL, &u->seq));
     if (rc)
         return fail(e, "kvp_seq_create", rc);
-    size_t cached = 0, needed = 0, got = 0;
+    /* A prompt within the budget is admitted whole (all or nothing).  A
+     * longer one is probed first: where its cached prefix ends, and whether
+     * the whole prompt would fit now; then its prefix and a first chunk are
+     * admitted. */
+    size_t cached = 0, needed = 0, got = 0, upto = u->ntok;
     uint32_t nfree = 0;
-    KVCALL(e, rc, kvp_seq_probe(u->seq, u->tokens, u->ntok, &cached, &needed));
-    if (!rc)
-        KVCALL(e, rc, kvp_free_count(e->pool, KVP_STREAM_SHARED, &nfree));
-    if (rc)
-        return fail(e, "kvp_seq_probe", rc);
-    size_t n = u->ntok - cached < *budget ? u->ntok - cached : *budget;
+    int chunked = u->ntok > *budget;
+    if (chunked) {
+        KVCALL(e, rc, kvp_seq_probe(u->seq, u->tokens, u->ntok, &cached, &needed));
+        if (!rc)
+            KVCALL(e, rc, kvp_free_count(e->pool, KVP_STREAM_SHARED, &nfree));
+        if (rc)
+            return fail(e, "kvp_seq_probe", rc);
+        upto = cached + (u->ntok - cached < *budget ? u->ntok - cached : *budget);
+    }
     if (needed <= nfree)
-        KVCALL(e, rc, kvp_seq_admit(u->seq, u->tokens, cached + n, &got));
+        KVCALL(e, rc, kvp_seq_admit(u->seq, u->tokens, upto, &got));
     if (needed > nfree || rc == KVP_EEXHAUSTED) {
         KVCALL(e, rc, kvp_seq_destroy(u->seq));
         u->seq = NULL;
@@ -492,11 +520,13 @@ static int admit_front(engine *e, size_t *budget)
     }
     if (rc)
         return fail(e, "kvp_seq_admit", rc);
-    if (got != cached) {
+    if (chunked && got != cached) {
         snprintf(e->err, e->cap, "sequence %llu: admitted %zu cached tokens, probed %zu",
                  (unsigned long long)u->seq_id, got, cached);
         return -1;
     }
+    cached = got;
+    size_t n = upto - cached;
     memmove(e->waiting, e->waiting + 1, --e->n_waiting * sizeof(size_t));
     running_push(e, ui);
     u->in_prefill = 1;
@@ -535,6 +565,94 @@ static int retire(engine *e)
     return 0;
 }
 
+/* A lane's work: the forward pass of its share of the batch, each unit's
+ * logits into its own row of batch_logits.  kvp_seq_blocks runs here, on
+ * several threads at once (the pool is thread_safe). */
+static void *run_lane(void *arg)
+{
+    lane *l = arg;
+    engine *e = l->e;
+    size_t vocab = (size_t)e->m->cfg.vocab_size;
+    for (size_t i = l->first; i < e->n_batch && !l->rc; i += l->stride) {
+        unit *u = &e->units[e->batch[i]];
+        tfm_kv kv;
+        l->rc = kv_view(e, e->batch[i], u->computed + 1, &kv, &l->kv_seconds);
+        if (!l->rc)
+            tfm_forward(e->m, &l->st, u->tokens[u->computed], u->computed, &kv,
+                        e->batch_logits + i * vocab);
+    }
+    return NULL;
+}
+
+/* Compute the batched decodes on the lanes (up to threads - 1 more
+ * threads besides this one; a lane whose thread cannot start runs here
+ * after), then draw each unit's token in batch order. */
+static int flush_batch(engine *e)
+{
+    size_t n = e->n_batch, vocab = (size_t)e->m->cfg.vocab_size;
+    size_t nl = e->cfg->threads < n ? e->cfg->threads : n;
+    pthread_t tid[ENG_MAX_THREADS];
+    int started[ENG_MAX_THREADS] = {0};
+    for (size_t w = 0; w < nl; w++)
+        e->lanes[w] = (lane){e, e->lanes[w].st, w, nl, 0.0, KVP_OK};
+    for (size_t w = 1; w < nl; w++)
+        started[w] = pthread_create(&tid[w], NULL, run_lane, &e->lanes[w]) == 0;
+    for (size_t w = 0; w < nl; w++)
+        if (w == 0 || !started[w])
+            run_lane(&e->lanes[w]);
+    for (size_t w = 1; w < nl; w++)
+        if (started[w])
+            pthread_join(tid[w], NULL);
+    for (size_t w = 0; w < nl; w++) {
+        e->kv_seconds += e->lanes[w].kv_seconds;
+        if (e->lanes[w].rc == KVP_ECORRUPT) {
+            snprintf(e->err, e->cap, "a batched sequence does not hold the tokens computed");
+            return -1;
+        }
+        if (e->lanes[w].rc)
+            return fail(e, "kvp_seq_blocks", e->lanes[w].rc);
+    }
+    e->n_batch = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t ui = e->batch[i];
+        unit *u = &e->units[ui];
+        u->batched = 0;
+        u->computed++;
+        memcpy(e->logits, e->batch_logits + i * vocab, vocab * sizeof *e->logits);
+        if (take_token(e, ui))
+            return -1;
+    }
+    return 0;
+}
+
+/* Append the pending token of decoding unit ui and queue its computation
+ * for the lanes (room in the batch made first). */
+static int batch_decode(engine *e, size_t ui, int *self_preempted)
+{
+    size_t vocab = (size_t)e->m->cfg.vocab_size;
+    if (e->n_running > e->batch_cap) {
+        size_t cap = e->n_running * 2;
+        size_t *nb = realloc(e->batch, cap * sizeof *nb);
+        if (nb)
+            e->batch = nb;
+        float *nl = nb ? realloc(e->batch_logits, cap * vocab * sizeof *nl) : NULL;
+        if (!nl) {
+            snprintf(e->err, e->cap, "out of memory");
+            return -1;
+        }
+        e->batch_logits = nl;
+        e->batch_cap = cap;
+    }
+    int r = with_room(e, ui, 0, 1);
+    *self_preempted = r == 0;
+    if (r <= 0)
+        return r;
+    e->units[ui].batched = 1;
+    e->batch[e->n_batch++] = ui;
+    e->sum->decode_tokens++;
+    return 0;
+}
+
 /* One step: decodes (with drafts when speculating), then prefill chunks
  * of running units, then admissions, within the token budget. */
 static int step(engine *e)
@@ -561,14 +679,22 @@ static int step(engine *e)
                 k = e->cfg->spec_tokens < room ? e->cfg->spec_tokens : room;
                 k = propose(e, u, k < cap ? k : cap);
             }
-            int self = 0;
-            if (k ? decode_spec(e, ui, k, &self) : advance(e, ui, n, &self))
+            int self = 0, rc;
+            if (k)
+                rc = decode_spec(e, ui, k, &self);
+            else if (!pass && e->cfg->threads > 1)
+                rc = batch_decode(e, ui, &self);
+            else
+                rc = advance(e, ui, n, &self);
+            if (rc)
                 return -1;
             if (self)
                 break; /* it was the youngest: nothing after it */
             budget -= n + k;
             i += e->units[ui].state == U_RUNNING; /* a finished unit left the list */
         }
+        if (!pass && flush_batch(e))
+            return -1;
     }
     while (budget > 0 && e->n_waiting > 0 && e->n_running < e->cfg->max_running) {
         int r = admit_front(e, &budget);
@@ -625,15 +751,18 @@ static int check_step(engine *e)
 /* Setup and the run                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* A configuration the loop can run.  0 or -1 with err set. */
 static int check_config(const eng_config *c, char *err, size_t cap)
 {
     if (!c->model || c->block_size == 0 || c->block_size > 65535 || c->num_blocks == 0 ||
         c->max_running == 0 || c->token_budget < c->max_running ||
         c->retire_blocks >= c->num_blocks || c->temperature < 0.0f ||
-        c->spec_tokens > ENG_MAX_SPEC) {
+        c->spec_tokens > ENG_MAX_SPEC || c->threads == 0 || c->threads > ENG_MAX_THREADS ||
+        (c->threads > 1 && !c->thread_safe)) {
         snprintf(err, cap, "bad engine configuration (block size 1..65535, blocks > retired, "
-                 "token budget >= max running >= 1, temperature >= 0, drafts <= %d)",
-                 ENG_MAX_SPEC);
+                 "token budget >= max running >= 1, temperature >= 0, drafts <= %d, "
+                 "threads 1..%d, more than one only with thread_safe)",
+                 ENG_MAX_SPEC, ENG_MAX_THREADS);
         return -1;
     }
     return 0;
@@ -670,8 +799,14 @@ static int setup(engine *e, const eng_request *reqs, size_t n_reqs, eng_output *
     e->logits = malloc((size_t)e->m->cfg.vocab_size * sizeof *e->logits);
     e->spec_logits = malloc((c->spec_tokens + 1) * (size_t)e->m->cfg.vocab_size * sizeof(float));
     e->drafts = malloc((c->spec_tokens ? c->spec_tokens : 1) * sizeof *e->drafts);
+    e->lanes = calloc(c->threads, sizeof *e->lanes);
+    for (size_t w = 0; e->lanes && w < c->threads; w++)
+        if (tfm_state_init(&e->lanes[w].st, e->m, max_pos)) {
+            snprintf(e->err, e->cap, "out of memory");
+            return -1;
+        }
     if (!e->units || !e->running || !e->waiting || !e->arena || !e->logits || !e->spec_logits ||
-        !e->drafts ||
+        !e->drafts || !e->lanes ||
         tfm_state_init(&e->st, e->m, max_pos)) {
         snprintf(e->err, e->cap, "out of memory");
         return -1;
@@ -701,6 +836,8 @@ static int setup(engine *e, const eng_request *reqs, size_t n_reqs, eng_output *
     return 0;
 }
 
+/* The pool (no growth, a host arena of blocks holding every layer's K and
+ * V, XXH3 block hashes) and the address of every block. */
 static kvp_status create_pool(engine *e)
 {
     const eng_config *c = e->cfg;
@@ -714,9 +851,15 @@ static kvp_status create_pool(engine *e)
     pc.hash_alg = KVP_HASH_XXH3_128;
     pc.host_arena = 1;
     pc.block_bytes[0] = tfm_block_bytes(&e->m->cfg, c->block_size);
-    return kvp_pool_create(&pc, &e->pool);
+    kvp_status rc = kvp_pool_create(&pc, &e->pool);
+    /* Every block's address, once: it stays valid while the pool does not
+     * grow, and this one never does; lanes then only read the table. */
+    for (uint32_t b = 0; !rc && b < c->num_blocks; b++)
+        rc = kvp_block_ptr(e->pool, b, (void **)&e->arena[b]);
+    return rc;
 }
 
+/* Release everything the run holds but the outputs. */
 static void teardown(engine *e)
 {
     for (size_t i = 0; i < e->n_units; i++) {
@@ -730,6 +873,11 @@ static void teardown(engine *e)
     free(e->logits);
     free(e->spec_logits);
     free(e->drafts);
+    for (size_t w = 0; e->lanes && w < e->cfg->threads; w++)
+        tfm_state_free(&e->lanes[w].st);
+    free(e->lanes);
+    free(e->batch);
+    free(e->batch_logits);
     tfm_state_free(&e->st);
     kvp_pool_destroy(e->pool);
 }

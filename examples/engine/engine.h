@@ -6,9 +6,10 @@
  * sample is a kvpool sequence; attention reads its rows only through
  * kvp_seq_blocks and kvp_block_ptr.  A step runs every decode (one token
  * each), then continues chunked prefills, then admits waiting work, all
- * under a per-step token budget.  Admission looks the prompt up in the
- * prefix cache (kvp_seq_probe) and admits the cached prefix plus the first
- * chunk; later chunks are appended.  A request with n > 1 samples forks its
+ * under a per-step token budget.  Admission claims the prompt's cached
+ * prefix (kvp_seq_admit); a prompt longer than the budget is probed first
+ * (kvp_seq_probe) and admitted as its cached prefix plus a first chunk,
+ * later chunks appended.  A request with n > 1 samples forks its
  * sequence after the prompt (the shared partial block is copied on write by
  * kvpool, bytes included).  When the pool runs out the youngest running
  * sample is preempted (its sequence destroyed, its blocks left cached) and
@@ -32,6 +33,8 @@
 
 /* Samples per request at most; sequence ids are request id x this + sample. */
 #define ENG_MAX_N 64u
+/* Threads computing a step's decodes at most. */
+#define ENG_MAX_THREADS 8
 /* Drafted tokens per speculative decode step at most. */
 #define ENG_MAX_SPEC 16
 /* Request ids are below this, so that every sequence id fits 64 bits. */
@@ -50,7 +53,11 @@ typedef struct eng_config {
     uint32_t block_size;     /* tokens per block */
     uint32_t num_blocks;     /* pool size (no growth) */
     int prefix_caching;
-    int thread_safe;         /* the pool's lock (the loop is single-threaded) */
+    int thread_safe;         /* the pool's lock */
+    size_t threads;          /* threads computing each step's plain decodes
+                                (1..ENG_MAX_THREADS; above 1 they call
+                                kvp_seq_blocks concurrently, so thread_safe
+                                is required) */
     int verify_hits;
     size_t token_budget;     /* tokens computed per step, >= max_running */
     size_t max_running;      /* samples running at once */
@@ -91,7 +98,8 @@ typedef struct eng_summary {
 } eng_summary;
 
 /* Defaults: block 16, 1024 blocks, prefix caching on, budget 512 tokens, 256
- * running, temperature 1, seed 0, no retire, no per-step checks. */
+ * running, temperature 1, seed 0, one thread, no retire, no drafts, no
+ * per-step checks. */
 void eng_config_default(eng_config *c, const tfm_model *model);
 
 /*

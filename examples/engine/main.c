@@ -39,6 +39,8 @@ static const char usage_text[] =
     "  --budget N            tokens computed per step (default 512)\n"
     "  --max-running N       requests running at once (default 256)\n"
     "  --temperature X       0 for greedy (default 1)\n"
+    "  --threads N           threads computing decode steps (default 1; above 1\n"
+    "                        the pool is created thread_safe)\n"
     "  --spec-tokens K       speculative decoding: draft up to K tokens a step by\n"
     "                        prompt lookup, roll rejected ones back (default 0)\n"
     "  --model FILE          llama2.c checkpoint instead of seeded weights\n"
@@ -50,12 +52,13 @@ static const char usage_text[] =
 typedef struct opts {
     const char *trace, *model;
     uint64_t requests, blocks, seed, block_tokens, block_size, max_tokens, output_tokens;
-    uint64_t budget, max_running, spec_tokens;
+    uint64_t budget, max_running, spec_tokens, threads;
     uint64_t retire_at, retire;
     double temperature;
     int no_prefix, json;
 } opts;
 
+/* Report a bad command line on stderr; returns exit status 2. */
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "kvpool-engine: ");
@@ -69,7 +72,8 @@ static int usage_error(const char *fmt, const char *arg)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.requests = 64, .blocks = 4096, .block_tokens = 16, .block_size = 16,
-                .max_tokens = 16, .budget = 512, .max_running = 256, .temperature = 1.0};
+                .max_tokens = 16, .budget = 512, .max_running = 256, .temperature = 1.0,
+                .threads = 1};
     static const struct {
         const char *name;
         size_t off;
@@ -85,6 +89,7 @@ static int parse(int argc, char **argv, opts *o)
         {"--budget", offsetof(opts, budget), 1u << 24},
         {"--max-running", offsetof(opts, max_running), 1u << 20},
         {"--spec-tokens", offsetof(opts, spec_tokens), ENG_MAX_SPEC},
+        {"--threads", offsetof(opts, threads), ENG_MAX_THREADS},
         {"--retire-at", offsetof(opts, retire_at), 1u << 30},
         {"--retire", offsetof(opts, retire), 1u << 24},
     };
@@ -132,7 +137,7 @@ static int parse(int argc, char **argv, opts *o)
     if (!o->trace)
         return usage_error("%s", "--trace FILE is required");
     if (!o->requests || !o->blocks || !o->block_tokens || !o->block_size || !o->max_tokens ||
-        !o->budget || !o->max_running)
+        !o->budget || !o->max_running || !o->threads)
         return usage_error("%s", "counts must be at least 1");
     if (o->max_running > o->budget)
         return usage_error("%s", "--budget must be at least --max-running");
@@ -201,6 +206,7 @@ static int build_requests(const kvpt_trace *t, const opts *o, const tfm_model *m
     return 0;
 }
 
+/* One JSON line per request, then the summary line. */
 static void print_json(const eng_request *reqs, const eng_output *outs, size_t n,
                        const eng_summary *s, const opts *o)
 {
@@ -228,6 +234,7 @@ static void print_json(const eng_request *reqs, const eng_output *outs, size_t n
            s->ttft_mean, s->kvpool_seconds, s->kvpool_share);
 }
 
+/* The summary as aligned text. */
 static void print_text(const eng_summary *s, const opts *o)
 {
     double saved = s->prompt_tokens ? (double)s->first_cached_tokens / (double)s->prompt_tokens
@@ -252,6 +259,7 @@ static void print_text(const eng_summary *s, const opts *o)
            100.0 * s->kvpool_share);
 }
 
+/* Load the model and the trace, build the requests, run, print. */
 int main(int argc, char **argv)
 {
     opts o;
@@ -295,6 +303,8 @@ int main(int argc, char **argv)
     c.retire_at_step = (size_t)o.retire_at;
     c.retire_blocks = (uint32_t)o.retire;
     c.spec_tokens = (size_t)o.spec_tokens;
+    c.threads = (size_t)o.threads;
+    c.thread_safe = o.threads > 1;
     eng_summary s;
     if (eng_run(&c, reqs, n, outs, &s, err, sizeof err)) {
         kvpt_error("%s", err);

@@ -21,6 +21,7 @@
 #define MDL_MAX_SEQ (1 << 24)
 #define MDL_MAX_FLOATS ((uint64_t)1 << 32)
 
+/* splitmix64's finaliser over x plus the golden-ratio increment. */
 uint64_t tfm_mix(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
@@ -29,8 +30,8 @@ uint64_t tfm_mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Floats of every tensor except the classifier, and of the rotary tables a
- * llama2.c file carries after rms_final. */
+/* Floats of every tensor except the classifier (a llama2.c file's body up
+ * to rms_final). */
 static uint64_t body_floats(const tfm_config *c)
 {
     uint64_t d = (uint64_t)c->dim, h = (uint64_t)c->hidden_dim, l = (uint64_t)c->n_layers;
@@ -39,6 +40,7 @@ static uint64_t body_floats(const tfm_config *c)
            3 * l * h * d + d;
 }
 
+/* Floats of the two rotary tables a llama2.c file carries (skipped). */
 static uint64_t rope_floats(const tfm_config *c)
 {
     return (uint64_t)c->seq_len * (uint64_t)(c->dim / c->n_heads);
@@ -120,6 +122,7 @@ static void fill_uniform(float *w, size_t n, float scale, uint64_t *g)
     }
 }
 
+/* n copies of v. */
 static void fill_const(float *w, size_t n, float v)
 {
     for (size_t i = 0; i < n; i++)
@@ -286,6 +289,7 @@ static void matvec(float *out, const float *x, const float *w, size_t n, size_t 
         out[i] = dot(w + i * n, x, n);
 }
 
+/* out = w * x / sqrt(mean(x^2) + 1e-5), the sum of squares by dot(). */
 static void rmsnorm(float *out, const float *x, const float *w, size_t n)
 {
     float ss = dot(x, x, n) / (float)n + 1e-5f;

@@ -1102,6 +1102,71 @@ kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h)
     return KVP_OK;
 }
 
+/* Drop one sequence reference on bl[n-1] .. bl[0], last first; the blocks
+ * whose last reference goes join the free blocks in that order, like one
+ * kvp_free. */
+static void seq_drop(model *m, const kvp_block *bl, uint32_t n)
+{
+    kvp_block freed[MSEQB] = {0}; /* (GCC cannot see that nf bounds the reads) */
+    uint32_t nf = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        mblk *k = &m->b[bl[i]];
+        k->seqref--;
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = bl[i];
+        }
+    }
+    join_free(m, freed, nf);
+}
+
+/* "Keep only the first n tokens": the dropped tail's blocks join the free
+ * blocks last first, like a destroy; when n ends inside a block another
+ * sequence holds or that is published, a fresh copy takes its place and the
+ * old one is dropped after (a second join).  The room for the copy counts
+ * what the tail frees. */
+kvp_status mdl_seq_truncate(model *m, int slot, size_t n)
+{
+    mseq *q = &m->sq[slot];
+    if (n > q->ntokens)
+        return KVP_EINVAL;
+    if (n == q->ntokens)
+        return KVP_OK;
+    size_t bs = m->c.bs, fill = n % bs, keep = (n + bs - 1) / bs;
+    kvp_block last = fill ? q->blocks[keep - 1] : KVP_NO_BLOCK;
+    int copy = fill && (mdl_refcnt(&m->b[last]) > 1 || m->b[last].hash >= 0);
+    uint32_t sole = 0;
+    for (size_t i = keep; i < q->nblocks; i++)
+        sole += mdl_refcnt(&m->b[q->blocks[i]]) == 1;
+    if (copy) {
+        kvp_status rc = seq_room(m, mdl_n_free(m, 0) + sole, 1);
+        if (rc)
+            return rc;
+    }
+    uint32_t dropped = q->nblocks - (uint32_t)keep;
+    seq_drop(m, q->blocks + keep, dropped);
+    q->nblocks = (uint32_t)keep;
+    if (copy) {
+        kvp_block b = seq_take(m);
+        m->b[b].fill = (uint32_t)fill;
+        q->blocks[keep - 1] = b;
+        mdl_note_peak(m); /* the copy and its source are both in use */
+        seq_drop(m, &last, 1);
+        m->k.cow_copies++;
+        m->k.alloc_calls++;
+        dropped++;
+    } else if (fill) {
+        m->b[last].fill = (uint32_t)fill;
+    }
+    if (dropped) {
+        m->k.free_calls++;
+        m->k.blocks_freed += dropped;
+    }
+    q->nhashes = m->c.prefix ? (uint32_t)(n / bs) : 0;
+    q->ntokens = n;
+    return KVP_OK;
+}
+
 kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
 {
     if (mdl_seq_find(m, child_id) >= 0)
@@ -1123,17 +1188,7 @@ kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
 kvp_status mdl_seq_destroy(model *m, int slot)
 {
     mseq *q = &m->sq[slot];
-    kvp_block freed[MSEQB];
-    uint32_t nf = 0;
-    for (uint32_t i = q->nblocks; i-- > 0;) {
-        mblk *k = &m->b[q->blocks[i]];
-        k->seqref--;
-        if (mdl_refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            freed[nf++] = q->blocks[i];
-        }
-    }
-    join_free(m, freed, nf);
+    seq_drop(m, q->blocks, q->nblocks);
     if (q->nblocks) {
         m->k.free_calls++;
         m->k.blocks_freed += q->nblocks;

@@ -184,6 +184,7 @@ kvp_status mdl_pool_clear(model *m);
 kvp_status mdl_seq_create(model *m, uint64_t id, int extra, int *slot);
 kvp_status mdl_seq_admit(model *m, int slot, size_t n, const int *h, size_t *cached);
 kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h);
+kvp_status mdl_seq_truncate(model *m, int slot, size_t n);
 kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot);
 kvp_status mdl_seq_destroy(model *m, int slot);
 int mdl_seq_find(const model *m, uint64_t id);
