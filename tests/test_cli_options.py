@@ -81,6 +81,7 @@ RANGES = [
      "--events-wait: expected seconds from 0 to 1000000"),
     (["sweep", "{t}", "--capacities", "1,2147483648"],
      "--capacities: expected block counts from 0 to 2147483647 separated by commas"),
+    (["sweep", "{t}", "--capacities", "4,1,4"], "--capacities: 4 given twice"),
     (["bench", "--workload", "nope"], "--workload: expected churn, prefix, scale or all, "
                                       "got 'nope'"),
 ]
@@ -115,6 +116,7 @@ def test_out_of_range_states_the_range(trace, args, message):
     (["replay", "{t}", "--capacity", "4", "--nope"], "unknown option '--nope'"),
     (["replay", "{t}"], "--capacity is required (0: the whole trace)"),
     (["sweep", "{t}"], "--capacities is required"),
+    (["sweep", "-", "-", "--capacities", "4"], "'-' (standard input) can be read only once"),
     (["bench", "extra"], "unexpected argument 'extra'"),
 ])
 def test_command_line_errors_name_the_problem(trace, args, message):

@@ -1,6 +1,7 @@
 /*
- * common.c — error reporting, the command-line parser, the monotonic clock
- * and number parsing for the command-line tool (see common.h).
+ * common.c — error reporting, the command-line parser, the monotonic clock,
+ * number parsing and safe file replacement for the command-line tool (see
+ * common.h).
  *
  * The parser is the one place that reads options: every subcommand states
  * its options as a kvpt_opt table, so each rule (ranges in messages, an
@@ -17,7 +18,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Print "kvpool <cmd>: message" and the --help hint; usage errors are the
  * caller's fault, so they say how to find the right spelling. */
@@ -219,4 +222,61 @@ int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
                                     cli->opts[i].required);
     *first = optind;
     return -1;
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+/* See common.h.  mkstemp in the target's own directory, so that the final
+ * rename stays within one file system and is atomic. */
+int kvpt_temp_beside(const char *path, char *tmp, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path + 1) : 0;
+    int n = snprintf(tmp, cap, "%.*s.%s.XXXXXX", dir_len, path, slash ? slash + 1 : path);
+    if (n < 0 || (size_t)n >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return mkstemp(tmp);
+}
+
+/* See common.h.  Creating a file beside `path` is the one test that answers
+ * for a missing directory, permissions, a read-only file system and quota
+ * alike. */
+int kvpt_check_writable(const char *what, const char *path)
+{
+    struct stat st;
+    if (!*path) {
+        kvpt_error("%s: the file name is empty", what);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        kvpt_error("%s %s: is a directory", what, path);
+        return -1;
+    }
+    char tmp[4096];
+    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
+    if (fd < 0) {
+        const char *slash = strrchr(path, '/');
+        kvpt_error("%s %s: cannot create a file in %.*s: %s", what, path,
+                   slash ? (int)(slash - path + 1) : 2, slash ? path : "./", strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(tmp);
+    return 0;
+}
+
+/* See common.h. */
+int kvpt_replace_file(const char *tmp, const char *path)
+{
+    mode_t mask = umask(0);
+    umask(mask);
+    if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        errno = err;
+        return -1;
+    }
+    return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * common.h — what every part of the kvpool command-line tool shares: exit
  * codes, error reporting, the command-line parser every subcommand uses, the
- * monotonic clock and number parsing.
+ * monotonic clock, number parsing and safe file replacement.
  *
  * The tool is small enough that one header of helpers beats a web of
  * cross-includes; everything here is tool-side only and uses nothing of the
@@ -95,5 +95,26 @@ typedef struct kvpt_cli {
  * a time.
  */
 int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first);
+
+/* ---- files -------------------------------------------------------------- */
+
+/* Create an empty temporary file "DIR/.BASE.XXXXXX" beside `path` (mode 0600,
+ * removed by nobody but the caller) and copy its name into tmp[cap].
+ * Returns its open descriptor, or -1 with errno set (ENAMETOOLONG when the
+ * name does not fit).  A file that can be created this way can be written
+ * at `path` by kvpt_replace_file. */
+int kvpt_temp_beside(const char *path, char *tmp, size_t cap);
+
+/* Check before any work that a file can be written at `path`: it is not
+ * empty, not a directory, and a file can be created in its directory.  Returns 0, or
+ * prints "kvpool: what PATH: reason" (`what` such as "--csv") and returns -1.
+ * Leaves nothing behind. */
+int kvpt_check_writable(const char *what, const char *path);
+
+/* Finish a file written and closed at `tmp` (from kvpt_temp_beside): give it
+ * the mode a new file would have (0666 less the umask) and rename it over
+ * `path` in one step, so `path` is never seen empty or partial.  On failure
+ * removes tmp.  Returns 0, or -1 with errno set. */
+int kvpt_replace_file(const char *tmp, const char *path);
 
 #endif /* KVPT_COMMON_H */
