@@ -218,3 +218,18 @@ def test_gnuplot_that_draws_nothing_leaves_no_empty_file(trace, tmp_path):
     assert p.returncode == 1
     assert p.stderr.splitlines() == [f"kvpool: {png}: no plot drawn: gnuplot wrote nothing"]
     assert not png.exists()
+
+
+@need_gnuplot
+def test_rates_of_zero_sit_above_the_frame_without_negative_ticks(tmp_path):
+    # no request shares a block with another: every hit rate is 0
+    t = write_trace(tmp_path / "t.jsonl", [(1024, [2 * i, 2 * i + 1]) for i in range(20)])
+    svg = tmp_path / "s.svg"
+    assert run("sweep", t, "--capacities", "2,8,32", "--plot", svg).returncode == 0
+    text = svg.read_text()
+    x0, y0, x1, y1 = svg_frame(text)
+    points = svg_points(text)
+    assert len(points) == 3
+    assert all(y0 < y < y1 - 5 for _, y in points), (points, (y0, y1))
+    _, ys = tick_labels(text)
+    assert ys and all(float(v) >= 0 for v in ys), ys

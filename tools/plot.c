@@ -113,13 +113,18 @@ static double nice_step(double raw)
 }
 
 /* The y range [*lo, *hi] grown by a margin, so no point touches the frame;
- * a flat set of values gets a band around it. */
+ * a flat set of values gets a band around it.  Values that are all >= 0
+ * (rates, counts) dip below 0 by at most 4% of the axis, too little for a
+ * negative tick. */
 static void fit_y(double *lo, double *hi)
 {
     double span = *hi - *lo;
     double pad = span > 0 ? span * 0.08 : fabs(*hi) > 0 ? fabs(*hi) * 0.1 : 0.05;
+    int non_negative = *lo >= 0;
     *lo -= pad;
     *hi += pad;
+    if (non_negative && *lo < 0)
+        *lo = -fmin(pad, *hi * 0.04);
 }
 
 /* Write `v` as a tick label: whole numbers with thousands separators
