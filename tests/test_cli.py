@@ -399,17 +399,6 @@ def test_sweep_plot_png(tmp_path):
     assert "<svg" in svg.read_text()
 
 
-def test_sweep_without_gnuplot_still_writes_csv(tmp_path):
-    a = write_trace(tmp_path / "a.jsonl", TAIL_FIRST)
-    out, png = tmp_path / "s.csv", tmp_path / "s.png"
-    env = dict(os.environ, PATH=str(tmp_path / "nowhere"))
-    p = run("sweep", a, "--capacities", "2,4", "--csv", out, "--plot", png, env=env)
-    assert p.returncode == 0, p.stderr
-    assert "apt-get install gnuplot-nox" in p.stderr
-    assert out.read_text().splitlines()[0] == CSV_HEADER
-    assert not png.exists()
-
-
 # ---- bench -----------------------------------------------------------------
 
 def test_bench_quick_json():

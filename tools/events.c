@@ -12,13 +12,12 @@
  * kvpi_publisher_drain) so that it can print kvpool's own view of them at
  * the end for tests to compare against what arrived.
  */
-#define _GNU_SOURCE /* getopt_long, poll */
+#define _GNU_SOURCE /* poll, open_memstream */
 
 #include "events.h"
 
 #include "common.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +145,31 @@ static void reconnect(void *mon, void *sub, const char *ep)
         kvpt_error("connect %s: %s", ep, zmq_strerror(zmq_errno()));
 }
 
+static const char usage_events[] =
+    "usage: kvpool events ENDPOINT [--bind] [--topic T] [--json] [--count N]\n"
+    "                     [--timeout S] [--max-bytes N]\n"
+    "\n"
+    "Subscribe to a KV-cache events publisher (kvpool or vLLM: ZeroMQ PUB, frames\n"
+    "topic / sequence / msgpack batch) and print every batch as it arrives.\n"
+    "ENDPOINT is connected to (vLLM and llm-d engines bind port 5557), e.g.\n"
+    "tcp://127.0.0.1:5557.  Whatever the publisher sends, output is safe: JSON\n"
+    "stays valid (invalid UTF-8 as U+FFFD, NaN as null) and no control character\n"
+    "reaches the terminal.\n"
+    "\n"
+    "  --bind        bind ENDPOINT instead (the publisher connects); a port '*' is\n"
+    "                chosen by the system and printed on stderr\n"
+    "  --topic T     subscribe to topics starting with T (default: all); llm-d\n"
+    "                names them kv@<pod address>@<model name>\n"
+    "  --json        one JSON object per batch: topic, seq, ts, dp_rank, events\n"
+    "                (each with \"type\" and its named fields)\n"
+    "  --count N     stop after N batches (0, the default: never)\n"
+    "  --timeout S   stop after S seconds without a message (0 to 1000000; 0, the\n"
+    "                default: never)\n"
+    "  --max-bytes N refuse frames longer than N bytes (16 or more; default 16 MiB):\n"
+    "                the connection is dropped, then made again\n"
+    "\n"
+    "Each option may be given once.\n";
+
 /* `kvpool events ENDPOINT`: subscribe (connect, or --bind) and print every
  * batch.  Frames longer than --max-bytes are refused by ZeroMQ before they
  * are stored (the connection is dropped; a publisher that connects to us
@@ -156,58 +180,24 @@ static void reconnect(void *mon, void *sub, const char *ep)
  * while decoding. */
 int kvpt_cmd_events(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topic", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},
-        {"count", required_argument, NULL, 'n'},
-        {"timeout", required_argument, NULL, 'w'},
-        {"bind", no_argument, NULL, 'b'},
-        {"max-bytes", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *topic = "";
-    int json = 0, bind = 0, c;
+    int json = 0, bind = 0;
     uint64_t count = 0, max_bytes = EVENTS_MAX_BYTES;
     double timeout = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            topic = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'b':
-            bind = 1;
-            break;
-        case 'n':
-            if (kvpt_parse_u64(optarg, UINT64_MAX, &count))
-                return kvpt_usage_error("events", "--count: not a number: '%s'", optarg);
-            break;
-        case 'm':
-            if (kvpt_parse_u64(optarg, INT64_MAX, &max_bytes) || max_bytes < 16)
-                return kvpt_usage_error("events", "--max-bytes: not a size >= 16: '%s'", optarg);
-            break;
-        case 'w': {
-            char *end;
-            timeout = strtod(optarg, &end);
-            if (*end || !(timeout >= 0) || timeout > 1e6)
-                return kvpt_usage_error("events", "--timeout: not seconds: '%s'", optarg);
-            break;
-        }
-        case 'h':
-            kvpt_usage(stdout, "events");
-            return KVPT_EXIT_OK;
-        default:
-            return kvpt_usage_error("events", "unknown or incomplete option '%s'",
-                                    argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return kvpt_usage_error("events", "expected exactly one ENDPOINT");
-    const char *ep = argv[optind];
+    const kvpt_opt opts[] = {
+        {"topic", KVPT_OPT_TEXT, &topic, 0, 0, NULL, NULL},
+        {"json", KVPT_OPT_FLAG, &json, 0, 0, NULL, NULL},
+        {"count", KVPT_OPT_COUNT, &count, 0, UINT64_MAX, "a number of batches", NULL},
+        {"timeout", KVPT_OPT_SECONDS, &timeout, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"bind", KVPT_OPT_FLAG, &bind, 0, 0, NULL, NULL},
+        {"max-bytes", KVPT_OPT_COUNT, &max_bytes, 16, INT64_MAX, "a size in bytes", NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
+    };
+    const kvpt_cli cli = {"events", usage_events, opts, "ENDPOINT", 1, 1};
+    int first, parsed = kvpt_parse_args(&cli, argc, argv, &first);
+    if (parsed >= 0)
+        return parsed;
+    const char *ep = argv[first];
     char err[512];
     if (kvpi_endpoint_check(ep, bind, err, sizeof err) != 0)
         return kvpt_usage_error("events", "%s", err);
@@ -525,65 +515,55 @@ static void demo_hold(double hold)
     }
 }
 
+static const char usage_events_demo[] =
+    "usage: kvpool events-demo ENDPOINT [--connect] [--replay EP] [--topic T]\n"
+    "                          [--events-wait S] [--event-capacity N]\n"
+    "                          [--drain-every N] [--hold S]\n"
+    "\n"
+    "Run a scripted scenario through sequences on a pool with events on (admit, hit,\n"
+    "append, evict, reuse, reset, LoRA + multimodal) and publish its events on\n"
+    "ENDPOINT, bound (e.g. tcp://127.0.0.1:*).  Prints one JSON line\n"
+    "with the endpoints, and at the end one with kvpool's own view: batches,\n"
+    "events_sent, events_dropped, indexed (external hashes), view (the events of\n"
+    "each batch).\n"
+    "\n"
+    "  --connect            connect to ENDPOINT instead (the subscriber binds)\n"
+    "  --replay EP          bind a replay ROUTER socket at EP\n"
+    "  --topic T            topic (default kv@127.0.0.1@kvpool-demo)\n"
+    "  --events-wait S      wait up to S seconds for a subscriber first (default 2)\n"
+    "  --event-capacity N   the pool's event queue, in hashes (default 4096)\n"
+    "  --drain-every N      publish after every N scenario steps, 1 to 1000\n"
+    "                       (default 1)\n"
+    "  --hold S             afterwards keep answering replay requests for up to S\n"
+    "                       seconds, or until standard input closes\n"
+    "\n"
+    "Each option may be given once; seconds are 0 to 1000000.\n";
+
+/* `kvpool events-demo ENDPOINT`: run the scripted scenario and publish its
+ * events; prints the endpoints first and kvpool's own view last. */
 int kvpt_cmd_events_demo(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topic", required_argument, NULL, 't'},
-        {"replay", required_argument, NULL, 'r'},
-        {"events-wait", required_argument, NULL, 'w'},
-        {"event-capacity", required_argument, NULL, 'c'},
-        {"drain-every", required_argument, NULL, 'd'},
-        {"hold", required_argument, NULL, 'o'},
-        {"connect", no_argument, NULL, 'C'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvpi_publisher_config pc;
     kvpi_publisher_config_default(&pc);
     pc.topic = "kv@127.0.0.1@kvpool-demo";
     double wait_s = 2, hold = 0;
     uint64_t capacity = 0, every = 1;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case 't':
-            pc.topic = optarg;
-            break;
-        case 'r':
-            pc.replay_endpoint = optarg;
-            break;
-        case 'C':
-            pc.connect = 1;
-            break;
-        case 'w':
-        case 'o': {
-            double v = strtod(optarg, &end);
-            if (*end || v < 0)
-                return kvpt_usage_error("events-demo", "not seconds: '%s'", optarg);
-            *(c == 'w' ? &wait_s : &hold) = v;
-            break;
-        }
-        case 'c':
-            if (kvpt_parse_u64(optarg, UINT32_MAX, &capacity) || !capacity)
-                return kvpt_usage_error("events-demo", "--event-capacity: '%s'", optarg);
-            break;
-        case 'd':
-            if (kvpt_parse_u64(optarg, 1000, &every) || !every)
-                return kvpt_usage_error("events-demo", "--drain-every: '%s'", optarg);
-            break;
-        case 'h':
-            kvpt_usage(stdout, "events-demo");
-            return KVPT_EXIT_OK;
-        default:
-            return kvpt_usage_error("events-demo", "unknown or incomplete option '%s'",
-                                    argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return kvpt_usage_error("events-demo", "expected exactly one ENDPOINT");
-    pc.endpoint = argv[optind];
+    const kvpt_opt opts[] = {
+        {"topic", KVPT_OPT_TEXT, &pc.topic, 0, 0, NULL, NULL},
+        {"replay", KVPT_OPT_TEXT, &pc.replay_endpoint, 0, 0, NULL, NULL},
+        {"events-wait", KVPT_OPT_SECONDS, &wait_s, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"event-capacity", KVPT_OPT_COUNT, &capacity, 1, UINT32_MAX, "a number of hashes",
+         NULL},
+        {"drain-every", KVPT_OPT_COUNT, &every, 1, 1000, "a number of steps", NULL},
+        {"hold", KVPT_OPT_SECONDS, &hold, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"connect", KVPT_OPT_FLAG, &pc.connect, 0, 0, NULL, NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
+    };
+    const kvpt_cli cli = {"events-demo", usage_events_demo, opts, "ENDPOINT", 1, 1};
+    int first, parsed = kvpt_parse_args(&cli, argc, argv, &first);
+    if (parsed >= 0)
+        return parsed;
+    pc.endpoint = argv[first];
 
     demo d;
     memset(&d, 0, sizeof d);
