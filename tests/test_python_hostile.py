@@ -12,7 +12,7 @@ import sys
 import textwrap
 import weakref
 
-PYDIR = os.path.join(os.environ.get(
+PYDIR = os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python")
 sys.path.insert(0, PYDIR)
 
