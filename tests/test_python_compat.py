@@ -243,9 +243,10 @@ def test_veloxquant_allocator():
     assert len(blocks) == 3 and all(b.owner == 7 and b.format == "int2" for b in blocks)
     assert blocks[0].stream == "kv" and blocks[0].ever_allocated
     assert pool.blocks_for(7) == blocks
+    assert [b.n_used for b in blocks] == [16, 16, 8]   # the last one holds the remainder
     pool.mark_used(blocks[0], 5)
     blocks[1].n_used = 16
-    assert pool.stats.fragmentation() == pytest.approx(1 / 8)
+    assert pool.stats.fragmentation() == pytest.approx(2 / 8)
     with pytest.raises(veloxquant.BlockPoolExhaustedError):
         pool.allocate("v", 16 * 6, owner=8)
     assert pool.stats.n_exhausted == 1 and pool.n_free() == 5
@@ -264,7 +265,7 @@ def test_veloxquant_allocator():
     with pytest.raises(ValueError):
         pool.shrink("k", -1)
     text = pool.stats.to_prometheus()
-    assert "# TYPE veloxquant_block_pool_n_blocks gauge" in text and text.endswith("\n")
+    assert "# TYPE veloxquant_block_pool_blocks_total gauge" in text and text.endswith("\n")
     assert len(pool.history) >= 3 and pool.stats.snapshot() == pool.stats
     # LIFO reuse: the block freed last is handed out first
     a = pool.allocate("k", 16, owner=1)
