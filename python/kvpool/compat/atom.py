@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Optional
 
 from .. import _kvpool
+from . import _adopt
 
-__all__ = ["BlockPool", "BlockRetirement", "Block"]
+__all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block"]
 
 _MASK = (1 << 64) - 1
 
@@ -355,3 +356,24 @@ class BlockPool:
         self._hash[moved_to] = moved_hash
         self._tokens[moved_to] = moved_tokens
         return BlockRetirement(retired, moved_to)
+
+
+# ---- adoption -------------------------------------------------------------
+_adoption = _adopt.Adoption(
+    "atom",
+    patch={"atom.model_engine.block_pool": {"BlockPool": BlockPool}},
+    register={"atom.model_engine.block_pool": {"BlockPool": BlockPool,
+                                               "BlockRetirement": BlockRetirement},
+              "atom.model_engine.kv_block": {"Block": Block}})
+
+
+def install() -> bool:
+    """Make ATOM use this BlockPool (``atom.model_engine.block_pool`` and the ATOM
+    modules that imported it by name); without ATOM, register this module under
+    ATOM's module paths.  True when ATOM itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from .. import _kvpool
+from . import _adopt
 
-__all__ = ["PoolConfig", "Block", "AllocationStats", "BlockPoolAllocator",
-           "BlockPoolExhaustedError", "OwnerAlreadyActiveError", "DEFAULT_BLOCK_SIZE",
+__all__ = ["install", "uninstall", "PoolConfig", "Block", "AllocationStats",
+           "BlockPoolAllocator", "BlockPoolExhaustedError", "OwnerAlreadyActiveError", "DEFAULT_BLOCK_SIZE",
            "DEFAULT_HISTORY_SIZE"]
 
 
@@ -366,3 +367,30 @@ class BlockPoolAllocator:
 
     def __repr__(self) -> str:
         return f"BlockPoolAllocator({self.stats!r})"
+
+
+# ---- adoption -------------------------------------------------------------
+_NAMES = {"BlockPoolAllocator": BlockPoolAllocator, "PoolConfig": PoolConfig, "Block": Block,
+          "AllocationStats": AllocationStats}
+_ERRORS = {"BlockPoolExhaustedError": BlockPoolExhaustedError,
+           "OwnerAlreadyActiveError": OwnerAlreadyActiveError}
+_adoption = _adopt.Adoption(
+    "veloxquant_mlx",
+    patch={"veloxquant_mlx.memory.block_pool": _NAMES},
+    register={"veloxquant_mlx.memory.block_pool": dict(
+                  _NAMES, **_ERRORS, DEFAULT_BLOCK_SIZE=DEFAULT_BLOCK_SIZE,
+                  DEFAULT_HISTORY_SIZE=DEFAULT_HISTORY_SIZE),
+              "veloxquant_mlx.core.exceptions": _ERRORS})
+
+
+def install() -> bool:
+    """Make VeloxQuant-MLX use this BlockPoolAllocator (``veloxquant_mlx.memory.block_pool``
+    and the modules that imported it by name); without VeloxQuant-MLX, register this
+    module and its exceptions under the original's module paths.  True when
+    VeloxQuant-MLX itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()

@@ -40,8 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NewType, Optional, Tuple
 
 from .. import _kvpool
+from . import _adopt
 
-__all__ = ["PagedCacheManager", "CacheBlock", "KVCacheBlock", "BlockTable", "CacheStats",
+__all__ = ["install", "uninstall", "PagedCacheManager", "CacheBlock", "KVCacheBlock",
+           "BlockTable", "CacheStats",
            "BlockHash", "compute_block_hash"]
 
 logger = logging.getLogger(__name__)
@@ -658,3 +660,24 @@ class PagedCacheManager:
             self._pool.close()
             self._make_pool()
             logger.info("PagedCacheManager cleared")
+
+
+# ---- adoption -------------------------------------------------------------
+_NAMES = {"PagedCacheManager": PagedCacheManager, "CacheBlock": CacheBlock,
+          "KVCacheBlock": KVCacheBlock, "BlockTable": BlockTable, "CacheStats": CacheStats,
+          "compute_block_hash": compute_block_hash}
+_adoption = _adopt.Adoption("vllm_mlx", patch={"vllm_mlx.paged_cache": _NAMES},
+                            register={"vllm_mlx.paged_cache": dict(_NAMES, BlockHash=BlockHash)})
+
+
+def install() -> bool:
+    """Make vllm-mlx use this PagedCacheManager and its block classes
+    (``vllm_mlx.paged_cache`` and the modules that imported them by name); without
+    vllm-mlx, register this module as ``vllm_mlx.paged_cache``.  True when
+    vllm-mlx itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()
