@@ -313,6 +313,14 @@ class BlockPool:
                 self._tokens[block_id] = _NO_TOKENS
         return ids
 
+    def is_reserved_unit(self, block_id: int) -> bool:
+        """Whether block_id is held by a raw-unit reservation."""
+        return block_id in self._raw_unit_owner
+
+    def reserved_unit_owner(self, block_id: int) -> Optional[tuple]:
+        """(owner, piece index) of a reserved raw unit, or None."""
+        return self._raw_unit_owner.get(block_id)
+
     def release_units(self, unit_ids: Iterable[int], owner: Hashable) -> None:
         """Release a whole raw-unit reservation (ids in reservation order); all or nothing."""
         ids = list(unit_ids)

@@ -214,8 +214,8 @@ class BlockPoolAllocator:
         self._pool = _kvpool.Pool(
             block_size=c.block_size, num_blocks=n, max_blocks=cap or 0,
             separate_kv=c.separate_kv, grow_on_exhaustion=c.grow_on_exhaustion,
-            thread_safe=True, reuse="lifo", history_every_call=True,
-            history_len=DEFAULT_HISTORY_SIZE, prefix_caching=False)
+            thread_safe=True, reuse="lifo", prefix_caching=False)
+        self.history: deque = deque(maxlen=DEFAULT_HISTORY_SIZE)
         self._blocks: dict = {}
         self._fmt_names = {v: k for k, v in _FORMATS.items()}
         self._fmt_tags = dict(_FORMATS)
@@ -265,11 +265,9 @@ class BlockPoolAllocator:
         """Current counters."""
         return self._stats(self._pool.stats())
 
-    @property
-    def history(self) -> deque:
-        """Snapshots taken after every changing call, oldest first (at most DEFAULT_HISTORY_SIZE)."""
-        return deque((self._stats(s) for s in self._pool.stats_history()),
-                     maxlen=DEFAULT_HISTORY_SIZE)
+    def _record(self) -> None:
+        """A stats snapshot into ``history`` after a changing call, as the original."""
+        self.history.append(self._stats(self._pool.stats()))
 
     def register_owner(self, owner: int) -> None:
         """Mark owner active; a second registration of an active owner raises."""
@@ -295,11 +293,13 @@ class BlockPoolAllocator:
             ids = pool.alloc(n_tokens, owner, s, self._format_tag(format))
         except _kvpool.ExhaustedError as e:
             self._grow_to_cap(s)
+            self._record()
             raise BlockPoolExhaustedError(str(e)) from None
         n = len(ids)
         fills = [bs] * n
         fills[-1] = n_tokens - bs * (n - 1)
         pool.set_fill_many(ids, fills)
+        self._record()
         out = [self._block(i) for i in ids]
         for b in out:
             b._owner = owner  # a hint for free(); the pool's record is the truth
@@ -333,6 +333,7 @@ class BlockPoolAllocator:
                 current = b.owner
                 if current is not None:  # already free: skipped, as the original
                     self._pool.free([b.block_id], current)
+        self._record()
 
     def free_all(self, owner: int) -> None:
         """Free every block checked out to owner: O(its blocks)."""
@@ -340,6 +341,8 @@ class BlockPoolAllocator:
             self._pool.free_owner(owner)
         except _kvpool.NotFoundError:
             pass
+        self.release_owner(owner)  # a registered owner that never allocated: inactive too
+        self._record()
 
     def blocks_for(self, owner: int) -> list:
         """The blocks owner holds, in allocation order."""
@@ -356,7 +359,10 @@ class BlockPoolAllocator:
         """Retire free blocks of stream down to target_free; returns how many."""
         if target_free < 0:
             raise ValueError(f"BlockPoolAllocator: target_free must be >= 0, got {target_free}")
-        return self._pool.shrink(target_free, self._stream(stream))
+        retired = self._pool.shrink(target_free, self._stream(stream))
+        if retired:
+            self._record()
+        return retired
 
     def mark_used(self, block: Block, n_used: int) -> None:
         """Set a checked-out block's fill level, keeping fragmentation exact."""
