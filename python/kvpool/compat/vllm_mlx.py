@@ -63,6 +63,8 @@ def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
 
 _sha256 = hashlib.sha256
 _low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
+_ROOT = b"vllm-mlx-root"
+_MEMO_ENTRIES = 8192  # chain hashes remembered per manager (shared prompts hash once)
 
 
 class _Record:
@@ -292,6 +294,24 @@ class PagedCacheManager:
         self.request_tables: Dict[str, BlockTable] = {}
         self._hits = self._misses = self._cow = 0
         self._evict_base = 0
+        self._memo: Dict[Tuple[Optional[bytes], Tuple[int, ...]], bytes] = {}
+
+    def _hash_of(self, parent: Optional[bytes], toks: List[int]) -> Tuple[bytes, tuple]:
+        """(compute_block_hash(parent, toks), memo key); a hash found in the memo
+        is not recomputed.  The memo holds the blocks prefix hits found, so a
+        shared prompt is hashed once, not on every request (bounded; cleared
+        when full)."""
+        key = (parent, tuple(toks))
+        h = self._memo.get(key)
+        if h is None:
+            h = _sha256((parent or _ROOT) + str(key[1]).encode()).digest()
+        return h, key
+
+    def _remember(self, key: tuple, h: bytes) -> None:
+        memo = self._memo
+        if len(memo) >= _MEMO_ENTRIES:
+            memo.clear()
+        memo[key] = h
 
     def _evicted(self, h: Optional[bytes], block_id: Optional[int]) -> None:
         """The pool's eviction callback: the block's content left the prefix cache."""
@@ -470,13 +490,15 @@ class PagedCacheManager:
         with self._lock:
             out: List[CacheBlock] = []
             parent = None
-            bs, blocks, lookup = self.block_size, self.blocks, self._lookup
+            bs, blocks, lookup, memo = self.block_size, self.blocks, self._lookup, self._memo
             for i in range(len(token_ids) // bs):
-                h = compute_block_hash(parent, token_ids[i * bs:(i + 1) * bs])
+                h, key = self._hash_of(parent, token_ids[i * bs:(i + 1) * bs])
                 bid = lookup(h)
                 if bid < 0:
                     self._misses += 1
                     break
+                if key not in memo:
+                    self._remember(key, h)
                 out.append(blocks[bid])
                 parent = h
             self._hits += len(out)
