@@ -1,10 +1,11 @@
 """kvpool.bench_compat — each drop-in against its original, side by side.
 
 Run: ``PYTHONPATH=<dir with the originals> /usr/bin/python3 -m kvpool.bench_compat
-[--system atom|vllm_mlx|all] [--churn N] [--requests N] [--reps N] [--memory N]``.
+[--system atom|vllm_mlx|veloxquant|all] [--churn N] [--requests N] [--reps N] [--memory N]``.
 
 The originals are imported under their own module paths
-(``atom.model_engine.block_pool``, ``vllm_mlx.paged_cache``); a system whose
+(``atom.model_engine.block_pool``, ``vllm_mlx.paged_cache``,
+``veloxquant_mlx.memory.block_pool``); a system whose
 original is not importable is skipped.  Both sides run the same operation
 sequence through the original's public API, the way its engine calls it,
 in one process, alternating original and drop-in per repetition:
@@ -27,7 +28,9 @@ in one process, alternating original and drop-in per repetition:
   (end to end, as its manager hashes inside these calls).  Result: µs per
   request.
 - ``memory``: resident bytes per block of a pool of ``--memory`` blocks
-  (default 1,048,576), each measured in a fresh child process.
+  (default 1,048,576) once every block has been handed out and given back
+  through the public API (so pages a pool allocates but has not touched yet
+  count too), each measured in a fresh child process.
 """
 from __future__ import annotations
 
@@ -44,8 +47,10 @@ import numpy as np
 
 from .bench import BS, churn_ops, prefix_requests
 
-ORIGINALS = {"atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache"}
-DROPINS = {"atom": "kvpool.compat.atom", "vllm_mlx": "kvpool.compat.vllm_mlx"}
+ORIGINALS = {"atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache",
+             "veloxquant": "veloxquant_mlx.memory.block_pool"}
+DROPINS = {"atom": "kvpool.compat.atom", "vllm_mlx": "kvpool.compat.vllm_mlx",
+           "veloxquant": "kvpool.compat.veloxquant"}
 
 
 def _loop(ops, get, done_fn) -> float:
@@ -85,6 +90,22 @@ def churn_mlx_free_block(mod, ops) -> float:
         for b in reversed(blocks):
             free(b.block_id)
     return _loop(ops, mgr.allocate_block, release)
+
+
+def churn_veloxquant(mod, ops) -> float:
+    """BENCH.md's scale workload at 1,024 blocks (the original recounts
+    fragmentation over every block on each call): allocate(BS tokens) per
+    block to the sequence's owner, free_all(owner) when it is done."""
+    pool = mod.BlockPoolAllocator(mod.PoolConfig(block_size=BS, n_blocks=1024, separate_kv=False))
+    allocate, free_all = pool.allocate, pool.free_all
+    picks, inst, done, _sizes = ops
+    p, o, d = picks.tolist(), inst.tolist(), done.tolist()
+    t0 = time.perf_counter()
+    for k in range(len(p)):
+        allocate("kv", BS, o[k])
+        if d[k]:
+            free_all(o[k])
+    return time.perf_counter() - t0
 
 
 def atom_prefix_inputs(reqs):
@@ -151,12 +172,26 @@ import importlib, sys
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
-mod = importlib.import_module(sys.argv[1]); n = int(sys.argv[3])
+mod = importlib.import_module(sys.argv[1]); system = sys.argv[2]; n = int(sys.argv[3])
 before = rss()
-if sys.argv[2] == "atom":
+if system == "atom":
     p = mod.BlockPool(n)
+    ids = [p.pop() for _ in range(n)]
+    for i in ids:
+        p.allocate(i)
+    for i in ids:
+        p.free(i)
+    del ids
+elif system == "veloxquant":
+    p = mod.BlockPoolAllocator(mod.PoolConfig(block_size=16, n_blocks=n, separate_kv=False))
+    p.allocate("kv", 16 * n, owner=1)
+    p.free_all(1)
 else:
     p = mod.PagedCacheManager(block_size=16, max_blocks=n)
+    blocks = p.get_new_blocks(n - 1)
+    for b in blocks:
+        p.free_block(b.block_id)
+    del blocks
 print((rss() - before) / n)
 """
 
@@ -169,14 +204,15 @@ def bytes_per_block(module: str, system: str, n: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="kvpool.bench_compat", description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=["atom", "vllm_mlx", "all"], default="all")
+    ap.add_argument("--system", choices=["atom", "vllm_mlx", "veloxquant", "all"], default="all")
     ap.add_argument("--churn", type=int, default=200_000, help="block allocations (default 200,000)")
     ap.add_argument("--requests", type=int, default=2_000, help="prefix requests (default 2,000)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--memory", type=int, default=1 << 20, help="blocks for bytes/block (0: skip)")
     args = ap.parse_args(argv)
-    systems = ["atom", "vllm_mlx"] if args.system == "all" else [args.system]
+    systems = ["atom", "vllm_mlx", "veloxquant"] if args.system == "all" else [args.system]
     ops = churn_ops(args.churn)
+    small_ops = churn_ops(args.churn // 10, live=8, lo=16, hi=256) if "veloxquant" in systems else None
     reqs = prefix_requests(args.requests)
     atom_inputs = atom_prefix_inputs(reqs) if "atom" in systems else None
     for system in systems:
@@ -191,6 +227,9 @@ def main(argv=None) -> int:
             rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
             rows.append(("prefix pool part", "us/request", args.requests,
                          lambda m: prefix_atom(m, atom_inputs)))
+        elif system == "veloxquant":
+            rows.append(("churn 1,024 blocks", "ns/block", args.churn // 10,
+                         lambda m: churn_veloxquant(m, small_ops)))
         else:
             rows.append(("churn free_block", "ns/block", args.churn,
                          lambda m: churn_mlx_free_block(m, ops)))

@@ -83,21 +83,32 @@ class PoolConfig:
                              f"n_blocks ({self.n_blocks})")
 
 
+class _Record:
+    """The fields of a Block constructed directly (not one an allocator handed out)."""
+
+    __slots__ = ("stream", "format", "n_used", "ever_allocated")
+
+    def __init__(self, stream: str, format: str, n_used: int, ever_allocated: bool):  # noqa: A002
+        self.stream, self.format, self.n_used, self.ever_allocated = \
+            stream, format, n_used, ever_allocated
+
+
 class Block:
     """A block of KV-cache storage.
 
-    Constructed directly it is a plain record; the blocks an allocator hands
-    out are bound to it and every field reads the pool's current state.
+    Constructed directly it is a plain record with the original dataclass's
+    fields and defaults; the blocks an allocator hands out are bound to it
+    and every field reads the pool's current state.
     """
 
-    __slots__ = ("block_id", "_alloc", "_stream", "_format", "_n_used", "_owner", "_ever")
+    __slots__ = ("block_id", "_alloc", "_owner", "_rec")
 
     def __init__(self, block_id: int, stream: str = "kv", format: str = "fp16", n_used: int = 0,
                  owner: Optional[int] = None, ever_allocated: bool = False):
         self.block_id = block_id
-        self._alloc = None
-        self._stream, self._format, self._n_used = stream, format, n_used
-        self._owner, self._ever = owner, ever_allocated
+        self._alloc: Optional["BlockPoolAllocator"] = None
+        self._owner = owner  # a bound block's owner when it was handed out (a hint for free)
+        self._rec: Optional[_Record] = _Record(stream, format, n_used, ever_allocated)
 
     def _info(self):
         return self._alloc._pool.block_info(self.block_id)
@@ -105,25 +116,33 @@ class Block:
     @property
     def stream(self) -> str:
         if self._alloc is None:
-            return self._stream
+            return self._rec.stream
         return _STREAM_NAMES[self._info()["stream"]]
+
+    @stream.setter
+    def stream(self, value: str) -> None:
+        self._record("stream").stream = value
 
     @property
     def format(self) -> str:
         if self._alloc is None:
-            return self._format
+            return self._rec.format
         return self._alloc._format_name(self._info()["format"])
+
+    @format.setter
+    def format(self, value: str) -> None:
+        self._record("format").format = value
 
     @property
     def n_used(self) -> int:
         if self._alloc is None:
-            return self._n_used
+            return self._rec.n_used
         return self._info()["fill"]
 
     @n_used.setter
     def n_used(self, value: int) -> None:
         if self._alloc is None:
-            self._n_used = value
+            self._rec.n_used = value
         else:
             self._alloc.mark_used(self, value)
 
@@ -136,11 +155,26 @@ class Block:
             return None
         return info["owner"]
 
+    @owner.setter
+    def owner(self, value: Optional[int]) -> None:
+        self._record("owner")
+        self._owner = value
+
     @property
     def ever_allocated(self) -> bool:
         if self._alloc is None:
-            return self._ever
+            return self._rec.ever_allocated
         return self._info()["ever_allocated"]
+
+    @ever_allocated.setter
+    def ever_allocated(self, value: bool) -> None:
+        self._record("ever_allocated").ever_allocated = value
+
+    def _record(self, name: str) -> _Record:
+        """The plain record of a directly constructed block (AttributeError for a handed-out one)."""
+        if self._alloc is not None:
+            raise AttributeError(f"{name} of a handed-out block is the pool's")
+        return self._rec
 
     def __repr__(self) -> str:
         return (f"Block(block_id={self.block_id}, stream={self.stream!r}, format={self.format!r}, "
@@ -216,7 +250,7 @@ class BlockPoolAllocator:
             separate_kv=c.separate_kv, grow_on_exhaustion=c.grow_on_exhaustion,
             thread_safe=True, reuse="lifo", prefix_caching=False)
         self.history: deque = deque(maxlen=DEFAULT_HISTORY_SIZE)
-        self._blocks: dict = {}
+        self._blocks: list = []  # block id -> its canonical Block, made on first hand-out
         self._fmt_names = {v: k for k, v in _FORMATS.items()}
         self._fmt_tags = dict(_FORMATS)
 
@@ -244,11 +278,14 @@ class BlockPoolAllocator:
         return self._fmt_names.get(tag, f"user{tag}")
 
     def _block(self, block_id: int) -> Block:
-        b = self._blocks.get(block_id)
+        blocks = self._blocks
+        if block_id >= len(blocks):
+            blocks.extend([None] * (block_id + 1 - len(blocks)))
+        b = blocks[block_id]
         if b is None:
-            b = Block(block_id)
+            b = blocks[block_id] = Block(block_id)
             b._alloc = self
-            self._blocks[block_id] = b
+            b._rec = None
         return b
 
     def _stats(self, s: dict) -> AllocationStats:

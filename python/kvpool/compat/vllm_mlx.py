@@ -70,9 +70,12 @@ _MEMO_ENTRIES = 8192  # chain hashes remembered per manager (shared prompts hash
 class _Record:
     """The fields of a CacheBlock constructed directly (not bound to a manager)."""
 
-    __slots__ = ("ref_count", "is_null", "prev_free_block", "next_free_block", "last_access")
+    __slots__ = ("ref_count", "is_null", "prev_free_block", "next_free_block", "last_access",
+                 "hash_value")
 
-    def __init__(self, ref_count, is_null, prev_free_block, next_free_block, last_access):
+    def __init__(self, ref_count, is_null, prev_free_block, next_free_block, last_access,
+                 hash_value):
+        self.hash_value = hash_value
         self.ref_count = ref_count
         self.is_null = is_null
         self.prev_free_block = prev_free_block
@@ -91,7 +94,7 @@ class CacheBlock:
     ``last_access`` lives in the manager's array of timestamps.
     """
 
-    __slots__ = ("block_id", "_mgr", "_hash", "cache_data", "token_count", "hash_value")
+    __slots__ = ("block_id", "_mgr", "_hash", "cache_data", "token_count")
 
     def __init__(self, block_id: int, ref_count: int = 0, block_hash: Optional[BlockHash] = None,
                  prev_free_block: "Optional[CacheBlock]" = None,
@@ -100,11 +103,10 @@ class CacheBlock:
                  hash_value: Optional[str] = None, last_access: Optional[float] = None):
         self.block_id = block_id
         self._mgr: Any = _Record(ref_count, is_null, prev_free_block, next_free_block,
-                                 time.time() if last_access is None else last_access)
+                                 time.time() if last_access is None else last_access, hash_value)
         self._hash = block_hash
         self.cache_data = cache_data
         self.token_count = token_count
-        self.hash_value = hash_value
 
     @classmethod
     def _bound(cls, block_id: int, mgr: "PagedCacheManager") -> "CacheBlock":
@@ -114,7 +116,6 @@ class CacheBlock:
         b._hash = None
         b.cache_data = None
         b.token_count = 0
-        b.hash_value = None
         return b
 
     @property
@@ -165,6 +166,22 @@ class CacheBlock:
     prev_free_block = _link("prev_free_block")
     next_free_block = _link("next_free_block")
     del _link
+
+    @property
+    def hash_value(self) -> Optional[str]:
+        """The legacy string hash (a manager keeps them in one dict, only for blocks that have one)."""
+        m = self._mgr
+        return m.hash_value if type(m) is _Record else m._hash_values.get(self.block_id)
+
+    @hash_value.setter
+    def hash_value(self, value: Optional[str]) -> None:
+        m = self._mgr
+        if type(m) is _Record:
+            m.hash_value = value
+        elif value is None:
+            m._hash_values.pop(self.block_id, None)
+        else:
+            m._hash_values[self.block_id] = value
 
     @property
     def last_access(self) -> float:
@@ -291,6 +308,7 @@ class PagedCacheManager:
         self.null_block = self.blocks[0]
         self.allocated_blocks = _AllocatedBlocks(self)
         self.hash_to_block: Dict[str, int] = {}
+        self._hash_values: Dict[int, str] = {}  # block id -> legacy hash, for blocks with one
         self.request_tables: Dict[str, BlockTable] = {}
         self._hits = self._misses = self._cow = 0
         self._evict_base = 0
@@ -318,10 +336,10 @@ class PagedCacheManager:
         if block_id is None:
             return
         b = self.blocks[block_id]
-        if b.hash_value and self.hash_to_block.get(b.hash_value) == block_id:
-            del self.hash_to_block[b.hash_value]
+        legacy = self._hash_values.pop(block_id, None)
+        if legacy and self.hash_to_block.get(legacy) == block_id:
+            del self.hash_to_block[legacy]
         b._hash = None
-        b.hash_value = None
         b.cache_data = None
 
     def _ref_count(self, block_id: int) -> int:
@@ -467,6 +485,7 @@ class PagedCacheManager:
             return
         with self._lock:
             bs, publish, legacy_index = self.block_size, self._pool.publish, self.hash_to_block
+            legacy_values = self._hash_values
             parent = blocks[num_cached_blocks - 1]._hash if num_cached_blocks > 0 else None
             for i in range(num_cached_blocks, num_full_blocks):
                 b = blocks[i]
@@ -479,7 +498,7 @@ class PagedCacheManager:
                 b._hash = h
                 b.token_count = len(toks)
                 legacy = _sha256(bytes(map(_low8, toks))).hexdigest()[:16]
-                b.hash_value = legacy
+                legacy_values[b.block_id] = legacy
                 legacy_index[legacy] = b.block_id
                 parent = h
 
@@ -668,9 +687,9 @@ class PagedCacheManager:
                 logger.warning(f"Cannot reset cache: {used - 1} blocks in use")
                 return False
             self.hash_to_block.clear()
+            self._hash_values.clear()
             for b in self.blocks:
                 b._hash = None
-                b.hash_value = None
                 b.cache_data = None
             self._hits = self._misses = 0
             self._evict_base = self._pool.stats()["evictions"]
