@@ -54,10 +54,6 @@ _MASK = (1 << 64) - 1
 _pack = struct.Struct(">24xQ").pack  # int hash -> the 32-byte kvpool hash
 
 
-def _from_hash(b: bytes) -> int:
-    return int.from_bytes(b[24:], "big")
-
-
 @dataclass(frozen=True)
 class BlockRetirement:
     """What taking the highest block out of the pool cost: ``moved_to`` is -1
@@ -154,8 +150,7 @@ class BlockPool:
             raise ValueError(f"{num_blocks} blocks outside 0..{self.max_blocks}")
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
-                                  max_blocks=self.max_blocks, reuse="lowest",
-                                  on_evict=self._evicted)
+                                  max_blocks=self.max_blocks, reuse="lowest")
         self.num_blocks: int = num_blocks
         self.superblocks = None
         self.blocks: list = [Block(i, self) for i in range(self.max_blocks)]
@@ -163,25 +158,32 @@ class BlockPool:
         self._tokens: list = [_NO_TOKENS] * self.max_blocks
         self._popped: set = set()
         self._raw_unit_owner: dict = {}
-        self._quiet = False      # an unpublish that replaces a hash: no on_evict, no count
-        self._retiring = False   # evictions count as retirements
+        self._stale: set = set()  # hashed blocks clear_index left live: no longer indexed
         self.blocks_evicted: int = 0
         self.blocks_retired: int = 0
 
-    def _evicted(self, h: Optional[bytes], block_id: Optional[int]) -> None:
-        """The pool's eviction callback: block_id's content left the index."""
-        if block_id is None:
+    def _spend(self, block_id: int, retiring: bool = False) -> None:
+        """block_id was just taken for other content: whatever it held is gone.
+
+        The pool evicts a cached block's content when it hands the block out
+        (take, take_id, alloc_blocks, retire_top), and every such call is made
+        here, so this is where the eviction is counted and ``on_evict`` fires
+        — once the pool call has completed — without a callback per eviction
+        from the pool."""
+        h = self._hash[block_id]
+        if h == -1:
             return
         self._hash[block_id] = -1
         self._tokens[block_id] = _NO_TOKENS
-        if self._quiet:
+        if self._stale and block_id in self._stale:
+            self._stale.discard(block_id)  # not indexed since clear_index: nothing evicted
             return
-        if self._retiring:
+        if retiring:
             self.blocks_retired += 1
         else:
             self.blocks_evicted += 1
         if self._on_evict is not None:
-            self._on_evict(_from_hash(h))
+            self._on_evict(h)
 
     def _ref_count(self, block_id: int) -> int:
         try:
@@ -228,21 +230,22 @@ class BlockPool:
     # ---- index ----------------------------------------------------------
     def lookup(self, h: int) -> int:
         """Block id indexed under content hash h, or -1."""
-        got = self._pool.lookup_many(_pack(h & _MASK))[0][0]
-        return -1 if got is None else got
+        try:
+            return self._pool.lookup(_pack(h & _MASK))
+        except _kvpool.NotFoundError:  # a prefix match misses once per request
+            return -1
 
     def publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""
         h &= _MASK
         old = self._hash[block_id]
         if old != -1 and old != h:  # the original overwrote the block's hash
-            self._quiet = True
             try:
                 self._pool.unpublish(block_id)
             except _kvpool.NotFoundError:
                 pass  # kept after clear_index: not indexed any more
-            finally:
-                self._quiet = False
+        if self._stale:
+            self._stale.discard(block_id)
         self._pool.publish(block_id, _pack(h))
         self._hash[block_id] = h
         self._tokens[block_id] = token_ids
@@ -252,9 +255,12 @@ class BlockPool:
         self._pool.clear_index()
         hs, ts = self._hash, self._tokens
         for i in range(self.max_blocks):
-            if hs[i] != -1 and self._ref_count(i) == 0:
-                hs[i] = -1
-                ts[i] = _NO_TOKENS
+            if hs[i] != -1:
+                if self._ref_count(i) == 0:
+                    hs[i] = -1
+                    ts[i] = _NO_TOKENS
+                else:
+                    self._stale.add(i)
 
     # ---- allocation -----------------------------------------------------
     def pop(self) -> int:
@@ -264,6 +270,8 @@ class BlockPool:
         except _kvpool.ExhaustedError:
             raise AssertionError("No free blocks available") from None
         self._popped.add(block_id)
+        if self._hash[block_id] != -1:
+            self._spend(block_id)
         return block_id
 
     def allocate(self, block_id: int) -> Block:
@@ -276,9 +284,8 @@ class BlockPool:
                 self._pool.take_id(block_id)
             except _kvpool.BusyError:
                 raise AssertionError(f"block {block_id} is in use") from None
-        if self._hash[block_id] != -1:  # kept in use across clear_index, now reused
-            self._hash[block_id] = -1
-            self._tokens[block_id] = _NO_TOKENS
+            if self._hash[block_id] != -1:
+                self._spend(block_id)
         return self.blocks[block_id]
 
     def claim(self, block_id: int) -> Block:
@@ -308,9 +315,7 @@ class BlockPool:
             return None
         for piece, block_id in enumerate(ids):
             self._raw_unit_owner[block_id] = (owner, piece)
-            if self._hash[block_id] != -1:
-                self._hash[block_id] = -1
-                self._tokens[block_id] = _NO_TOKENS
+            self._spend(block_id)
         return ids
 
     def is_reserved_unit(self, block_id: int) -> bool:
@@ -348,21 +353,21 @@ class BlockPool:
         if self.num_blocks == 0 or self.num_blocks - 1 in self._raw_unit_owner:
             return None
         top = self.num_blocks - 1
-        moved_hash, moved_tokens = self._hash[top], self._tokens[top]
-        self._retiring = True
         try:
             retired, moved_to = self._pool.retire_top()
         except _kvpool.ExhaustedError:
             return None
-        finally:
-            self._retiring = False
         self.num_blocks -= 1
-        self._hash[retired] = -1
-        self._tokens[retired] = _NO_TOKENS
-        if moved_to is None:
+        if moved_to is None:  # it was free: its content, if any, is gone
+            self._spend(retired, retiring=True)
             return BlockRetirement(retired, -1)
-        self._hash[moved_to] = moved_hash
-        self._tokens[moved_to] = moved_tokens
+        self._spend(moved_to, retiring=True)  # the destination's own content is the price
+        hs, ts = self._hash, self._tokens
+        hs[moved_to], ts[moved_to] = hs[top], ts[top]
+        hs[top], ts[top] = -1, _NO_TOKENS
+        if top in self._stale:
+            self._stale.discard(top)
+            self._stale.add(moved_to)
         return BlockRetirement(retired, moved_to)
 
 

@@ -1,33 +1,43 @@
 """kvpool.compat.vllm — drop-in for vLLM v1's ``BlockPool`` (vllm/v1/core/block_pool.py).
 
 Owns the vLLM-shaped face of kvpool: ``BlockPool`` as vLLM's KVCacheManager
-uses it, its canonical ``KVCacheBlock`` objects and the KV-cache event
-classes.  The hot path (``get_new_blocks``, ``free_blocks``, ``touch``,
-``get_cached_block``, ``get_num_free_blocks``, ``get_usage`` and the block
-objects) is implemented in C in ``kvpool._kvpool._VllmBlockPool``; the rest
-is Python over it.  The pool underneath is a kvpool pool with a null block
-(id 0), prefix caching as configured and reuse order ``fifo`` — vLLM's single
-free queue, never-used blocks first in id order, freed blocks appended in the
-order given, cached content evicted when its block is handed out again.
+uses it, its canonical ``KVCacheBlock`` objects, the KV-cache event classes
+(vLLM's own when vLLM is importable) and ``install()`` / ``uninstall()``.
+The hot path (``get_new_blocks``, ``free_blocks``, ``touch``, the lookup
+behind ``get_cached_block``, ``get_num_free_blocks``, ``get_usage`` and the
+block objects) is implemented in C in ``kvpool._kvpool._VllmBlockPool``; the
+rest is Python over it.  The pool underneath is a kvpool pool with a null
+block (id 0), prefix caching as configured and reuse order ``fifo`` — one
+free queue, never-used blocks first in id order, freed blocks appended in
+the order given, cached content evicted when its block is handed out again.
 
-Semantics follow current vLLM (signatures of v0.11+): ``touch`` takes a flat
-sequence of blocks (a sequence of groups is accepted too),
+Semantics follow current vLLM: ``touch`` takes a flat sequence of blocks (a
+sequence of groups is accepted too); ``get_cached_block(block_hash,
+kv_cache_group_ids)`` takes its arguments by position or keyword;
 ``cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
-block_size, kv_cache_group_id)`` reads ``request.block_hashes``, and
-``take_events`` returns ``BlockStored`` / ``BlockRemoved`` /
-``AllBlocksCleared`` objects carrying 64-bit integer hashes.
+block_size, kv_cache_group_id)`` reads ``request.block_hashes``, hashes
+longer than 32 bytes included (folded, see ``_fold``); ``take_events``
+returns ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` with every
+field the class has, carrying 64-bit integer hashes; ``free_block_queue``
+and ``cached_block_hash_to_block`` are read-only views of what vLLM's own
+code reads of them.
 
 Deviations (also in docs/PYTHON.md):
 
 - Blocks are canonical objects created once; ``block_id``, ``ref_cnt``,
   ``block_hash`` and ``is_null`` are read-only views of the C state (vLLM's
   are writable dataclass fields; vLLM code only writes them from the pool).
-  The free-list links (``prev_free_block``/``next_free_block``) and
-  ``free_block_queue`` are not exposed: the queue lives in C.
+  The free-list links are not exposed and ``free_block_queue`` offers
+  ``num_free_blocks`` only: the queue lives in C.
+- One FIFO free queue: vLLM since PR #42656 puts a freed block without a
+  hash at the head and cached blocks at the tail (kvpool's ``lifo``), which
+  needs the C pool created with ``reuse="lifo"``.  The null block is taken
+  at construction (vLLM takes it on first use of ``null_block``).
 - Freeing a block more times than it is referenced raises
   ``kvpool.DoubleFreeError`` and changes nothing (vLLM lets ``ref_cnt`` go
   negative).  The null block is skipped by ``free_blocks`` and ``touch``.
-- Block hashes may be 1..32 bytes (vLLM's SHA-256 based hashes are 32).
+- A block cached under a folded long hash reports the fold as its
+  ``block_hash``.
 - Events: a hash is announced when its first copy enters the cache and
   removed when its last copy leaves (vLLM reports every copy); the event
   queue is bounded (2 x num_gpu_blocks hashes, at least 4096) between two

@@ -1,20 +1,27 @@
 """kvpool.compat.vllm_mlx — drop-in for vllm-mlx's ``PagedCacheManager`` (vllm_mlx.paged_cache).
 
 Owns ``PagedCacheManager``, ``CacheBlock`` (alias ``KVCacheBlock``),
-``BlockTable``, ``CacheStats`` and ``compute_block_hash`` with the original's
-names and signatures, as Python over a native ``kvpool.Pool``: block 0 is the
-null block, one free queue in the order blocks were freed (reuse ``fifo``,
-LRU eviction), ref counts, and the chained-hash prefix index.
-``compute_block_hash`` produces the same bytes as the original (SHA-256 over
-the parent hash, or ``b"vllm-mlx-root"``, then ``str(tuple(token_ids))`` and
-``str(extra_keys)``), so hashes stay comparable across the two.
+``BlockTable``, ``CacheStats``, ``compute_block_hash`` and ``install()`` /
+``uninstall()``, with the original's names and signatures, as Python over a
+native ``kvpool.Pool``: block 0 is the null block, one free queue in the
+order blocks were freed (reuse ``fifo``, LRU eviction), ref counts, and the
+chained-hash prefix index.  ``compute_block_hash`` and the legacy
+``PagedCacheManager.compute_block_hash`` produce the same bytes as the
+original's, so hashes stay comparable across the two.
+
+No per-block dict on the hot paths: a manager's blocks keep their prefix
+hash beside the pool (the pool's eviction callback clears it), their
+``last_access`` in one array of doubles and their legacy hash in one dict
+(only blocks that have one); ``free_block`` reads the free count around
+the native free.  ``ref_count`` still asks the pool (``block_info``).
 
 Deviations, each following the original's documented intent (also in
 docs/PYTHON.md):
 
-- ``CacheBlock`` objects are canonical per id; ``ref_count``, ``block_hash``
-  and ``is_null`` read the pool's state.  ``prev_free_block`` /
-  ``next_free_block`` are always None (the free queue lives in C).
+- ``CacheBlock`` objects of a manager are canonical per id; ``ref_count``,
+  ``block_hash``, ``is_null`` and the free-list links (always None) are
+  read-only on them.  Constructed directly, a ``CacheBlock`` is a plain
+  record taking the original dataclass's fields.
 - ``get_blocks_for_generation``: the original copies every shared block and
   drops the source reference without freeing it when it reaches zero (a
   leak); here a copy takes a fresh block, drops one reference on the source
@@ -22,11 +29,10 @@ docs/PYTHON.md):
 - ``increment_ref`` / ``fork_block_table`` work on any block in use; the
   original's ``shared_blocks`` bookkeeping is replaced by the pool's exact
   count (``get_stats`` recomputed it anyway).
-- ``evict_lru_blocks`` evicts the content of the least recently freed cached
-  blocks and leaves them free (the documented intent); the original popped
-  and re-appended vacant blocks too, counting them as evicted.
-- ``reset_prefix_cache`` keeps ``evictions`` as a running count (the
-  original zeroed it together with hits and misses).
+- ``evict_lru_blocks(n)`` returns how many free blocks it went over, as the
+  original, and evicts the content of the least recently freed cached
+  blocks; the original rotated the front of its one queue, vacant blocks
+  included.
 """
 from __future__ import annotations
 
