@@ -242,3 +242,16 @@ def test_uninstall_removes_the_registered_modules():
         assert "atom.model_engine.block_pool" not in sys.modules
     finally:
         atom.install()
+
+
+def test_an_on_evict_exception_propagates_with_the_hand_out_done():
+    def boom(h):
+        raise ValueError(h)
+
+    pool = Pool(num_blocks=1, on_evict=boom)
+    cached(pool, 0, 7)
+    with pytest.raises(ValueError):
+        pool.pop()
+    assert pool.num_free == 0 and pool.lookup(7) == -1 and pool.block(0).hash == -1
+    pool.allocate(0)                    # the popped block completes its hand-out
+    assert pool.block(0).ref_count == 1 and pool.blocks_evicted == 1

@@ -12,9 +12,11 @@ fired when a cached block is handed out again, ``extend`` up to
 ATOM hashes are integers; a hash ``h`` (0 <= h < 2**64) is stored as the
 last 8 bytes (big-endian) of the 32-byte kvpool hash and comes back as the
 same integer.  Each block's hash and tokens are kept beside the pool in two
-Python lists, cleared by the pool's eviction callback, so ``block(id).hash``
-and ``.token_ids`` (read per block by ATOM's prefix matching) are list
-reads; only ``ref_count`` asks the pool.
+Python lists, so ``block(id).hash`` and ``.token_ids`` (read per block by
+ATOM's prefix matching) are list reads; only ``ref_count`` asks the pool.
+The pool evicts a cached block's content when it hands the block out, and
+every call that hands blocks out is made by this module, which clears the
+lists there (``_spend``): no callback from the pool per eviction.
 
 Deviations (also in docs/PYTHON.md):
 
@@ -28,12 +30,13 @@ Deviations (also in docs/PYTHON.md):
 - ``clear_index`` fires no ``on_evict`` (as the original); blocks in use
   keep their ``hash`` and ``token_ids`` (as the original) but are no longer
   reachable by hash.
-- ``on_evict`` runs once the pool call that evicted has completed (kvpool
-  delivers evictions after the library call returns), so it may query or
-  change the pool (``num_free``, ``lookup``, ...) and sees the block already
-  handed out.  An exception it raises is reported through
-  ``sys.unraisablehook`` and the call's result stands; the original's would
-  propagate out of the call.
+- ``on_evict`` runs once the pool call that evicted has completed, from
+  the drop-in's method (``pop``, ``allocate``, ``reserve_units``,
+  ``retire_top``), so it may query or change the pool (``num_free``,
+  ``lookup``, ...) and sees the block already handed out; an exception it
+  raises propagates out of that method, as the original's, with the hand-out
+  done.  With duplicate hashes it fires for each block whose content goes
+  (the original fired only for the block its dict pointed at).
 - ``superblocks`` (hybrid models' contiguous state slots) is not supported:
   passing a map raises ``NotImplementedError``.
 """
