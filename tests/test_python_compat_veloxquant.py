@@ -180,6 +180,14 @@ def test_growth_grows_only_the_short_stream():
     assert pool.n_free("v") == 4
 
 
+def run_threads(target, n):
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_threads_allocating_get_distinct_blocks():
     pool = shared(bs=1, n=500)
     errors = []
@@ -190,11 +198,7 @@ def test_threads_allocating_get_distinct_blocks():
         except Exception as e:  # noqa: BLE001  (collected and asserted empty)
             errors.append(e)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(500)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(one, 500)
     ids = [b.block_id for o in range(500) for b in pool.blocks_for(o)]
     assert not errors and pool.stats.n_allocations == 500 and len(set(ids)) == 500
 
@@ -207,11 +211,7 @@ def test_threads_allocating_and_freeing_leave_every_block_free():
             pool.allocate("kv", 1, owner=owner)
             pool.free_all(owner)
 
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(loop, 16)
     assert pool.n_free("kv") == 64 and pool.stats.n_allocations == pool.stats.n_frees == 320
 
 

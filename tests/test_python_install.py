@@ -79,3 +79,14 @@ def test_pip_install_then_import_from_anywhere(venv, tmp_path):
     r = subprocess.run([py, "-c", "import kvpool; print(kvpool.__file__)"], cwd=tmp_path,
                        capture_output=True, text=True)
     assert r.returncode != 0 or not Path(r.stdout.strip()).resolve().is_relative_to(venv.resolve())
+
+
+def test_the_suites_import_the_package_kvp_python_dir_names():
+    """scripts/run-tests points KVP_PYTHON_DIR at the venv's site-packages: the
+    Python suites then test the pip-installed package, not build/python."""
+    d = os.environ.get("KVP_PYTHON_DIR")
+    if not d:
+        pytest.skip("KVP_PYTHON_DIR is not set: the suites use build/python")
+    sys.path.insert(0, d)
+    import kvpool
+    assert Path(kvpool.__file__).resolve().is_relative_to(Path(d).resolve())
