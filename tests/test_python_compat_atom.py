@@ -255,3 +255,11 @@ def test_an_on_evict_exception_propagates_with_the_hand_out_done():
     assert pool.num_free == 0 and pool.lookup(7) == -1 and pool.block(0).hash == -1
     pool.allocate(0)                    # the popped block completes its hand-out
     assert pool.block(0).ref_count == 1 and pool.blocks_evicted == 1
+
+
+def test_claiming_a_popped_block_holds_one_reference():
+    pool = Pool(num_blocks=2)
+    b = pool.pop()
+    assert pool.claim(b).ref_count == 1 and pool.is_used(b)
+    pool.free(b)
+    assert pool.num_free == 2

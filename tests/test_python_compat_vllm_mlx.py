@@ -282,3 +282,16 @@ def test_uninstall_removes_the_registered_module():
         assert "vllm_mlx.paged_cache" not in sys.modules
     finally:
         vllm_mlx.install()
+
+
+def test_a_refused_increment_leaves_the_free_queue_order_alone():
+    m = Mgr(block_size=4, max_blocks=4)
+    toks = list(range(8))
+    a, b = m.get_new_blocks(2)
+    m.cache_full_blocks([a, b], toks, 0, 2)
+    m.free_block(a.block_id)
+    m.free_block(b.block_id)
+    assert m.increment_ref(a.block_id) is False and a.ref_count == 0
+    # a was freed first, so it is still the first cached block handed out again
+    got = m.get_new_blocks(2)
+    assert got[1] is a

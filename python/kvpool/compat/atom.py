@@ -293,7 +293,10 @@ class BlockPool:
 
     def claim(self, block_id: int) -> Block:
         """Take a share of block_id for the content it already holds."""
-        self._pool.claim(block_id)
+        if self._popped and block_id in self._popped:
+            self._popped.discard(block_id)  # popped: its one reference is already taken
+        else:
+            self._pool.claim(block_id)
         return self.blocks[block_id]
 
     def free(self, block_id: int) -> None:

@@ -429,17 +429,13 @@ class PagedCacheManager:
                     self.free_block(i)
 
     def increment_ref(self, block_id: int) -> bool:
-        """One more reference on a block in use."""
+        """One more reference on a block in use; False (and nothing changes) otherwise."""
         with self._lock:
             if type(block_id) is not int or not 0 < block_id < self.max_blocks:
                 return False
-            try:
-                self._pool.claim(block_id)
-            except _kvpool.Error:
+            if self._ref_count(block_id) == 0:
                 return False
-            if self._ref_count(block_id) == 1:  # it was free (cached): not "in use"
-                self._pool.free(block_id)
-                return False
+            self._pool.claim(block_id)
             self._last_access[block_id] = time.time()
             return True
 
