@@ -56,14 +56,21 @@ class BuildExt(build_ext):
         if old != text:  # keep the object's timestamp when the source set is unchanged
             with open(unity, "w", encoding="utf-8") as f:
                 f.write(text)
-        objects = self.compiler.compile(
-            [unity],  # the object lands beside the generated source, in build_temp
-            macros=[("KVP_DEBUG", "0"), ("KVP_BUILDING_LIBRARY", None)],
-            include_dirs=[os.path.join(ROOT, "src"), os.path.join(ROOT, "include")],
-            extra_postargs=["-std=c11", "-O3", "-fvisibility=hidden", "-pthread"] + WARNINGS,
-            depends=[os.path.join(ROOT, p) for p in LIB_SOURCES]
-            + glob(os.path.join(ROOT, "src", "*.h")) + [os.path.join(ROOT, "include", "kvpool.h")])
+        deps = ([unity] + [os.path.join(ROOT, p) for p in LIB_SOURCES]
+                + glob(os.path.join(ROOT, "src", "*.h")) + [os.path.join(ROOT, "include", "kvpool.h")])
+        obj = self.compiler.object_filenames([unity])[0]
+        if not self.force and os.path.exists(obj) and \
+                os.path.getmtime(obj) >= max(os.path.getmtime(d) for d in deps):
+            objects = [obj]  # the library is unchanged since it was last compiled
+        else:
+            objects = self.compiler.compile(
+                [unity],  # the object lands beside the generated source, in build_temp
+                macros=[("KVP_DEBUG", "0"), ("KVP_BUILDING_LIBRARY", None)],
+                include_dirs=[os.path.join(ROOT, "src"), os.path.join(ROOT, "include")],
+                extra_postargs=["-std=c11", "-O3", "-fvisibility=hidden", "-pthread"] + WARNINGS,
+                depends=deps)
         ext.extra_objects = list(objects) + list(ext.extra_objects or [])
+        ext.depends = list(ext.depends or []) + list(objects)  # a new library object relinks
         super().build_extension(ext)
 
 
