@@ -295,3 +295,17 @@ def test_a_refused_increment_leaves_the_free_queue_order_alone():
     # a was freed first, so it is still the first cached block handed out again
     got = m.get_new_blocks(2)
     assert got[1] is a
+
+
+def test_deleting_tables_frees_a_shared_block_with_its_last_table():
+    m = Mgr(max_blocks=6)
+    src = m.create_block_table("a")
+    for b in m.get_new_blocks(2):
+        m.add_block_to_table(src, b, 64)
+    m.fork_block_table(src, "b")
+    m.create_block_table("c").block_ids.extend([0, 5])    # the null block and a free block
+    m.delete_block_table("a")
+    assert m.free_blocks == 3 and all(m.blocks[i].ref_count == 1 for i in src.block_ids)
+    m.delete_block_table("b")
+    m.delete_block_table("c")                             # block 5 is refused, nothing else moves
+    assert m.free_blocks == 5 and len(m.allocated_blocks) == 1

@@ -419,14 +419,18 @@ class PagedCacheManager:
     def free_block_batch(self, blocks: Iterable[CacheBlock]) -> None:
         """Drop one reference on each block, in order (the first given is reused first)."""
         with self._lock:
-            ids = [b.block_id for b in blocks if b.block_id != 0]
-            if not ids:
-                return
-            try:
-                self._pool.free(ids)
-            except _kvpool.Error:  # one unknown block: free the others one by one
-                for i in ids:
-                    self.free_block(i)
+            self._release([b.block_id for b in blocks if b.block_id != 0])
+
+    def _release(self, ids: List[int]) -> None:
+        """Drop one reference per id in one native call; when one of them is not
+        in use (the call is refused whole), each is dropped on its own instead."""
+        if not ids:
+            return
+        try:
+            self._pool.free(ids)
+        except (_kvpool.Error, TypeError, OverflowError):
+            for i in ids:
+                self.free_block(i)
 
     def increment_ref(self, block_id: int) -> bool:
         """One more reference on a block in use; False (and nothing changes) otherwise."""
@@ -569,8 +573,7 @@ class PagedCacheManager:
         with self._lock:
             t = self.request_tables.pop(request_id, None)
             if t:
-                for bid in t.block_ids:
-                    self.free_block(bid)
+                self._release([bid for bid in t.block_ids if bid != 0])
 
     def add_block_to_table(self, table: BlockTable, block: CacheBlock, tokens_in_block: int) -> None:
         with self._lock:
