@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.environ.get(
+sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
 
 from kvpool import bench  # noqa: E402

@@ -12,7 +12,7 @@ import sys
 import textwrap
 import weakref
 
-PYDIR = os.path.join(os.environ.get(
+PYDIR = os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python")
 sys.path.insert(0, PYDIR)
 
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import kvpool  # noqa: E402
-from kvpool.compat import atom  # noqa: E402
+from kvpool.compat import atom, vllm_mlx  # noqa: E402
 
 
 def H(i):
@@ -129,10 +129,10 @@ def test_last_reference_dropped_inside_on_evict():
 
 def test_pool_with_callback_cycle_is_collected():
     # on_evict is a bound method of an object holding the pool (as in the
-    # ATOM drop-in): the collector frees the cycle.
-    bp = atom.BlockPool(4, on_evict=lambda h: None)
-    w = weakref.ref(bp._pool)
-    del bp
+    # vllm-mlx drop-in): the collector frees the cycle.
+    mgr = vllm_mlx.PagedCacheManager(block_size=4, max_blocks=4)
+    w = weakref.ref(mgr._pool)
+    del mgr
     gc.collect()
     assert w() is None
 

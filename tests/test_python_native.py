@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-sys.path.insert(0, os.path.join(os.environ.get(
+sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
 
 import numpy as np  # noqa: E402
