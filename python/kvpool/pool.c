@@ -420,31 +420,6 @@ static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t n
     return PyLong_FromUnsignedLong(id);
 }
 
-/* The calls of the form f(pool, id, owner) -> status: take_id, claim. */
-static PyObject *id_owner_call(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                               PyObject *kwnames, const char *name,
-                               kvp_status (*fn)(kvp_pool *, kvp_block, kvp_owner))
-{
-    static const char *const kw[] = {"id", "owner", NULL};
-    PyObject *o[2];
-    uint32_t id;
-    kvp_owner owner;
-    KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args(name, args, nargs, kwnames, kw, 1, o) || kvpy_get_u32(o[0], 0, &id, "id") ||
-        kvpy_get_owner(o[1], &owner))
-        return NULL;
-    kvp_status st = fn(self->pool, id, owner);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_take_id(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames)
-{
-    return id_owner_call(self, args, nargs, kwnames, "take_id", kvp_take_id);
-}
-
 /* The arguments (ids, owner=None) of the calls that name blocks for an owner. */
 static int ids_owner_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
                           PyObject *kwnames, PyObject **ids, kvp_owner *owner)
@@ -478,49 +453,6 @@ static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t n
         st = kvp_free(self->pool, in.p, (size_t)in.n, owner);
         kvpy_u32in_release(&in);
     }
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_free_owner(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    kvp_owner owner;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 1, "free_owner(owner)"))
-        return NULL;
-    if (kvpy_get_u64(args[0], 0, &owner, "owner"))
-        return NULL;
-    size_t n = 0;
-    kvp_status st = kvp_free_owner(self->pool, owner, &n);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromSize_t(n);
-}
-
-static PyObject *Pool_owner_register(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    kvp_owner owner;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 1, "owner_register(owner)"))
-        return NULL;
-    if (kvpy_get_u64(args[0], 0, &owner, "owner"))
-        return NULL;
-    kvp_status st = kvp_owner_register(self->pool, owner);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_owner_release(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    kvp_owner owner;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 1, "owner_release(owner)"))
-        return NULL;
-    if (kvpy_get_u64(args[0], 0, &owner, "owner"))
-        return NULL;
-    kvp_status st = kvp_owner_release(self->pool, owner);
     if (st)
         return kvpy_raise(st);
     Py_RETURN_NONE;
@@ -560,55 +492,6 @@ static PyObject *Pool_owner_blocks(PoolObject *self, PyObject *const *args, Py_s
     PyObject *r = st ? kvpy_raise(st) : kvpy_u32_list(ids, n);
     PyMem_Free(ids);
     return r;
-}
-
-static PyObject *Pool_free_count(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    static const char *const kw[] = {"stream", NULL};
-    PyObject *o[1];
-    uint32_t stream, n = 0;
-    KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args("free_count", args, nargs, kwnames, kw, 0, o) ||
-        kvpy_get_u32(o[0], self->separate_kv ? KVP_STREAM_K : 0, &stream, "stream"))
-        return NULL;
-    kvp_status st = kvp_free_count(self->pool, (kvp_stream)stream, &n);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromUnsignedLong(n);
-}
-
-static PyObject *Pool_peek_next(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
-{
-    static const char *const kw[] = {"stream", NULL};
-    PyObject *o[1];
-    uint32_t stream;
-    kvp_block next;
-    KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args("peek_next", args, nargs, kwnames, kw, 0, o) ||
-        kvpy_get_u32(o[0], self->separate_kv ? KVP_STREAM_K : 0, &stream, "stream"))
-        return NULL;
-    kvp_status st = kvp_peek_next(self->pool, (kvp_stream)stream, &next);
-    if (st)
-        return kvpy_raise(st);
-    if (next == KVP_NO_BLOCK)
-        Py_RETURN_NONE;
-    return PyLong_FromUnsignedLong(next);
-}
-
-static PyObject *Pool_set_fill(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    uint32_t id, fill;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 2, "set_fill(id, fill)"))
-        return NULL;
-    if (kvpy_get_u32(args[0], 0, &id, "id") || kvpy_get_u32(args[1], 0, &fill, "fill"))
-        return NULL;
-    kvp_status st = kvp_set_fill(self->pool, id, fill);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
 }
 
 /*
@@ -680,43 +563,6 @@ static const char *state_name(int s)
     }
 }
 
-static PyObject *Pool_block_info(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    uint32_t id;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 1, "block_info(id)"))
-        return NULL;
-    if (kvpy_get_u32(args[0], 0, &id, "id"))
-        return NULL;
-    kvp_block_info bi;
-    kvp_status st = kvp_block_get(self->pool, id, &bi);
-    if (st)
-        return kvpy_raise(st);
-    PyObject *h = bi.published ? kvpy_hash_bytes(&bi.hash) : (Py_INCREF(Py_None), Py_None);
-    if (!h)
-        return NULL;
-    PyObject *owner = bi.owner == KVP_ANON ? (Py_INCREF(Py_None), Py_None)
-                                           : PyLong_FromUnsignedLongLong(bi.owner);
-    if (!owner) {
-        Py_DECREF(h);
-        return NULL;
-    }
-    return Py_BuildValue("{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:O,s:N,s:N}", "state",
-                         state_name(bi.state), "stream", (int)bi.stream, "format",
-                         (unsigned)bi.format, "ref_count", (unsigned)bi.ref_count, "anon_refs",
-                         (unsigned)bi.anon_refs, "seq_refs", (unsigned)bi.seq_refs, "fill",
-                         (unsigned)bi.fill, "published",
-                         bi.published ? Py_True : Py_False, "ever_allocated",
-                         bi.ever_allocated ? Py_True : Py_False, "is_null",
-                         bi.is_null ? Py_True : Py_False, "owner", owner, "hash", h);
-}
-
-static PyObject *Pool_claim(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames)
-{
-    return id_owner_call(self, args, nargs, kwnames, "claim", kvp_claim);
-}
-
 static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
@@ -732,21 +578,6 @@ static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssi
     for (Py_ssize_t i = 0; !st && i < in.n; i++)
         st = kvp_claim(self->pool, in.p[i], owner);
     kvpy_u32in_release(&in);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_publish(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    uint32_t id;
-    kvp_hash h;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 2, "publish(id, hash)"))
-        return NULL;
-    if (kvpy_get_u32(args[0], 0, &id, "id") || kvpy_get_hash(args[1], &h, "hash"))
-        return NULL;
-    kvp_status st = kvp_publish(self->pool, id, &h);
     if (st)
         return kvpy_raise(st);
     Py_RETURN_NONE;
@@ -797,24 +628,6 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
     if (st)
         return kvpy_raise(st);
     Py_RETURN_NONE;
-}
-
-static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                             PyObject *kwnames)
-{
-    static const char *const kw[] = {"hash", "stream", NULL};
-    PyObject *o[2];
-    kvp_hash h;
-    uint32_t stream;
-    KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args("lookup", args, nargs, kwnames, kw, 1, o) || kvpy_get_hash(o[0], &h, "hash") ||
-        kvpy_get_u32(o[1], 0, &stream, "stream"))
-        return NULL;
-    kvp_block id;
-    kvp_status st = kvp_lookup(self->pool, (kvp_stream)stream, &h, &id);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromUnsignedLong(id);
 }
 
 /* lookup_many(hashes, out=None, stream=0): out[i] = block or NO_BLOCK;
@@ -898,20 +711,6 @@ static PyObject *Pool_lookup_many(PoolObject *self, PyObject *const *args, Py_ss
     return Py_BuildValue("(Nn)", list, prefix);
 }
 
-static PyObject *Pool_unpublish(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    uint32_t id;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 1, "unpublish(id)"))
-        return NULL;
-    if (kvpy_get_u32(args[0], 0, &id, "id"))
-        return NULL;
-    kvp_status st = kvp_unpublish(self->pool, id);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
 static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     KVPY_POOL_CHECK(self);
@@ -935,74 +734,6 @@ static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py
     for (Py_ssize_t i = 0; !st && i < in.n; i++)
         st = kvp_unpublish(self->pool, in.p[i]);
     kvpy_u32in_release(&in);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_clear_index(PoolObject *self, PyObject *Py_UNUSED(ignored))
-{
-    KVPY_POOL_CHECK(self);
-    kvp_status st = kvp_clear_index(self->pool);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_reset_prefix_cache(PoolObject *self, PyObject *Py_UNUSED(ignored))
-{
-    KVPY_POOL_CHECK(self);
-    kvp_status st = kvp_reset_prefix_cache(self->pool);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-/* f(n, stream=0) -> uint32 count, for evict / extend / shrink. */
-typedef kvp_status (*count_fn)(kvp_pool *, kvp_stream, uint32_t, uint32_t *);
-
-static PyObject *count_call(PoolObject *self, const char *name, count_fn fn,
-                            PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    static const char *const kw[] = {"n", "stream", NULL};
-    PyObject *o[2];
-    uint32_t n, stream, got = 0;
-    KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args(name, args, nargs, kwnames, kw, 1, o) || kvpy_get_u32(o[0], 0, &n, "n") ||
-        kvpy_get_u32(o[1], self->separate_kv ? KVP_STREAM_K : 0, &stream, "stream"))
-        return NULL;
-    kvp_status st = fn(self->pool, (kvp_stream)stream, n, &got);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromUnsignedLong(got);
-}
-
-static PyObject *Pool_evict(PoolObject *self, PyObject *const *a, Py_ssize_t n, PyObject *k)
-{
-    return count_call(self, "evict", kvp_evict, a, n, k);
-}
-
-static PyObject *Pool_extend(PoolObject *self, PyObject *const *a, Py_ssize_t n, PyObject *k)
-{
-    return count_call(self, "extend", kvp_extend, a, n, k);
-}
-
-static PyObject *Pool_shrink(PoolObject *self, PyObject *const *a, Py_ssize_t n, PyObject *k)
-{
-    return count_call(self, "shrink", kvp_shrink, a, n, k);
-}
-
-static PyObject *Pool_ensure_free(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                  PyObject *kwnames)
-{
-    static const char *const kw[] = {"n", "stream", NULL};
-    PyObject *o[2];
-    uint32_t n, stream;
-    KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args("ensure_free", args, nargs, kwnames, kw, 1, o) || kvpy_get_u32(o[0], 0, &n, "n") ||
-        kvpy_get_u32(o[1], self->separate_kv ? KVP_STREAM_K : 0, &stream, "stream"))
-        return NULL;
-    kvp_status st = kvp_ensure_free(self->pool, (kvp_stream)stream, n);
     if (st)
         return kvpy_raise(st);
     Py_RETURN_NONE;
@@ -1184,21 +915,6 @@ static PyObject *Pool_lookup_verified(PoolObject *self, PyObject *const *args, P
     return PyLong_FromUnsignedLong(id);
 }
 
-static PyObject *Pool_block_ptr(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    uint32_t id;
-    KVPY_POOL_CHECK(self);
-    if (!kvpy_nargs_is(nargs, 1, "block_ptr(id)"))
-        return NULL;
-    if (kvpy_get_u32(args[0], 0, &id, "id"))
-        return NULL;
-    void *p = NULL;
-    kvp_status st = kvp_block_ptr(self->pool, id, &p);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromVoidPtr(p);
-}
-
 /* Events: a list of tuples (kind, hashes, parent, tokens, block_size,
  * lora_name, mm, medium) and the dropped count. */
 static PyObject *event_tuple(const kvp_event *e)
@@ -1301,34 +1017,6 @@ fail:
     return NULL;
 }
 
-static PyObject *Pool_stats(PoolObject *self, PyObject *Py_UNUSED(ignored))
-{
-    KVPY_POOL_CHECK(self);
-    kvp_stats s;
-    kvp_status st = kvp_stats_get(self->pool, &s);
-    if (st)
-        return kvpy_raise(st);
-    return stats_dict(&s);
-}
-
-static PyObject *Pool_stats_reset(PoolObject *self, PyObject *Py_UNUSED(ignored))
-{
-    KVPY_POOL_CHECK(self);
-    kvp_status st = kvp_stats_reset(self->pool);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_stats_snapshot(PoolObject *self, PyObject *Py_UNUSED(ignored))
-{
-    KVPY_POOL_CHECK(self);
-    kvp_status st = kvp_stats_snapshot(self->pool);
-    if (st)
-        return kvpy_raise(st);
-    Py_RETURN_NONE;
-}
-
 static PyObject *Pool_stats_history(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
@@ -1419,16 +1107,6 @@ static PyObject *Pool_check(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-static PyObject *Pool_fingerprint(PoolObject *self, PyObject *Py_UNUSED(ignored))
-{
-    KVPY_POOL_CHECK(self);
-    uint64_t fp;
-    kvp_status st = kvp_pool_fingerprint(self->pool, &fp);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromUnsignedLongLong(fp);
-}
-
 static PyObject *Pool_get_block_size(PoolObject *self, void *c)
 {
     (void)c;
@@ -1446,6 +1124,283 @@ static PyObject *Pool_get_closed(PoolObject *self, void *c)
     (void)c;
     return PyBool_FromLong(self->pool == NULL);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The one-call methods, table-driven                                        */
+/* ------------------------------------------------------------------------ */
+
+/* block_info's dict: one key per kvp_block_info field. */
+static PyObject *info_dict(const kvp_block_info *bi)
+{
+    PyObject *h = bi->published ? kvpy_hash_bytes(&bi->hash) : (Py_INCREF(Py_None), Py_None);
+    if (!h)
+        return NULL;
+    PyObject *owner = bi->owner == KVP_ANON ? (Py_INCREF(Py_None), Py_None)
+                                            : PyLong_FromUnsignedLongLong(bi->owner);
+    if (!owner) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return Py_BuildValue("{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:O,s:N,s:N}", "state",
+                         state_name(bi->state), "stream", (int)bi->stream, "format",
+                         (unsigned)bi->format, "ref_count", (unsigned)bi->ref_count, "anon_refs",
+                         (unsigned)bi->anon_refs, "seq_refs", (unsigned)bi->seq_refs, "fill",
+                         (unsigned)bi->fill, "published", bi->published ? Py_True : Py_False,
+                         "ever_allocated", bi->ever_allocated ? Py_True : Py_False, "is_null",
+                         bi->is_null ? Py_True : Py_False, "owner", owner, "hash", h);
+}
+
+/*
+ * A one-call method is a row: its name, its signature (which arguments, by
+ * kind), the kind of its result, whether it can evict, and the library call
+ * as an expression over `p` (the library pool), `a` (the converted
+ * arguments) and `r` (where the call writes its result).  simple_method
+ * runs every row the same way: the pool checked open, the arguments
+ * converted with the binding's usual names and errors, the pool checked
+ * open again (a conversion may run Python code that closed it), one
+ * library call, its status raised, its result converted, and the queued
+ * evictions delivered when the row can evict.
+ */
+typedef enum sig_id {
+    SIG_NONE,        /* f() */
+    SIG_OWNER,       /* f(owner), positional, an int */
+    SIG_ID,          /* f(id), positional */
+    SIG_ID_FILL,     /* f(id, fill), positional */
+    SIG_ID_HASH,     /* f(id, hash), positional */
+    SIG_ID_OWNER,    /* f(id, owner=None) */
+    SIG_N_STREAM,    /* f(n, stream=default stream) */
+    SIG_STREAM,      /* f(stream=default stream) */
+    SIG_HASH_STREAM, /* f(hash, stream=0) */
+} sig_id;
+
+/* How one argument is converted, and where it lands in simple_args. */
+typedef enum arg_kind {
+    ARG_ID,        /* uint32 -> a.id */
+    ARG_U32,       /* uint32 -> a.u32 */
+    ARG_OWNER,     /* uint64 -> a.owner */
+    ARG_OWNER_OPT, /* None or absent: KVP_ANON; else uint64 -> a.owner */
+    ARG_HASH,      /* 32 bytes -> a.hash */
+    ARG_STREAM,    /* absent: 0; else uint32 -> a.stream */
+    ARG_STREAM_K,  /* absent: K with separate_kv, else 0; else uint32 -> a.stream */
+} arg_kind;
+
+/* A signature: the argument names (keyword names too), NULL-terminated,
+ * their kinds, how many are required, and whether keywords are accepted
+ * (positional-only methods report a wrong count with their usage). */
+typedef struct sig_def {
+    const char *names[3];
+    arg_kind kinds[2];
+    int nreq;
+    int keywords;
+} sig_def;
+
+static const sig_def sigs[] = {
+    [SIG_NONE] = {{NULL}, {0}, 0, 0},
+    [SIG_OWNER] = {{"owner", NULL}, {ARG_OWNER}, 1, 0},
+    [SIG_ID] = {{"id", NULL}, {ARG_ID}, 1, 0},
+    [SIG_ID_FILL] = {{"id", "fill", NULL}, {ARG_ID, ARG_U32}, 2, 0},
+    [SIG_ID_HASH] = {{"id", "hash", NULL}, {ARG_ID, ARG_HASH}, 2, 0},
+    [SIG_ID_OWNER] = {{"id", "owner", NULL}, {ARG_ID, ARG_OWNER_OPT}, 1, 1},
+    [SIG_N_STREAM] = {{"n", "stream", NULL}, {ARG_U32, ARG_STREAM_K}, 1, 1},
+    [SIG_STREAM] = {{"stream", NULL}, {ARG_STREAM_K}, 0, 1},
+    [SIG_HASH_STREAM] = {{"hash", "stream", NULL}, {ARG_HASH, ARG_STREAM}, 1, 1},
+};
+
+typedef struct simple_args {
+    uint32_t id, u32;
+    kvp_owner owner;
+    kvp_stream stream;
+    kvp_hash hash;
+} simple_args;
+
+/* What a call writes; ret_kind says which member, and how it is returned. */
+typedef union simple_res {
+    uint32_t u32;
+    uint64_t u64;
+    size_t size;
+    kvp_block block;
+    void *ptr;
+    kvp_block_info info;
+    kvp_stats stats;
+} simple_res;
+
+typedef enum ret_kind {
+    RET_NONE,          /* None */
+    RET_U32,           /* int(r.u32) */
+    RET_U64,           /* int(r.u64) */
+    RET_SIZE,          /* int(r.size) */
+    RET_BLOCK,         /* int(r.block) */
+    RET_BLOCK_OR_NONE, /* int(r.block), None for KVP_NO_BLOCK */
+    RET_PTR,           /* int(r.ptr) */
+    RET_INFO,          /* block_info's dict */
+    RET_STATS,         /* stats' dict */
+} ret_kind;
+
+typedef kvp_status (*simple_fn)(kvp_pool *p, const simple_args *a, simple_res *r);
+
+typedef struct simple_def {
+    const char *name;
+    sig_id sig;
+    ret_kind ret;
+    int evicts;
+    simple_fn call;
+} simple_def;
+
+/*
+ * The rows: name, signature, result, evicts, call, docstring.  Every method
+ * of the Pool whose body is one library call is here.
+ */
+#define SIMPLE_METHODS(X)                                                                       \
+    X(owner_register, SIG_OWNER, RET_NONE, 0, kvp_owner_register(p, a->owner),                  \
+      "owner_register(owner)")                                                                  \
+    X(owner_release, SIG_OWNER, RET_NONE, 0, kvp_owner_release(p, a->owner),                    \
+      "owner_release(owner)")                                                                   \
+    X(free_owner, SIG_OWNER, RET_SIZE, 1, kvp_free_owner(p, a->owner, &r->size),                \
+      "free_owner(owner) -> references dropped")                                                \
+    X(free_count, SIG_STREAM, RET_U32, 0, kvp_free_count(p, a->stream, &r->u32),                \
+      "free_count(stream=0) -> int")                                                            \
+    X(peek_next, SIG_STREAM, RET_BLOCK_OR_NONE, 0, kvp_peek_next(p, a->stream, &r->block),      \
+      "peek_next(stream=0) -> int | None: the block the next allocation would take, not "      \
+      "taken.")                                                                                 \
+    X(set_fill, SIG_ID_FILL, RET_NONE, 0, kvp_set_fill(p, a->id, a->u32), "set_fill(id, fill)") \
+    X(block_info, SIG_ID, RET_INFO, 0, kvp_block_get(p, a->id, &r->info),                       \
+      "block_info(id) -> dict")                                                                 \
+    X(block_ptr, SIG_ID, RET_PTR, 0, kvp_block_ptr(p, a->id, &r->ptr),                          \
+      "block_ptr(id) -> address (int)")                                                         \
+    X(take_id, SIG_ID_OWNER, RET_NONE, 1, kvp_take_id(p, a->id, a->owner),                      \
+      "take_id(id, owner=None)")                                                                \
+    X(claim, SIG_ID_OWNER, RET_NONE, 1, kvp_claim(p, a->id, a->owner), "claim(id, owner=None)") \
+    X(publish, SIG_ID_HASH, RET_NONE, 1, kvp_publish(p, a->id, &a->hash), "publish(id, hash32)") \
+    X(unpublish, SIG_ID, RET_NONE, 1, kvp_unpublish(p, a->id), "unpublish(id)")                 \
+    X(lookup, SIG_HASH_STREAM, RET_BLOCK, 0, kvp_lookup(p, a->stream, &a->hash, &r->block),     \
+      "lookup(hash32, stream=0) -> id (NotFoundError)")                                         \
+    X(clear_index, SIG_NONE, RET_NONE, 1, kvp_clear_index(p), "clear_index()")                  \
+    X(reset_prefix_cache, SIG_NONE, RET_NONE, 1, kvp_reset_prefix_cache(p),                     \
+      "reset_prefix_cache() (BusyError while blocks are in use)")                               \
+    X(evict, SIG_N_STREAM, RET_U32, 1, kvp_evict(p, a->stream, a->u32, &r->u32),                \
+      "evict(n, stream=0) -> evicted")                                                          \
+    X(ensure_free, SIG_N_STREAM, RET_NONE, 1, kvp_ensure_free(p, a->stream, a->u32),            \
+      "ensure_free(n, stream=0)")                                                               \
+    X(extend, SIG_N_STREAM, RET_U32, 1, kvp_extend(p, a->stream, a->u32, &r->u32),              \
+      "extend(n, stream=0) -> added")                                                           \
+    X(shrink, SIG_N_STREAM, RET_U32, 1, kvp_shrink(p, a->stream, a->u32, &r->u32),              \
+      "shrink(n, stream=0) -> retired; n = target free blocks")                                 \
+    X(stats, SIG_NONE, RET_STATS, 0, kvp_stats_get(p, &r->stats), "stats() -> dict")            \
+    X(stats_reset, SIG_NONE, RET_NONE, 0, kvp_stats_reset(p), "stats_reset()")                  \
+    X(stats_snapshot, SIG_NONE, RET_NONE, 0, kvp_stats_snapshot(p), "stats_snapshot()")         \
+    X(fingerprint, SIG_NONE, RET_U64, 0, kvp_pool_fingerprint(p, &r->u64),                      \
+      "fingerprint() -> int")
+
+/* Each row's call, as a function. */
+#define X(name, sig, ret, evicts, call, doc)                                                    \
+    static kvp_status call_##name(kvp_pool *p, const simple_args *a, simple_res *r)             \
+    {                                                                                           \
+        (void)a;                                                                                \
+        (void)r;                                                                                \
+        return call;                                                                            \
+    }
+SIMPLE_METHODS(X)
+#undef X
+
+/* The rows, indexed by SM_name. */
+enum {
+#define X(name, sig, ret, evicts, call, doc) SM_##name,
+    SIMPLE_METHODS(X)
+#undef X
+};
+static const simple_def simple_defs[] = {
+#define X(name, sig, ret, evicts, call, doc) {#name, sig, ret, evicts, call_##name},
+    SIMPLE_METHODS(X)
+#undef X
+};
+
+/* Convert argument `o` (NULL: not given) of kind k into *a. */
+static int simple_arg(PoolObject *self, arg_kind k, PyObject *o, const char *name,
+                      simple_args *a)
+{
+    uint32_t v;
+    switch (k) {
+    case ARG_ID:
+        return kvpy_get_u32(o, 0, &a->id, name);
+    case ARG_U32:
+        return kvpy_get_u32(o, 0, &a->u32, name);
+    case ARG_OWNER:
+        return kvpy_get_u64(o, 0, &a->owner, name);
+    case ARG_OWNER_OPT:
+        return kvpy_get_owner(o, &a->owner);
+    case ARG_HASH:
+        return kvpy_get_hash(o, &a->hash, name);
+    case ARG_STREAM:
+    case ARG_STREAM_K:
+        if (kvpy_get_u32(o, k == ARG_STREAM_K && self->separate_kv ? KVP_STREAM_K : 0, &v, name))
+            return -1;
+        a->stream = (kvp_stream)v;
+        return 0;
+    }
+    return 0;
+}
+
+/* The Python value of a row's result. */
+static PyObject *simple_result(ret_kind k, const simple_res *r)
+{
+    switch (k) {
+    case RET_NONE: Py_RETURN_NONE;
+    case RET_U32: return PyLong_FromUnsignedLong(r->u32);
+    case RET_U64: return PyLong_FromUnsignedLongLong(r->u64);
+    case RET_SIZE: return PyLong_FromSize_t(r->size);
+    case RET_BLOCK: return PyLong_FromUnsignedLong(r->block);
+    case RET_BLOCK_OR_NONE: return kvpy_block_or_none(r->block);
+    case RET_PTR: return PyLong_FromVoidPtr(r->ptr);
+    case RET_INFO: return info_dict(&r->info);
+    case RET_STATS: return stats_dict(&r->stats);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Run row `d` on the call's arguments (see the comment above sig_id). */
+static PyObject *simple_run(PoolObject *self, const simple_def *d, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames)
+{
+    const sig_def *s = &sigs[d->sig];
+    PyObject *o[2] = {NULL, NULL};
+    /* CPython's own checks of METH_FASTCALL and METH_NOARGS come first. */
+    if (!s->keywords && kwnames && PyTuple_GET_SIZE(kwnames))
+        return PyErr_Format(PyExc_TypeError, "Pool.%s() takes no keyword arguments", d->name);
+    if (!s->names[0] && nargs)
+        return PyErr_Format(PyExc_TypeError, "Pool.%s() takes no arguments (%zd given)", d->name,
+                            nargs);
+    KVPY_POOL_CHECK(self);
+    if (s->keywords) {
+        if (kvpy_parse_args(d->name, args, nargs, kwnames, s->names, s->nreq, o))
+            return NULL;
+    } else if (nargs != s->nreq) {
+        return s->nreq == 1 ? PyErr_Format(PyExc_TypeError, "%s(%s)", d->name, s->names[0])
+                            : PyErr_Format(PyExc_TypeError, "%s(%s, %s)", d->name, s->names[0],
+                                           s->names[1]);
+    } else {
+        for (int i = 0; i < s->nreq; i++)
+            o[i] = args[i];
+    }
+    simple_args a;
+    for (int i = 0; i < 2 && s->names[i]; i++)
+        if (simple_arg(self, s->kinds[i], o[i], s->names[i], &a))
+            return NULL;
+    KVPY_POOL_CHECK(self);
+    simple_res r;
+    kvp_status st = d->call(self->pool, &a, &r);
+    PyObject *res = st ? kvpy_raise(st) : simple_result(d->ret, &r);
+    return d->evicts ? kvpy_ev_deliver(self, res) : res;
+}
+
+/* Each row's method: simple_run on its row. */
+#define X(name, sig, ret, evicts, call, doc)                                                    \
+    static PyObject *simple_##name(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,   \
+                                   PyObject *kwnames)                                           \
+    {                                                                                           \
+        return simple_run(self, &simple_defs[SM_##name], args, nargs, kwnames);                 \
+    }
+SIMPLE_METHODS(X)
+#undef X
 
 /* ------------------------------------------------------------------------ */
 /* Pool type                                                                 */
@@ -1472,30 +1427,22 @@ static PyObject *Pool_get_closed(PoolObject *self, void *c)
 POOL_EV_FCK(Pool_alloc)
 POOL_EV_FCK(Pool_alloc_blocks)
 POOL_EV_FCK(Pool_take)
-POOL_EV_FCK(Pool_take_id)
 POOL_EV_FCK(Pool_free)
-POOL_EV_FCK(Pool_claim)
 POOL_EV_FCK(Pool_claim_many)
-POOL_EV_FCK(Pool_evict)
-POOL_EV_FCK(Pool_ensure_free)
-POOL_EV_FCK(Pool_extend)
-POOL_EV_FCK(Pool_shrink)
 POOL_EV_FCK(Pool_lookup_verified)
-POOL_EV_FC(Pool_free_owner)
-POOL_EV_FC(Pool_publish)
 POOL_EV_FC(Pool_publish_many)
-POOL_EV_FC(Pool_unpublish)
 POOL_EV_FC(Pool_unpublish_many)
 POOL_EV_FC(Pool_publish_verified)
 POOL_EV_NOARGS(Pool_clear)
-POOL_EV_NOARGS(Pool_clear_index)
-POOL_EV_NOARGS(Pool_reset_prefix_cache)
 POOL_EV_NOARGS(Pool_retire_top)
 #undef POOL_EV_FCK
 #undef POOL_EV_FC
 #undef POOL_EV_NOARGS
 
 static PyMethodDef Pool_methods[] = {
+#define X(name, sig, ret, evicts, call, doc) {#name, KVPY_FC(simple_##name), KVPY_FCK, doc},
+    SIMPLE_METHODS(X)
+#undef X
     {"close", (PyCFunction)Pool_close, METH_NOARGS, "Destroy the pool now (idempotent)."},
     {"__enter__", (PyCFunction)Pool_enter, METH_NOARGS, NULL},
     {"__exit__", KVPY_FC(Pool_exit), METH_FASTCALL, NULL},
@@ -1508,38 +1455,18 @@ static PyMethodDef Pool_methods[] = {
     {"alloc_blocks", KVPY_FC(Pool_alloc_blocks_ev), KVPY_FCK,
      "alloc_blocks(n, owner=None, stream=0, format=0, out=None): alloc of n whole blocks."},
     {"take", KVPY_FC(Pool_take_ev), KVPY_FCK, "take(owner=None, stream=0) -> id"},
-    {"take_id", KVPY_FC(Pool_take_id_ev), KVPY_FCK, "take_id(id, owner=None)"},
     {"free", KVPY_FC(Pool_free_ev), KVPY_FCK,
      "free(ids, owner=None)\n\nDrop one reference per id (an int, buffer or list), in order: "
      "the first given is the first reused.  All or nothing."},
-    {"free_owner", KVPY_FC(Pool_free_owner_ev), METH_FASTCALL, "free_owner(owner) -> references dropped"},
-    {"owner_register", KVPY_FC(Pool_owner_register), METH_FASTCALL, "owner_register(owner)"},
-    {"owner_release", KVPY_FC(Pool_owner_release), METH_FASTCALL, "owner_release(owner)"},
     {"owner_blocks", KVPY_FC(Pool_owner_blocks), KVPY_FCK, "owner_blocks(owner, out=None)"},
-    {"free_count", KVPY_FC(Pool_free_count), KVPY_FCK, "free_count(stream=0) -> int"},
-    {"peek_next", KVPY_FC(Pool_peek_next), KVPY_FCK,
-     "peek_next(stream=0) -> int | None: the block the next allocation would take, not taken."},
-    {"set_fill", KVPY_FC(Pool_set_fill), METH_FASTCALL, "set_fill(id, fill)"},
     {"set_fill_many", KVPY_FC(Pool_set_fill_many), METH_FASTCALL, "set_fill_many(ids, fills)"},
-    {"block_info", KVPY_FC(Pool_block_info), METH_FASTCALL, "block_info(id) -> dict"},
-    {"claim", KVPY_FC(Pool_claim_ev), KVPY_FCK, "claim(id, owner=None)"},
     {"claim_many", KVPY_FC(Pool_claim_many_ev), KVPY_FCK, "claim_many(ids, owner=None)"},
-    {"publish", KVPY_FC(Pool_publish_ev), METH_FASTCALL, "publish(id, hash32)"},
     {"publish_many", KVPY_FC(Pool_publish_many_ev), METH_FASTCALL,
      "publish_many(ids, hashes): hashes holds 32 bytes per id"},
-    {"lookup", KVPY_FC(Pool_lookup), KVPY_FCK, "lookup(hash32, stream=0) -> id (NotFoundError)"},
     {"lookup_many", KVPY_FC(Pool_lookup_many), KVPY_FCK,
      "lookup_many(hashes, out=None, stream=0)\n\nWith out: fills out[i] (NO_BLOCK on a miss) "
      "and returns the number of leading hits.  Without: (list of id or None, leading hits)."},
-    {"unpublish", KVPY_FC(Pool_unpublish_ev), METH_FASTCALL, "unpublish(id)"},
     {"unpublish_many", KVPY_FC(Pool_unpublish_many_ev), METH_FASTCALL, "unpublish_many(ids)"},
-    {"clear_index", (PyCFunction)Pool_clear_index_ev, METH_NOARGS, "clear_index()"},
-    {"evict", KVPY_FC(Pool_evict_ev), KVPY_FCK, "evict(n, stream=0) -> evicted"},
-    {"ensure_free", KVPY_FC(Pool_ensure_free_ev), KVPY_FCK, "ensure_free(n, stream=0)"},
-    {"reset_prefix_cache", (PyCFunction)Pool_reset_prefix_cache_ev, METH_NOARGS,
-     "reset_prefix_cache() (BusyError while blocks are in use)"},
-    {"extend", KVPY_FC(Pool_extend_ev), KVPY_FCK, "extend(n, stream=0) -> added"},
-    {"shrink", KVPY_FC(Pool_shrink_ev), KVPY_FCK, "shrink(n, stream=0) -> retired; n = target free blocks"},
     {"retire_top", (PyCFunction)Pool_retire_top_ev, METH_NOARGS,
      "retire_top() -> (retired, moved_to or None)"},
     {"hash_block", KVPY_FC(Pool_hash_block), KVPY_FCK,
@@ -1551,19 +1478,14 @@ static PyMethodDef Pool_methods[] = {
      "publish_verified(id, hash, parent or None, tokens)"},
     {"lookup_verified", KVPY_FC(Pool_lookup_verified_ev), KVPY_FCK,
      "lookup_verified(hash, parent or None, tokens, stream=0) -> id"},
-    {"block_ptr", KVPY_FC(Pool_block_ptr), METH_FASTCALL, "block_ptr(id) -> address (int)"},
     {"events_take", (PyCFunction)Pool_events_take, METH_NOARGS,
      "events_take() -> ([(kind, hashes, parent, tokens, block_size, lora_name, mm, medium)], "
      "dropped)"},
-    {"stats", (PyCFunction)Pool_stats, METH_NOARGS, "stats() -> dict"},
-    {"stats_reset", (PyCFunction)Pool_stats_reset, METH_NOARGS, "stats_reset()"},
-    {"stats_snapshot", (PyCFunction)Pool_stats_snapshot, METH_NOARGS, "stats_snapshot()"},
     {"stats_history", (PyCFunction)Pool_stats_history, METH_NOARGS,
      "stats_history() -> list of dicts, oldest first"},
     {"prometheus", KVPY_FC(Pool_prometheus), KVPY_FCK, "prometheus(prefix=None) -> str"},
     {"json", (PyCFunction)Pool_json, METH_NOARGS, "json() -> str"},
     {"check", (PyCFunction)Pool_check, METH_NOARGS, "check() (CorruptError on a broken invariant)"},
-    {"fingerprint", (PyCFunction)Pool_fingerprint, METH_NOARGS, "fingerprint() -> int"},
     {"find_sequence", KVPY_FC(kvpy_pool_find_sequence), METH_FASTCALL,
      "find_sequence(request_id) -> Sequence"},
     {"sequence", KVPY_FC(kvpy_pool_sequence), KVPY_FCK, "sequence(request_id, extra=None) -> new Sequence"},
