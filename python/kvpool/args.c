@@ -435,6 +435,71 @@ PyObject *kvpy_u32_list(const uint32_t *p, size_t n)
     return l;
 }
 
+/* Release what kvpy_owners_get holds (nothing after a failed get). */
+void kvpy_owners_release(kvpy_owners *in)
+{
+    if (in->has_view)
+        PyBuffer_Release(&in->view);
+    in->has_view = 0;
+    PyMem_Free(in->heap);
+    in->heap = NULL;
+}
+
+/* Owners in: a C-contiguous, aligned buffer of 8-byte integers is read in
+ * place (a negative value is refused); any other iterable is converted
+ * item by item, None standing for KVP_ANON.  On failure nothing is held. */
+int kvpy_owners_get(PyObject *o, kvpy_owners *in, const char *what)
+{
+    memset(in, 0, offsetof(kvpy_owners, small));
+    if (PyObject_CheckBuffer(o) && !PyBytes_Check(o) && !PyByteArray_Check(o)) {
+        if (PyObject_GetBuffer(o, &in->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return -1;
+        in->has_view = 1;
+        char c = int_format(in->view.format);
+        if (!c || in->view.itemsize != 8 || ((uintptr_t)in->view.buf & 7u)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: need an aligned buffer of 8-byte integers (numpy uint64/int64) "
+                         "or a sequence of ints and None",
+                         what);
+            kvpy_owners_release(in);
+            return -1;
+        }
+        in->p = in->view.buf;
+        in->n = in->view.len / 8;
+        for (Py_ssize_t i = 0; is_signed_fmt(c) && i < in->n; i++)
+            if ((int64_t)in->p[i] < 0) {
+                PyErr_Format(kvpy_exc[KVP_EINVAL], "%s: negative value", what);
+                kvpy_owners_release(in);
+                return -1;
+            }
+        return 0;
+    }
+    /* A tuple of the items: an item's __index__ may change a list. */
+    PyObject *seq = PySequence_Tuple(o);
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    kvp_owner *dst = in->small;
+    if (n > (Py_ssize_t)(sizeof in->small / sizeof in->small[0])) {
+        dst = in->heap = PyMem_Malloc((size_t)n * sizeof(kvp_owner));
+        if (!dst) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (kvpy_get_owner(PyTuple_GET_ITEM(seq, i), &dst[i])) {
+            Py_DECREF(seq);
+            kvpy_owners_release(in);
+            return -1;
+        }
+    Py_DECREF(seq);
+    in->p = dst;
+    in->n = n;
+    return 0;
+}
+
 /* A 32-byte hash argument (any bytes-like object of exactly 32 bytes). */
 int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what)
 {

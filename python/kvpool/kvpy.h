@@ -100,6 +100,21 @@ typedef struct kvpy_u32in {
 int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what);
 void kvpy_u32in_release(kvpy_u32in *in);
 
+/* An input array of owners: in place from a buffer of 8-byte integers,
+ * converted from a sequence of ints and None (KVP_ANON).  Released like
+ * kvpy_u32in. */
+typedef struct kvpy_owners {
+    const kvp_owner *p;
+    Py_ssize_t n;
+    Py_buffer view;
+    int has_view;
+    kvp_owner *heap;
+    kvp_owner small[16];
+} kvpy_owners;
+
+int kvpy_owners_get(PyObject *o, kvpy_owners *in, const char *what);
+void kvpy_owners_release(kvpy_owners *in);
+
 /* A writable output buffer of 4-byte integers (C-contiguous, aligned);
  * released with kvpy_view_release(&out.view). */
 typedef struct kvpy_u32out {

@@ -414,10 +414,102 @@ static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t n
      * (a request decoding) skips the lookup; any other take costs one
      * compare and moves the hint.  The GIL serialises the calls. */
     kvp_block id;
-    kvp_status st = kvp_take_hinted(self->pool, (kvp_stream)stream, owner, &self->take_hint, &id);
+    size_t taken;
+    kvp_status st = kvp_take_each(self->pool, (kvp_stream)stream, &owner, &self->take_hint, NULL,
+                                  1, &id, &taken);
     if (st)
         return kvpy_raise(st);
     return PyLong_FromUnsignedLong(id);
+}
+
+/* Raise the exception of `st` for a batch whose first `taken` takes stand:
+ * it carries `taken` (their count) and `blocks` (their ids), so the caller
+ * can free them.  Should attaching them fail, the exception of `st` is
+ * raised without them. */
+static void raise_taken(kvp_status st, const uint32_t *ids, size_t taken)
+{
+    PyObject *et, *ev, *tb;
+    kvpy_raise(st);
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *n = PyLong_FromSize_t(taken);
+    PyObject *l = n ? kvpy_u32_list(ids, taken) : NULL;
+    if (!l || PyObject_SetAttrString(ev, "taken", n) < 0 ||
+        PyObject_SetAttrString(ev, "blocks", l) < 0)
+        PyErr_Clear();
+    Py_XDECREF(n);
+    Py_XDECREF(l);
+    PyErr_Restore(et, ev, tb);
+}
+
+/*
+ * take_each(owners, out=None, hints=None, stream=0): one block for each
+ * owner, in order, in one library call (kvp_take_each): a decode step's
+ * takes.  Returns the list of ids, or with `out` (a uint32 buffer of at
+ * least len(owners)) the count written.  `hints`, when given, is the
+ * caller's uint32 buffer of one hint per owner, kept from step to step
+ * (start it at HINT_NONE; any value is safe).  The takes run in order; on
+ * an error the ones before the failed take stand (see raise_taken).
+ */
+static PyObject *Pool_take_each(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const kw[] = {"owners", "out", "hints", "stream", NULL};
+    PyObject *o[4];
+    uint32_t stream;
+    KVPY_POOL_CHECK(self);
+    if (kvpy_parse_args("take_each", args, nargs, kwnames, kw, 1, o) ||
+        kvpy_get_u32(o[3], 0, &stream, "stream"))
+        return NULL;
+    kvpy_owners own;
+    if (kvpy_owners_get(o[0], &own, "owners"))
+        return NULL;
+    kvpy_u32out out, hints;
+    int got_out = 0, got_hints = 0;
+    uint32_t small[64], *ids = small, *heap = NULL;
+    PyObject *res = NULL;
+    size_t n = (size_t)own.n, taken = 0;
+    if (o[1] && o[1] != Py_None) {
+        if (kvpy_u32out_get(o[1], &out))
+            goto done;
+        got_out = 1;
+        if ((size_t)out.cap < n) {
+            kvpy_raise(KVP_ESPACE);
+            goto done;
+        }
+        ids = out.p;
+    } else if (n > sizeof small / sizeof small[0]) {
+        ids = heap = PyMem_Malloc(n * sizeof(uint32_t));
+        if (!ids) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (o[2] && o[2] != Py_None) {
+        if (kvpy_u32out_get(o[2], &hints))
+            goto done;
+        got_hints = 1;
+        if ((size_t)hints.cap < n) {
+            PyErr_SetString(kvpy_exc[KVP_EINVAL], "hints must hold one entry per owner");
+            goto done;
+        }
+    }
+    if (!kvpy_pool_ok(self)) /* a conversion may have run Python code that closed it */
+        goto done;
+    kvp_status st = kvp_take_each(self->pool, (kvp_stream)stream, own.p,
+                                  got_hints ? hints.p : NULL, NULL, n, ids, &taken);
+    if (st)
+        raise_taken(st, ids, taken);
+    else
+        res = got_out ? PyLong_FromSize_t(taken) : kvpy_u32_list(ids, taken);
+done:
+    if (got_hints)
+        kvpy_view_release(&hints.view);
+    if (got_out)
+        kvpy_view_release(&out.view);
+    PyMem_Free(heap);
+    kvpy_owners_release(&own);
+    return res;
 }
 
 /* The arguments (ids, owner=None) of the calls that name blocks for an owner. */
@@ -1427,6 +1519,7 @@ SIMPLE_METHODS(X)
 POOL_EV_FCK(Pool_alloc)
 POOL_EV_FCK(Pool_alloc_blocks)
 POOL_EV_FCK(Pool_take)
+POOL_EV_FCK(Pool_take_each)
 POOL_EV_FCK(Pool_free)
 POOL_EV_FCK(Pool_claim_many)
 POOL_EV_FCK(Pool_lookup_verified)
@@ -1455,6 +1548,12 @@ static PyMethodDef Pool_methods[] = {
     {"alloc_blocks", KVPY_FC(Pool_alloc_blocks_ev), KVPY_FCK,
      "alloc_blocks(n, owner=None, stream=0, format=0, out=None): alloc of n whole blocks."},
     {"take", KVPY_FC(Pool_take_ev), KVPY_FCK, "take(owner=None, stream=0) -> id"},
+    {"take_each", KVPY_FC(Pool_take_each_ev), KVPY_FCK,
+     "take_each(owners, out=None, hints=None, stream=0)\n\nOne block for each owner (ints, "
+     "None = anonymous, or a uint64 buffer), in order, in one call.  Returns a list of ids, or "
+     "with `out` the count written.  `hints`: the caller's uint32 buffer of one hint per owner, "
+     "kept across calls (start at HINT_NONE).  On an error the takes before the failed one "
+     "stand: the exception's `taken` and `blocks` name them."},
     {"free", KVPY_FC(Pool_free_ev), KVPY_FCK,
      "free(ids, owner=None)\n\nDrop one reference per id (an int, buffer or list), in order: "
      "the first given is the first reused.  All or nothing."},

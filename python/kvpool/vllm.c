@@ -323,6 +323,9 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
         st = kvp_take(self->pool->pool, KVP_STREAM_SHARED, KVP_ANON, self->scratch);
         n = 1;
     } else if ((uint64_t)want <= self->n) {
+        /* n blocks for one holder, all or nothing: kvp_alloc's contract
+         * (kvp_take_each is one take per owner, and keeps the takes before
+         * a failure). */
         st = kvp_alloc(self->pool->pool, KVP_STREAM_SHARED,
                        (uint64_t)want * self->hash_block_size, KVP_ANON, 0, self->scratch,
                        self->n, &n);
