@@ -614,3 +614,29 @@ fail:
     kvpy_extra_release(e);
     return -1;
 }
+
+/* ---- Small results shared by the types --------------------------------- */
+
+/* __enter__ of the context managers: the object itself. */
+PyObject *kvpy_return_self(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return self;
+}
+
+/* A getter of the uint32_t field at byte offset `offset` of the object. */
+PyObject *kvpy_get_u32_field(PyObject *self, void *offset)
+{
+    uint32_t v;
+    memcpy(&v, (const char *)self + (size_t)offset, sizeof v);
+    return PyLong_FromUnsignedLong(v);
+}
+
+/* A getter of the int flag at byte offset `offset` of the object, as a bool. */
+PyObject *kvpy_get_bool_field(PyObject *self, void *offset)
+{
+    int v;
+    memcpy(&v, (const char *)self + (size_t)offset, sizeof v);
+    return PyBool_FromLong(v);
+}

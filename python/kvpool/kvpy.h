@@ -78,6 +78,12 @@ PyObject *kvpy_block_or_none(kvp_block b);
 PyObject *kvpy_hash_bytes(const kvp_hash *h);
 PyObject *kvpy_u32_list(const uint32_t *p, size_t n);
 
+/* __enter__ returning self, and getters of a uint32_t / int-flag field at
+ * the byte offset given as the getset closure. */
+PyObject *kvpy_return_self(PyObject *self, PyObject *unused);
+PyObject *kvpy_get_u32_field(PyObject *self, void *offset);
+PyObject *kvpy_get_bool_field(PyObject *self, void *offset);
+
 /* Views of integer buffers (numpy arrays read from their own fields). */
 int kvpy_view_get(PyObject *o, Py_buffer *v, int flags);
 void kvpy_view_release(Py_buffer *v);

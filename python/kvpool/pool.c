@@ -310,12 +310,6 @@ static PyObject *Pool_close(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-static PyObject *Pool_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
-{
-    Py_INCREF(self);
-    return self;
-}
-
 static PyObject *Pool_exit(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)args;
@@ -1199,18 +1193,6 @@ static PyObject *Pool_check(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-static PyObject *Pool_get_block_size(PoolObject *self, void *c)
-{
-    (void)c;
-    return PyLong_FromUnsignedLong(self->block_size);
-}
-
-static PyObject *Pool_get_thread_safe(PoolObject *self, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(self->thread_safe);
-}
-
 static PyObject *Pool_get_closed(PoolObject *self, void *c)
 {
     (void)c;
@@ -1537,7 +1519,7 @@ static PyMethodDef Pool_methods[] = {
     SIMPLE_METHODS(X)
 #undef X
     {"close", (PyCFunction)Pool_close, METH_NOARGS, "Destroy the pool now (idempotent)."},
-    {"__enter__", (PyCFunction)Pool_enter, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)kvpy_return_self, METH_NOARGS, NULL},
     {"__exit__", KVPY_FC(Pool_exit), METH_FASTCALL, NULL},
     {"clear", (PyCFunction)Pool_clear_ev, METH_NOARGS,
      "Return to the just-created state (kvp_pool_clear); every Sequence becomes invalid."},
@@ -1591,8 +1573,10 @@ static PyMethodDef Pool_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Pool_getset[] = {
-    {"block_size", (getter)Pool_get_block_size, NULL, "tokens per block", NULL},
-    {"thread_safe", (getter)Pool_get_thread_safe, NULL, "created with thread_safe", NULL},
+    {"block_size", kvpy_get_u32_field, NULL, "tokens per block",
+     (void *)offsetof(PoolObject, block_size)},
+    {"thread_safe", kvpy_get_bool_field, NULL, "created with thread_safe",
+     (void *)offsetof(PoolObject, thread_safe)},
     {"closed", (getter)Pool_get_closed, NULL, "True after close()", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 

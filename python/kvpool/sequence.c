@@ -136,6 +136,22 @@ static int seq_no_exports(SeqObject *self, const char *what)
     return 1;
 }
 
+/* The live sequence's table: its ids, block count and token count (either
+ * count pointer may be NULL).  0, or -1 with the exception set (a dead
+ * sequence, a closed pool, a call in flight). */
+static int seq_table(SeqObject *self, const kvp_block **ids, size_t *n, size_t *tokens)
+{
+    if (!seq_ok(self))
+        return -1;
+    size_t nb;
+    kvp_status st = kvp_seq_blocks(self->seq, ids, n ? n : &nb, tokens);
+    if (st) {
+        kvpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
 /* Sequence(pool, request_id, extra=None) */
 static PyObject *Seq_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -363,13 +379,11 @@ static PyObject *Seq_blocks(SeqObject *self, PyObject *const *args, Py_ssize_t n
 {
     static const char *const kw[] = {"out", NULL};
     PyObject *o[1];
-    if (!seq_ok(self) || kvpy_parse_args("blocks", args, nargs, kwnames, kw, 0, o))
-        return NULL;
     const kvp_block *ids;
     size_t n;
-    kvp_status st = kvp_seq_blocks(self->seq, &ids, &n, NULL);
-    if (st)
-        return kvpy_raise(st);
+    if (!seq_ok(self) || kvpy_parse_args("blocks", args, nargs, kwnames, kw, 0, o) ||
+        seq_table(self, &ids, &n, NULL))
+        return NULL;
     if (o[0] && o[0] != Py_None) {
         kvpy_u32out out;
         if (kvpy_u32out_get(o[0], &out))
@@ -384,12 +398,6 @@ static PyObject *Seq_blocks(SeqObject *self, PyObject *const *args, Py_ssize_t n
         return PyLong_FromSize_t(n);
     }
     return kvpy_u32_list(ids, n);
-}
-
-static PyObject *Seq_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
-{
-    Py_INCREF(self);
-    return self;
 }
 
 static PyObject *Seq_exit(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -409,30 +417,14 @@ static PyObject *Seq_get_table(SeqObject *self, void *c)
     return PyMemoryView_FromObject((PyObject *)self);
 }
 
-static PyObject *Seq_get_num_tokens(SeqObject *self, void *c)
+/* num_tokens (closure NULL) and num_blocks (closure non-NULL). */
+static PyObject *Seq_get_count(SeqObject *self, void *blocks)
 {
-    (void)c;
-    if (!seq_ok(self))
-        return NULL;
     const kvp_block *ids;
     size_t n, t;
-    kvp_status st = kvp_seq_blocks(self->seq, &ids, &n, &t);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromSize_t(t);
-}
-
-static PyObject *Seq_get_num_blocks(SeqObject *self, void *c)
-{
-    (void)c;
-    if (!seq_ok(self))
+    if (seq_table(self, &ids, &n, &t))
         return NULL;
-    const kvp_block *ids;
-    size_t n;
-    kvp_status st = kvp_seq_blocks(self->seq, &ids, &n, NULL);
-    if (st)
-        return kvpy_raise(st);
-    return PyLong_FromSize_t(n);
+    return PyLong_FromSize_t(blocks ? n : t);
 }
 
 static PyObject *Seq_get_rid(SeqObject *self, void *c)
@@ -480,11 +472,8 @@ static int Seq_getbuffer(SeqObject *self, Py_buffer *view, int flags)
     }
     const kvp_block *ids;
     size_t n;
-    kvp_status st = kvp_seq_blocks(self->seq, &ids, &n, NULL);
-    if (st) {
-        kvpy_raise(st);
+    if (seq_table(self, &ids, &n, NULL))
         return -1;
-    }
     Py_ssize_t *shape = PyMem_Malloc(2 * sizeof(Py_ssize_t));
     if (!shape) {
         PyErr_NoMemory();
@@ -578,7 +567,7 @@ static PyMethodDef Seq_methods[] = {
      "destroy()\n\nFree the blocks (last first) and the sequence."},
     {"blocks", (PyCFunction)(void (*)(void))Seq_blocks, METH_FASTCALL | METH_KEYWORDS,
      "blocks(out=None) -> list, or the count written into `out` (a copy of the table)."},
-    {"__enter__", (PyCFunction)Seq_enter, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)kvpy_return_self, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))Seq_exit_ev, METH_FASTCALL, NULL},
     {"__array__", (PyCFunction)(void (*)(void))Seq_array, METH_VARARGS | METH_KEYWORDS,
      "__array__(dtype=None, copy=None): numpy's view of the table (raises on a dead sequence)"},
@@ -590,8 +579,8 @@ static PyGetSetDef Seq_getset[] = {
      "export, e.g. numpy.asarray(seq)) is alive, admit/append/destroy and Pool.retire_top/"
      "clear/close raise BusyError; call .release() or use `with`.",
      NULL},
-    {"num_tokens", (getter)Seq_get_num_tokens, NULL, "tokens in the sequence", NULL},
-    {"num_blocks", (getter)Seq_get_num_blocks, NULL, "blocks in the table", NULL},
+    {"num_tokens", (getter)Seq_get_count, NULL, "tokens in the sequence", NULL},
+    {"num_blocks", (getter)Seq_get_count, NULL, "blocks in the table", (void *)"blocks"},
     {"request_id", (getter)Seq_get_rid, NULL, "the request id", NULL},
     {"alive", (getter)Seq_get_alive, NULL, "False once destroyed or invalidated", NULL},
     {"exports", (getter)Seq_get_exports, NULL, "live zero-copy exports of the table", NULL},

@@ -286,6 +286,26 @@ static int vpool_ok(VPool *self)
     return kvpy_pool_ok(self->pool);
 }
 
+/* The checks every method makes first: initialised, open, `n` arguments
+ * (else TypeError with the call's usage). */
+static int vpool_call_ok(VPool *self, Py_ssize_t nargs, Py_ssize_t n, const char *usage)
+{
+    return vpool_ok(self) && kvpy_nargs_is(nargs, n, usage);
+}
+
+/* The number of free blocks into *n: 0, or -1 with the exception set. */
+static int vpool_free_count(VPool *self, uint32_t *n)
+{
+    if (!vpool_ok(self))
+        return -1;
+    kvp_status st = kvp_free_count(self->pool->pool, KVP_STREAM_SHARED, n);
+    if (st) {
+        kvpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
 /* The canonical block of this pool, or NULL with TypeError/ValueError. */
 static inline VBlock *vblock_of(VPool *self, PyObject *o)
 {
@@ -304,9 +324,7 @@ static inline VBlock *vblock_of(VPool *self, PyObject *o)
 /* get_new_blocks(num_blocks) -> list[KVCacheBlock]; ValueError when short. */
 static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!vpool_ok(self))
-        return NULL;
-    if (!kvpy_nargs_is(nargs, 1, "get_new_blocks(num_blocks)"))
+    if (!vpool_call_ok(self, nargs, 1, "get_new_blocks(num_blocks)"))
         return NULL;
     Py_ssize_t want = PyLong_AsSsize_t(args[0]);
     if (want == -1 && PyErr_Occurred())
@@ -416,9 +434,7 @@ static Py_ssize_t collect_ids(VPool *self, PyObject *blocks)
 /* free_blocks(ordered_blocks): the first given is the first evicted. */
 static PyObject *VPool_free_blocks(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!vpool_ok(self))
-        return NULL;
-    if (!kvpy_nargs_is(nargs, 1, "free_blocks(ordered_blocks)"))
+    if (!vpool_call_ok(self, nargs, 1, "free_blocks(ordered_blocks)"))
         return NULL;
     Py_ssize_t k = collect_ids(self, args[0]);
     if (k == -1)
@@ -452,9 +468,7 @@ static int touch_one(VPool *self, PyObject *o)
  * Accepts a flat sequence of blocks or a sequence of sequences (groups). */
 static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!vpool_ok(self))
-        return NULL;
-    if (!kvpy_nargs_is(nargs, 1, "touch(blocks)"))
+    if (!vpool_call_ok(self, nargs, 1, "touch(blocks)"))
         return NULL;
     PyObject *seq = PySequence_Fast(args[0], "touch() expects a sequence of KVCacheBlock");
     if (!seq)
@@ -503,9 +517,7 @@ fail:
 /* get_cached_block(block_hash, kv_cache_group_ids) -> list or None */
 static PyObject *VPool_get_cached_block(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!vpool_ok(self))
-        return NULL;
-    if (!kvpy_nargs_is(nargs, 2, "get_cached_block(block_hash, kv_cache_group_ids)"))
+    if (!vpool_call_ok(self, nargs, 2, "get_cached_block(block_hash, kv_cache_group_ids)"))
         return NULL;
     if (!self->enable_caching)
         Py_RETURN_NONE;
@@ -551,9 +563,7 @@ fail:
  * (non-null) block under its hash; sets block_hash.  Checks all first. */
 static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!vpool_ok(self))
-        return NULL;
-    if (!kvpy_nargs_is(nargs, 3, "_cache_blocks(blocks, block_hashes, group_id)"))
+    if (!vpool_call_ok(self, nargs, 3, "_cache_blocks(blocks, block_hashes, group_id)"))
         return NULL;
     uint32_t gid;
     if (kvpy_get_u32(args[2], 0, &gid, "kv_cache_group_id"))
@@ -636,9 +646,7 @@ done:
  * uncached ids are skipped (vLLM's evict_blocks).  Returns the count. */
 static PyObject *VPool_evict_ids(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!vpool_ok(self))
-        return NULL;
-    if (!kvpy_nargs_is(nargs, 1, "_evict_block_ids(block_ids)"))
+    if (!vpool_call_ok(self, nargs, 1, "_evict_block_ids(block_ids)"))
         return NULL;
     PyObject *it = PyObject_GetIter(args[0]);
     if (!it)
@@ -677,23 +685,17 @@ fail:
 
 static PyObject *VPool_get_num_free_blocks(VPool *self, PyObject *Py_UNUSED(ignored))
 {
-    if (!vpool_ok(self))
-        return NULL;
     uint32_t n = 0;
-    kvp_status st = kvp_free_count(self->pool->pool, KVP_STREAM_SHARED, &n);
-    if (st)
-        return kvpy_raise(st);
+    if (vpool_free_count(self, &n))
+        return NULL;
     return PyLong_FromUnsignedLong(n);
 }
 
 static PyObject *VPool_get_usage(VPool *self, PyObject *Py_UNUSED(ignored))
 {
-    if (!vpool_ok(self))
-        return NULL;
     uint32_t n = 0;
-    kvp_status st = kvp_free_count(self->pool->pool, KVP_STREAM_SHARED, &n);
-    if (st)
-        return kvpy_raise(st);
+    if (vpool_free_count(self, &n))
+        return NULL;
     uint32_t total = self->n - 1; /* the null block */
     if (!total)
         return PyFloat_FromDouble(0.0);
@@ -727,30 +729,6 @@ static PyObject *VPool_get_null(VPool *self, void *c)
     return (PyObject *)&self->arr[0];
 }
 
-static PyObject *VPool_get_n(VPool *self, void *c)
-{
-    (void)c;
-    return PyLong_FromUnsignedLong(self->n);
-}
-
-static PyObject *VPool_get_caching(VPool *self, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(self->enable_caching);
-}
-
-static PyObject *VPool_get_events(VPool *self, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(self->events);
-}
-
-static PyObject *VPool_get_hbs(VPool *self, void *c)
-{
-    (void)c;
-    return PyLong_FromUnsignedLong(self->hash_block_size);
-}
-
 static PyMethodDef VPool_methods[] = {
     {"get_new_blocks", KVPY_FC(VPool_get_new_blocks), METH_FASTCALL,
      "get_new_blocks(num_blocks) -> list[KVCacheBlock]\n\nTake blocks from the front of the "
@@ -775,10 +753,14 @@ static PyGetSetDef VPool_getset[] = {
     {"pool", (getter)VPool_get_pool, NULL, "the native kvpool.Pool underneath", NULL},
     {"blocks", (getter)VPool_get_blocks, NULL, "list of all KVCacheBlock, index = id", NULL},
     {"null_block", (getter)VPool_get_null, NULL, "the null block (id 0)", NULL},
-    {"num_gpu_blocks", (getter)VPool_get_n, NULL, "blocks in the pool", NULL},
-    {"enable_caching", (getter)VPool_get_caching, NULL, "prefix caching on", NULL},
-    {"enable_kv_cache_events", (getter)VPool_get_events, NULL, "events on", NULL},
-    {"hash_block_size", (getter)VPool_get_hbs, NULL, "tokens per hashed block", NULL},
+    {"num_gpu_blocks", kvpy_get_u32_field, NULL, "blocks in the pool",
+     (void *)offsetof(VPool, n)},
+    {"enable_caching", kvpy_get_bool_field, NULL, "prefix caching on",
+     (void *)offsetof(VPool, enable_caching)},
+    {"enable_kv_cache_events", kvpy_get_bool_field, NULL, "events on",
+     (void *)offsetof(VPool, events)},
+    {"hash_block_size", kvpy_get_u32_field, NULL, "tokens per hashed block",
+     (void *)offsetof(VPool, hash_block_size)},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject kvpy_vpool_type = {
