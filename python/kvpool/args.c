@@ -114,6 +114,7 @@ int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what)
     return 0;
 }
 
+/* As kvpy_get_u64, and InvalidArgumentError above UINT32_MAX. */
 int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what)
 {
     uint64_t x;
@@ -137,6 +138,7 @@ int kvpy_get_owner(PyObject *o, kvp_owner *v)
     return kvpy_get_u64(o, 0, v, "owner");
 }
 
+/* Truth of o (NULL: dflt) into *v; 0, or -1 when o's __bool__ raised. */
 int kvpy_get_bool(PyObject *o, int dflt, int *v)
 {
     if (!o) {
@@ -150,6 +152,7 @@ int kvpy_get_bool(PyObject *o, int dflt, int *v)
     return 0;
 }
 
+/* A block id as an int, KVP_NO_BLOCK as None. */
 PyObject *kvpy_block_or_none(kvp_block b)
 {
     if (b == KVP_NO_BLOCK)
@@ -180,6 +183,8 @@ static PyObject *np_u32, *np_i32; /* numpy.dtype('uint32'), ('int32') */
 static int np_state;              /* 0: not looked up, 1: ready, -1: unavailable */
 static char np_fmt_u32[] = "I", np_fmt_i32[] = "i";
 
+/* Look numpy's ndarray type and uint32/int32 dtypes up, once; 1 when
+ * found, -1 (for good) when numpy is not importable. */
 static int np_lookup(void)
 {
     PyObject *np = PyImport_ImportModule("numpy");
@@ -238,6 +243,7 @@ int kvpy_view_get(PyObject *o, Py_buffer *v, int flags)
     return PyObject_GetBuffer(o, v, flags);
 }
 
+/* Release a view made by kvpy_view_get (fast view or buffer export). */
 void kvpy_view_release(Py_buffer *v)
 {
 #ifdef KVPY_HAVE_NUMPY
@@ -266,6 +272,7 @@ int kvpy_fast_view(PyObject *o, int writable)
     return 0;
 }
 
+/* Release what kvpy_u32in_get holds (nothing after a failed get). */
 void kvpy_u32in_release(kvpy_u32in *in)
 {
     if (in->has_view)
@@ -275,6 +282,8 @@ void kvpy_u32in_release(kvpy_u32in *in)
     in->heap = NULL;
 }
 
+/* Room for n converted values: the inline array, else a heap block
+ * (NULL with MemoryError). */
 static uint32_t *u32in_room(kvpy_u32in *in, Py_ssize_t n)
 {
     if (n <= (Py_ssize_t)(sizeof in->small / sizeof in->small[0]))
@@ -298,11 +307,15 @@ static char int_format(const char *fmt)
     return strchr("bBhHiIlLqQnN", fmt[0]) ? fmt[0] : 0;
 }
 
+/* Whether a struct-module integer type char is signed. */
 static int is_signed_fmt(char c)
 {
     return c == 'b' || c == 'h' || c == 'i' || c == 'l' || c == 'q' || c == 'n';
 }
 
+/* Read o as uint32 values into *in (see kvpy_u32in): 0, or -1 with the
+ * exception set and nothing held.  Negative or too large values are
+ * InvalidArgumentError, non-integers TypeError. */
 int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what)
 {
     memset(in, 0, offsetof(kvpy_u32in, small));
@@ -402,6 +415,8 @@ int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what)
     return 0;
 }
 
+/* Export o as a writable output of 4-byte integers; 0, or -1 with
+ * TypeError (wrong format, width or alignment) and nothing held. */
 int kvpy_u32out_get(PyObject *o, kvpy_u32out *out)
 {
     if (kvpy_view_get(o, &out->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
@@ -419,6 +434,7 @@ int kvpy_u32out_get(PyObject *o, kvpy_u32out *out)
     return 0;
 }
 
+/* A new list of the n values at p (NULL with the exception set). */
 PyObject *kvpy_u32_list(const uint32_t *p, size_t n)
 {
     PyObject *l = PyList_New((Py_ssize_t)n);
@@ -516,6 +532,7 @@ int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what)
     return 0;
 }
 
+/* A 32-byte hash as bytes. */
 PyObject *kvpy_hash_bytes(const kvp_hash *h)
 {
     return PyBytes_FromStringAndSize((const char *)h->b, 32);
@@ -525,6 +542,7 @@ PyObject *kvpy_hash_bytes(const kvp_hash *h)
 /* Extra keys (dict in, kvp_extra_keys out)                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Release what kvpy_extra_get holds; safe to call twice. */
 void kvpy_extra_release(kvpy_extra *e)
 {
     PyMem_Free(e->mm);

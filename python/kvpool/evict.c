@@ -7,13 +7,13 @@
  * eviction once no library call is in progress).  kvpy.h's kvpy_ev_deliver
  * is the inline tail every evicting method ends with.
  *
- * The library calls its eviction callback inside the call that
+ * Why: the library calls its eviction callback inside the call that
  * evicted, with the pool's lock held (thread-safe pools) and with calls back
- * into the pool refused.  Running Python there is what made a callback
- * unable to query the pool, let `close()` free the pool under the library,
- * and (a thread waiting for the GIL while holding the pool lock, against a
- * thread holding the GIL and waiting for the lock) deadlock.  So the
- * trampoline runs no Python: it appends (hash, block) to the pool object's
+ * into the pool refused.  Python run there could not query the pool, could
+ * let `close()` free the pool under the library, and could deadlock (a
+ * thread waiting for the GIL while holding the pool lock, against a thread
+ * holding the GIL and waiting for the lock).  So the trampoline runs no
+ * Python: it appends (hash, block) to the pool object's
  * queue, and every method that can evict delivers the queue (kvpy_ev_deliver)
  * after its library calls have returned, before it returns to Python.
  *
@@ -32,6 +32,9 @@ typedef struct kvpy_evrec {
     int has_hash; /* 0: the whole index was cleared */
 } kvpy_evrec;
 
+/* Queue one eviction (h NULL: the whole index cleared) on the pool object
+ * `user`; runs no Python and never blocks.  When the queue cannot grow the
+ * eviction is counted as lost and reported at delivery. */
 void kvpy_evict_trampoline(void *user, const kvp_hash *h, kvp_block b)
 {
     PoolObject *self = user;

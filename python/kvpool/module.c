@@ -22,7 +22,7 @@ PyObject *kvpy_exc[12]; /* indexed by kvp_status; [0] unused */
 
 /* The message for `st`: the library's, except that KVP_EBUSY drops its
  * "or called from a callback": the binding never calls the library from
- * inside a callback (see "Evictions"), so from Python it always means that
+ * inside a callback (see evict.c), so from Python it always means that
  * the block, owner or sequence named is in use. */
 static const char *status_message(kvp_status st)
 {
@@ -50,6 +50,7 @@ PyObject *kvpy_raise_msg(kvp_status st, const char *msg)
 /* Module                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* strerror(status): the library's message for a status code. */
 static PyObject *mod_strerror(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -59,6 +60,7 @@ static PyObject *mod_strerror(PyObject *m, PyObject *arg)
     return PyUnicode_FromString(kvp_strerror((int)v));
 }
 
+/* hash_external(hash32): the 64-bit form of a hash that events carry. */
 static PyObject *mod_hash_external(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -94,6 +96,8 @@ static struct PyModuleDef kvpool_module = {
     "Native core of the kvpool package (see kvpool/__init__.py).", -1, mod_methods,
     NULL, NULL, NULL, NULL};
 
+/* Create kvpool.<name> for `status` (a subclass of kvpool.Error, and of
+ * extra_base when given), record it in kvpy_exc and add it to the module. */
 static int add_exc(PyObject *m, int status, const char *name, PyObject *extra_base,
                    const char *doc)
 {
@@ -117,6 +121,8 @@ static int add_exc(PyObject *m, int status, const char *name, PyObject *extra_ba
 
 PyMODINIT_FUNC PyInit__kvpool(void);
 
+/* The module's init: types readied, exception classes and constants added.
+ * NULL with the exception set when any step fails. */
 PyMODINIT_FUNC PyInit__kvpool(void)
 {
     if (PyType_Ready(&kvpy_pool_type) < 0 || PyType_Ready(&kvpy_seq_type) < 0 ||

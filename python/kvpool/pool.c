@@ -32,6 +32,8 @@ int kvpy_pool_ok(PoolObject *self)
     return 1;
 }
 
+/* reuse= as a name ('lifo', 'lowest', 'fifo') or a kvp_reuse value; absent
+ * leaves *r.  0, or -1 with the exception set. */
 static int parse_reuse(PyObject *o, kvp_reuse *r)
 {
     if (!o)
@@ -56,6 +58,8 @@ static int parse_reuse(PyObject *o, kvp_reuse *r)
     return 0;
 }
 
+/* hash_alg= as a name ('sha256', 'xxh3') or a kvp_hash_alg value other than
+ * KVP_HASH_CUSTOM; absent leaves *a.  0, or -1 with the exception set. */
 static int parse_alg(PyObject *o, kvp_hash_alg *a)
 {
     if (!o)
@@ -91,6 +95,9 @@ static const char *const pool_kw[] = {
     "verify_hits", "block_bytes", "host_arena", "events", "event_capacity", "medium", "prefault",
     NULL};
 
+/* Pool(**config): every keyword is a kvp_config field (see the type's doc).
+ * Builds the library pool (without the GIL when it is large); NULL with the
+ * exception set on a bad argument or a refused configuration. */
 PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyObject *o[22] = {0};
@@ -273,6 +280,7 @@ kvp_pool *kvpy_pool_busy_enter(PoolObject *self)
     return self->pool;
 }
 
+/* The end of kvpy_pool_busy_enter's bracket. */
 void kvpy_pool_busy_leave(PoolObject *self)
 {
     self->busy--;
@@ -297,6 +305,9 @@ static int pool_no_exports(PoolObject *self, const char *what)
     return 1;
 }
 
+/* close(): invalidate every Sequence and destroy the library pool now;
+ * idempotent.  BusyError (nothing changes) while a table is exported or a
+ * GIL-free call is in flight. */
 static PyObject *Pool_close(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (!self->pool)
@@ -310,6 +321,7 @@ static PyObject *Pool_close(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* __exit__: close(). */
 static PyObject *Pool_exit(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)args;
@@ -317,6 +329,8 @@ static PyObject *Pool_exit(PoolObject *self, PyObject *const *args, Py_ssize_t n
     return Pool_close(self, NULL);
 }
 
+/* clear(): the library pool back to its just-created state; every
+ * Sequence becomes invalid.  BusyError as close(). */
 static PyObject *Pool_clear(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
@@ -367,6 +381,7 @@ static PyObject *do_alloc(PoolObject *self, uint64_t tokens, PyObject *const *o)
     return r;
 }
 
+/* alloc(tokens, owner=None, stream=0, format=0, out=None): see do_alloc. */
 static PyObject *Pool_alloc(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
 {
@@ -379,6 +394,7 @@ static PyObject *Pool_alloc(PoolObject *self, PyObject *const *args, Py_ssize_t 
     return do_alloc(self, tokens, o);
 }
 
+/* alloc_blocks(n, ...): alloc of n whole blocks. */
 static PyObject *Pool_alloc_blocks(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
@@ -393,6 +409,8 @@ static PyObject *Pool_alloc_blocks(PoolObject *self, PyObject *const *args, Py_s
     return do_alloc(self, n * self->block_size, o);
 }
 
+/* take(owner=None, stream=0) -> id: one block, through kvp_take_each with
+ * the pool's one hint. */
 static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
@@ -518,6 +536,8 @@ static int ids_owner_args(const char *name, PyObject *const *args, Py_ssize_t na
     return 0;
 }
 
+/* free(ids, owner=None): one reference dropped per id (an int, buffer or
+ * list), all or nothing. */
 static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
@@ -544,6 +564,8 @@ static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* owner_blocks(owner, out=None): the owner's blocks as a list, or the
+ * count written into out (SpaceError when out is too small). */
 static PyObject *Pool_owner_blocks(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
@@ -606,6 +628,8 @@ static kvp_status check_blocks(PoolObject *self, const uint32_t *ids, Py_ssize_t
     return KVP_OK;
 }
 
+/* set_fill_many(ids, fills): all checked first, then set; a refused batch
+ * changes nothing. */
 static PyObject *Pool_set_fill_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     KVPY_POOL_CHECK(self);
@@ -638,6 +662,7 @@ static PyObject *Pool_set_fill_many(PoolObject *self, PyObject *const *args, Py_
     Py_RETURN_NONE;
 }
 
+/* The name block_info reports for a block state. */
 static const char *state_name(int s)
 {
     switch (s) {
@@ -649,6 +674,7 @@ static const char *state_name(int s)
     }
 }
 
+/* claim_many(ids, owner=None): all checked first, then claimed. */
 static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
@@ -797,6 +823,8 @@ static PyObject *Pool_lookup_many(PoolObject *self, PyObject *const *args, Py_ss
     return Py_BuildValue("(Nn)", list, prefix);
 }
 
+/* unpublish_many(ids): all checked first (published, no repeats), then
+ * unpublished. */
 static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     KVPY_POOL_CHECK(self);
@@ -825,6 +853,7 @@ static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py
     Py_RETURN_NONE;
 }
 
+/* retire_top() -> (retired, moved_to or None).  BusyError as close(). */
 static PyObject *Pool_retire_top(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
@@ -956,6 +985,7 @@ done:
     return res;
 }
 
+/* publish_verified(id, hash, parent or None, tokens). */
 static PyObject *Pool_publish_verified(PoolObject *self, PyObject *const *args,
                                        Py_ssize_t nargs)
 {
@@ -977,6 +1007,7 @@ static PyObject *Pool_publish_verified(PoolObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+/* lookup_verified(hash, parent or None, tokens, stream=0) -> id. */
 static PyObject *Pool_lookup_verified(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                       PyObject *kwnames)
 {
@@ -1041,6 +1072,7 @@ fail:
     return NULL;
 }
 
+/* events_take() -> (list of event tuples, dropped count). */
 static PyObject *Pool_events_take(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
@@ -1072,6 +1104,7 @@ static PyObject *Pool_events_take(PoolObject *self, PyObject *Py_UNUSED(ignored)
     X(prefix_queries) X(prefix_hits) X(prefix_tokens_queried) X(prefix_tokens_hit)            \
     X(cow_copies) X(tokens_in_use) X(events_dropped)
 
+/* A kvp_stats as a dict, one key per field. */
 static PyObject *stats_dict(const kvp_stats *s)
 {
     PyObject *d = PyDict_New();
@@ -1103,6 +1136,7 @@ fail:
     return NULL;
 }
 
+/* stats_history() -> list of stats dicts, oldest first. */
 static PyObject *Pool_stats_history(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
@@ -1133,6 +1167,7 @@ static PyObject *Pool_stats_history(PoolObject *self, PyObject *Py_UNUSED(ignore
 
 typedef kvp_status (*render_fn)(kvp_pool *, const char *, char *, size_t, size_t *);
 
+/* kvp_stats_json in render_fn's shape (no prefix). */
 static kvp_status json_adapter(kvp_pool *p, const char *prefix, char *buf, size_t cap,
                                size_t *needed)
 {
@@ -1140,6 +1175,8 @@ static kvp_status json_adapter(kvp_pool *p, const char *prefix, char *buf, size_
     return kvp_stats_json(p, buf, cap, needed);
 }
 
+/* The text a render_fn writes, as str: a stack buffer first, a heap one
+ * of the size the library asked for when that is short. */
 static PyObject *render(PoolObject *self, render_fn fn, const char *prefix)
 {
     char small[4096];
@@ -1158,6 +1195,7 @@ static PyObject *render(PoolObject *self, render_fn fn, const char *prefix)
     return r;
 }
 
+/* prometheus(prefix=None) -> str. */
 static PyObject *Pool_prometheus(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
@@ -1175,12 +1213,14 @@ static PyObject *Pool_prometheus(PoolObject *self, PyObject *const *args, Py_ssi
     return render(self, kvp_stats_prometheus, prefix);
 }
 
+/* json() -> str. */
 static PyObject *Pool_json(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
     return render(self, json_adapter, NULL);
 }
 
+/* check(): CorruptError naming the broken invariant, else None. */
 static PyObject *Pool_check(PoolObject *self, PyObject *Py_UNUSED(ignored))
 {
     KVPY_POOL_CHECK(self);
@@ -1193,6 +1233,7 @@ static PyObject *Pool_check(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* closed: True after close(). */
 static PyObject *Pool_get_closed(PoolObject *self, void *c)
 {
     (void)c;
@@ -1482,7 +1523,7 @@ SIMPLE_METHODS(X)
 
 
 /* Pool methods that change the pool deliver its queued evictions before
- * returning (see "Evictions"): fn##_ev wraps fn, one per calling convention. */
+ * returning (see evict.c): fn##_ev wraps fn, one per calling convention. */
 #define POOL_EV_FCK(fn)                                                                         \
     static PyObject *fn##_ev(PoolObject *self, PyObject *const *a, Py_ssize_t n, PyObject *k)   \
     {                                                                                           \

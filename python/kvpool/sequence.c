@@ -82,6 +82,7 @@ static SeqObject *seq_lookup_wrapper(PoolObject *pool, uint64_t rid)
     return s->seq ? s : NULL;
 }
 
+/* Drop the request id's entry from the pool's wrapper dict. */
 static void seq_forget(PoolObject *pool, uint64_t rid)
 {
     PyObject *key = PyLong_FromUnsignedLongLong(rid);
@@ -94,6 +95,8 @@ static void seq_forget(PoolObject *pool, uint64_t rid)
     Py_DECREF(key);
 }
 
+/* Mark every live wrapper of the pool dead and forget them all (the
+ * library sequences are gone with clear() or close()). */
 void kvpy_seqs_invalidate(PoolObject *self)
 {
     PyObject *key, *ref;
@@ -106,6 +109,8 @@ void kvpy_seqs_invalidate(PoolObject *self)
     PyDict_Clear(self->seqs);
 }
 
+/* 1 if the sequence may be used: its pool open, it alive, no GIL-free call
+ * on it in flight; else 0 with the exception set. */
 static int seq_ok(SeqObject *self)
 {
     if (!self->pool->pool) {
@@ -124,6 +129,7 @@ static int seq_ok(SeqObject *self)
     return 1;
 }
 
+/* 1 unless the table is exported (then 0 with BusyError naming `what`). */
 static int seq_no_exports(SeqObject *self, const char *what)
 {
     if (self->exports > 0) {
@@ -202,6 +208,7 @@ static int Seq_init(SeqObject *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* The wrapper only: the library sequence stays in the pool until destroyed. */
 static void Seq_dealloc(SeqObject *self)
 {
     if (self->weakrefs)
@@ -232,6 +239,7 @@ PyObject *kvpy_pool_find_sequence(PoolObject *self, PyObject *const *args, Py_ss
     return (PyObject *)seq_wrap(self, s, rid);
 }
 
+/* Pool.sequence(request_id, extra=None): Sequence(pool, ...), made here. */
 PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
@@ -263,7 +271,7 @@ PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t
  * may run Python code (__index__ of list items).  On a thread-safe pool
  * without on_evict, a long prompt is admitted without the GIL, the sequence
  * and the pool busy meanwhile; with on_evict the GIL stays (see
- * "Evictions").  The library reports a sequence that already has tokens as
+ * evict.c).  The library reports a sequence that already has tokens as
  * KVP_EBUSY; the message says so.
  */
 static PyObject *Seq_admit(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -340,6 +348,7 @@ static PyObject *Seq_append(SeqObject *self, PyObject *const *args, Py_ssize_t n
     return r;
 }
 
+/* fork(child_id) -> a new Sequence sharing every block. */
 static PyObject *Seq_fork(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     uint64_t cid;
@@ -361,6 +370,8 @@ static PyObject *Seq_fork(SeqObject *self, PyObject *const *args, Py_ssize_t nar
     return (PyObject *)w;
 }
 
+/* destroy(): free the blocks and the sequence; the wrapper becomes dead.
+ * BusyError while the table is exported. */
 static PyObject *Seq_destroy(SeqObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (!seq_ok(self) || !seq_no_exports(self, "destroy"))
@@ -400,6 +411,7 @@ static PyObject *Seq_blocks(SeqObject *self, PyObject *const *args, Py_ssize_t n
     return kvpy_u32_list(ids, n);
 }
 
+/* __exit__: destroy(), unless already dead. */
 static PyObject *Seq_exit(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)args;
@@ -409,6 +421,7 @@ static PyObject *Seq_exit(SeqObject *self, PyObject *const *args, Py_ssize_t nar
     return Seq_destroy(self, NULL);
 }
 
+/* block_table: a memoryview over the table (an export). */
 static PyObject *Seq_get_table(SeqObject *self, void *c)
 {
     (void)c;
@@ -427,24 +440,28 @@ static PyObject *Seq_get_count(SeqObject *self, void *blocks)
     return PyLong_FromSize_t(blocks ? n : t);
 }
 
+/* request_id. */
 static PyObject *Seq_get_rid(SeqObject *self, void *c)
 {
     (void)c;
     return PyLong_FromUnsignedLongLong(self->request_id);
 }
 
+/* alive: False once destroyed or invalidated. */
 static PyObject *Seq_get_alive(SeqObject *self, void *c)
 {
     (void)c;
     return PyBool_FromLong(self->seq != NULL && self->pool->pool != NULL);
 }
 
+/* exports: live exports of the table. */
 static PyObject *Seq_get_exports(SeqObject *self, void *c)
 {
     (void)c;
     return PyLong_FromSsize_t(self->exports);
 }
 
+/* pool: the Pool. */
 static PyObject *Seq_get_pool(SeqObject *self, void *c)
 {
     (void)c;
@@ -452,6 +469,7 @@ static PyObject *Seq_get_pool(SeqObject *self, void *c)
     return (PyObject *)self->pool;
 }
 
+/* The repr names the request id and a dead sequence. */
 static PyObject *Seq_repr(SeqObject *self)
 {
     return PyUnicode_FromFormat("<kvpool.Sequence request_id=%llu%s>",
@@ -462,6 +480,8 @@ static PyObject *Seq_repr(SeqObject *self)
 /* Buffer protocol: the block table, read-only, format 'I', zero-copy. */
 static uint32_t empty_table[1];
 
+/* Export the table (read-only, format 'I', zero-copy), counted on the
+ * sequence and the pool until released. */
 static int Seq_getbuffer(SeqObject *self, Py_buffer *view, int flags)
 {
     if (!seq_ok(self))
@@ -498,6 +518,7 @@ static int Seq_getbuffer(SeqObject *self, Py_buffer *view, int flags)
     return 0;
 }
 
+/* The end of an export. */
 static void Seq_releasebuffer(SeqObject *self, Py_buffer *view)
 {
     PyMem_Free(view->internal);
@@ -535,7 +556,7 @@ static PyObject *Seq_array(SeqObject *self, PyObject *args, PyObject *kwds)
 }
 
 /* Sequence methods that change the pool deliver its queued evictions
- * before returning (see "Evictions"): fn##_ev wraps fn. */
+ * before returning (see evict.c): fn##_ev wraps fn. */
 #define SEQ_EV_FC(fn)                                                                           \
     static PyObject *fn##_ev(SeqObject *self, PyObject *const *a, Py_ssize_t n)                 \
     {                                                                                           \
@@ -548,6 +569,7 @@ SEQ_EV_FC(Seq_fork)
 SEQ_EV_FC(Seq_exit)
 #undef SEQ_EV_FC
 
+/* destroy() with the queued evictions delivered. */
 static PyObject *Seq_destroy_ev(SeqObject *self, PyObject *unused)
 {
     PoolObject *pool = self->pool;

@@ -59,6 +59,8 @@ static void vkey_raw(const void *h, size_t len, uint32_t gid, kvp_hash *out)
     out->b[3] ^= (uint8_t)gid;
 }
 
+/* The kvpool hash of (block_hash bytes-like of 1..32 bytes, group id);
+ * 0, or -1 with the exception set. */
 static int vkey(PyObject *block_hash, uint32_t gid, kvp_hash *out)
 {
     Py_buffer v;
@@ -92,12 +94,14 @@ static void VBlock_dealloc(VBlock *self)
     Py_XDECREF(self->pool);
 }
 
+/* block_id. */
 static PyObject *VBlock_get_id(VBlock *self, void *c)
 {
     (void)c;
     return PyLong_FromUnsignedLong(self->id);
 }
 
+/* ref_cnt, read from the pool. */
 static PyObject *VBlock_get_ref(VBlock *self, void *c)
 {
     (void)c;
@@ -110,6 +114,8 @@ static PyObject *VBlock_get_ref(VBlock *self, void *c)
     return PyLong_FromUnsignedLong(bi.ref_count);
 }
 
+/* block_hash: the key the block is cached under while the index still
+ * holds it under that key, else None (a stale key is forgotten). */
 static PyObject *VBlock_get_hash(VBlock *self, void *c)
 {
     (void)c;
@@ -132,12 +138,14 @@ static PyObject *VBlock_get_hash(VBlock *self, void *c)
     Py_RETURN_NONE;
 }
 
+/* is_null: block 0. */
 static PyObject *VBlock_get_null(VBlock *self, void *c)
 {
     (void)c;
     return PyBool_FromLong(self->id == 0);
 }
 
+/* The repr vLLM prints for a block. */
 static PyObject *VBlock_repr(VBlock *self)
 {
     PyObject *ref = VBlock_get_ref(self, NULL);
@@ -189,6 +197,9 @@ typedef struct VPool {
     PyObject *dict;
 } VPool;
 
+/* BlockPool.__init__(num_gpu_blocks, enable_caching, hash_block_size=16,
+ * enable_kv_cache_events=False, metrics_collector=None): the native pool
+ * (FIFO reuse, null block 0) and one KVCacheBlock per block.  Once only. */
 static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"num_gpu_blocks", "enable_caching", "hash_block_size",
@@ -251,6 +262,7 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* Drops the references; the blocks keep the pool, which frees their array. */
 static void VPool_dealloc(VPool *self)
 {
     PyObject_GC_UnTrack(self);
@@ -262,6 +274,7 @@ static void VPool_dealloc(VPool *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The references the collector must see. */
 static int VPool_traverse(VPool *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->one);
@@ -270,6 +283,7 @@ static int VPool_traverse(VPool *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* Break cycles through the cached result list and the instance dict. */
 static int VPool_clear_gc(VPool *self)
 {
     Py_CLEAR(self->one);
@@ -277,6 +291,7 @@ static int VPool_clear_gc(VPool *self)
     return 0;
 }
 
+/* 1 once __init__ ran and the pool is open; else 0 with the exception set. */
 static int vpool_ok(VPool *self)
 {
     if (!self->pool) {
@@ -447,6 +462,8 @@ static PyObject *VPool_free_blocks(VPool *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* One more reference on block o (a free block leaves the queue); the null
+ * block is skipped.  0, or -1 with the exception set. */
 static int touch_one(VPool *self, PyObject *o)
 {
     VBlock *b = vblock_of(self, o);
@@ -683,6 +700,7 @@ fail:
     return NULL;
 }
 
+/* get_num_free_blocks() -> int. */
 static PyObject *VPool_get_num_free_blocks(VPool *self, PyObject *Py_UNUSED(ignored))
 {
     uint32_t n = 0;
@@ -691,6 +709,7 @@ static PyObject *VPool_get_num_free_blocks(VPool *self, PyObject *Py_UNUSED(igno
     return PyLong_FromUnsignedLong(n);
 }
 
+/* get_usage() -> the fraction of blocks in use, the null block excluded. */
 static PyObject *VPool_get_usage(VPool *self, PyObject *Py_UNUSED(ignored))
 {
     uint32_t n = 0;
@@ -702,6 +721,7 @@ static PyObject *VPool_get_usage(VPool *self, PyObject *Py_UNUSED(ignored))
     return PyFloat_FromDouble(1.0 - (double)n / (double)total);
 }
 
+/* pool: the native Pool. */
 static PyObject *VPool_get_pool(VPool *self, void *c)
 {
     (void)c;
@@ -711,6 +731,7 @@ static PyObject *VPool_get_pool(VPool *self, void *c)
     return (PyObject *)self->pool;
 }
 
+/* blocks: every KVCacheBlock, index = id. */
 static PyObject *VPool_get_blocks(VPool *self, void *c)
 {
     (void)c;
@@ -720,6 +741,7 @@ static PyObject *VPool_get_blocks(VPool *self, void *c)
     return self->blocks;
 }
 
+/* null_block: block 0. */
 static PyObject *VPool_get_null(VPool *self, void *c)
 {
     (void)c;
