@@ -68,6 +68,7 @@ def test_empty_owners():
     (lambda p: p.take_each(5), TypeError),
     (lambda p: p.take_each(np.array([1, -2], dtype=np.int64)), kvpool.InvalidArgumentError),
     (lambda p: p.take_each(np.array([1, 2], dtype=np.uint32)), TypeError),
+    (lambda p: p.take_each(np.arange(1, 5, dtype=np.uint64)[::2]), TypeError),
     (lambda p: p.take_each([1, 2], out=np.zeros(1, dtype=np.uint32)), kvpool.SpaceError),
     (lambda p: p.take_each([1, 2], out=np.zeros(2, dtype=np.uint64)), TypeError),
     (lambda p: p.take_each([1, 2], hints=np.zeros(1, dtype=np.uint32)),

@@ -468,8 +468,11 @@ int kvpy_owners_get(PyObject *o, kvpy_owners *in, const char *what)
 {
     memset(in, 0, offsetof(kvpy_owners, small));
     if (PyObject_CheckBuffer(o) && !PyBytes_Check(o) && !PyByteArray_Check(o)) {
-        if (PyObject_GetBuffer(o, &in->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        if (PyObject_GetBuffer(o, &in->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: need a C-contiguous buffer of integers", what);
             return -1;
+        }
         in->has_view = 1;
         char c = int_format(in->view.format);
         if (!c || in->view.itemsize != 8 || ((uintptr_t)in->view.buf & 7u)) {
