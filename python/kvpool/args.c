@@ -27,12 +27,10 @@
 
 #include <stdlib.h>
 
-/* The arity check of the positional-only calls: TypeError with the call's
- * usage when nargs is not n. */
-int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage)
+/* The TypeError of a positional-only call given the wrong number of
+ * arguments: its usage.  Returns 0, for kvpy_nargs_is. */
+int kvpy_nargs_error(const char *usage)
 {
-    if (nargs == n)
-        return 1;
     PyErr_SetString(PyExc_TypeError, usage);
     return 0;
 }
@@ -270,16 +268,6 @@ int kvpy_fast_view(PyObject *o, int writable)
     (void)writable;
 #endif
     return 0;
-}
-
-/* Release what kvpy_u32in_get holds (nothing after a failed get). */
-void kvpy_u32in_release(kvpy_u32in *in)
-{
-    if (in->has_view)
-        kvpy_view_release(&in->view);
-    in->has_view = 0;
-    PyMem_Free(in->heap);
-    in->heap = NULL;
 }
 
 /* Room for n converted values: the inline array, else a heap block

@@ -66,7 +66,16 @@ PyObject *kvpy_raise_msg(kvp_status st, const char *msg);
 
 /* ---- args.c: arguments and buffers -------------------------------------- */
 
-int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage);
+int kvpy_nargs_error(const char *usage);
+
+/* The arity check of the positional-only calls: 1 when nargs is n, else 0
+ * with TypeError carrying the call's usage.  Inline: every hot call makes
+ * it. */
+static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage)
+{
+    return nargs == n ? 1 : kvpy_nargs_error(usage);
+}
+
 int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames, const char *const *names, int nreq, PyObject **out);
 int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what);
@@ -104,7 +113,16 @@ typedef struct kvpy_u32in {
 } kvpy_u32in;
 
 int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what);
-void kvpy_u32in_release(kvpy_u32in *in);
+
+/* Release what kvpy_u32in_get holds (nothing after a failed get). */
+static inline void kvpy_u32in_release(kvpy_u32in *in)
+{
+    if (in->has_view)
+        kvpy_view_release(&in->view);
+    in->has_view = 0;
+    PyMem_Free(in->heap);
+    in->heap = NULL;
+}
 
 /* An input array of owners: in place from a buffer of 8-byte integers,
  * converted from a sequence of ints and None (KVP_ANON).  Released like
@@ -173,8 +191,15 @@ extern PyTypeObject kvpy_pool_type;
 
 /* Pool(**kwargs) without __init__ (the vLLM drop-in builds its pool so). */
 PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
-/* 1 if the pool is open; else 0 with InvalidArgumentError set. */
-int kvpy_pool_ok(PoolObject *self);
+/* 1 if the pool is open; else 0 with InvalidArgumentError set.  Inline:
+ * every call makes it. */
+static inline int kvpy_pool_ok(PoolObject *self)
+{
+    if (self->pool)
+        return 1;
+    PyErr_SetString(kvpy_exc[KVP_EINVAL], "the pool is closed");
+    return 0;
+}
 #define KVPY_POOL_CHECK(self)                                                                   \
     do {                                                                                        \
         if (!kvpy_pool_ok(self))                                                                \

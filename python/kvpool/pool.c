@@ -22,16 +22,6 @@
 
 #include <stdlib.h>
 
-/* 1 if the pool is open; else 0 with InvalidArgumentError set. */
-int kvpy_pool_ok(PoolObject *self)
-{
-    if (!self->pool) {
-        PyErr_SetString(kvpy_exc[KVP_EINVAL], "the pool is closed");
-        return 0;
-    }
-    return 1;
-}
-
 /* reuse= as a name ('lifo', 'lowest', 'fifo') or a kvp_reuse value; absent
  * leaves *r.  0, or -1 with the exception set. */
 static int parse_reuse(PyObject *o, kvp_reuse *r)
