@@ -60,3 +60,15 @@ def test_reps_must_be_at_least_one():
             else:
                 raise AssertionError(f"--reps {bad} was accepted")
         assert "--reps" in err.getvalue() and bad in err.getvalue()
+
+
+def test_decode_rows_leave_the_same_pool():
+    rows = [json.loads(line) for line in
+            run(["--quick", "--json", "--workload", "decode"]).splitlines()]
+    assert [r["way"] for r in rows] == ["take", "batch"]
+    for r in rows:
+        assert r["workload"] == "decode" and r["ns_per_block"] > 0
+        assert r["blocks"] == 99_840  # 390 steps of 256 takes
+    # Pool.take per block and Pool.take_each per step: the same blocks, the
+    # same owners, the same final state.
+    assert rows[0]["fingerprint"] == rows[1]["fingerprint"]
