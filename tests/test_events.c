@@ -875,10 +875,7 @@ static void test_double_buffer(void **state)
 static uint64_t rng_state;
 static uint64_t rnd(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return kvptest_rand(&rng_state);
 }
 
 #define NSEQ 6

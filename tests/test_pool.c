@@ -96,8 +96,6 @@ typedef struct test_alloc {
     size_t bad_release;
 } test_alloc;
 
-#define HDR 16u
-
 static void *ta_alloc(void *user, size_t size)
 {
     test_alloc *t = user;
@@ -105,14 +103,13 @@ static void *ta_alloc(void *user, size_t size)
         return NULL;
     if (t->fail_after > 0)
         t->fail_after--;
-    unsigned char *p = malloc(size + HDR);
+    void *p = kvptest_sized_alloc(size);
     if (p == NULL)
         return NULL;
-    memcpy(p, &size, sizeof size);
     t->live_bytes += size;
     t->live_blocks++;
     t->n_alloc++;
-    return p + HDR;
+    return p;
 }
 
 static void ta_release(void *user, void *ptr, size_t size)
@@ -120,14 +117,11 @@ static void ta_release(void *user, void *ptr, size_t size)
     test_alloc *t = user;
     if (ptr == NULL)
         return;
-    unsigned char *p = (unsigned char *)ptr - HDR;
-    size_t had;
-    memcpy(&had, p, sizeof had);
+    size_t had = kvptest_sized_release(ptr);
     if (had != size)
         t->bad_release++;
     t->live_bytes -= had;
     t->live_blocks--;
-    free(p);
 }
 
 static void test_allocator_hook(void **state)

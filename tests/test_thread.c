@@ -48,14 +48,6 @@
 
 static kvp_hash g_hash[NHASH];
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void init_hashes(void)
 {
     memset(g_hash, 0, sizeof g_hash);
@@ -82,7 +74,7 @@ typedef struct worker {
 
 static uint32_t rn(worker *w, uint32_t n)
 {
-    return n ? (uint32_t)(splitmix64(&w->rng) % n) : 0;
+    return kvptest_rand_below(&w->rng, n);
 }
 
 static int werr(worker *w, const char *fmt, ...)
@@ -277,6 +269,20 @@ static int cmp_block(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Runs fn on each of the nthreads workers, one thread each, waits for all
+ * of them, then fails the test with the first error a worker recorded. */
+static void run_workers(worker *w, int nthreads, void *(*fn)(void *))
+{
+    pthread_t th[MAXT];
+    for (int t = 0; t < nthreads; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, fn, &w[t]), 0);
+    for (int t = 0; t < nthreads; t++)
+        assert_int_equal(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < nthreads; t++)
+        if (w[t].err[0])
+            fail_msg("%s", w[t].err);
+}
+
 static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
 {
     kvp_config cfg;
@@ -298,7 +304,6 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
     size_t ops = (size_t)((double)BASE_OPS * kvptest_scale());
     if (ops < 100)
         ops = 100;
-    pthread_t th[MAXT];
     for (int t = 0; t < nthreads; t++) {
         w[t].pool = p;
         w[t].tid = t;
@@ -307,13 +312,7 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
         for (int o = 0; o < OWNERS_PER_THREAD; o++)
             w[t].owner[o] = (kvp_owner)(t + 1) * 1000u + (kvp_owner)o;
     }
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_join(th[t], NULL), 0);
-    for (int t = 0; t < nthreads; t++)
-        if (w[t].err[0])
-            fail_msg("%s", w[t].err);
+    run_workers(w, nthreads, worker_main);
 
     /* Conservation. */
     check_pool(p);
@@ -388,13 +387,7 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
     assert_true(st.owners == owners);
 
     /* Everyone frees everything, in parallel. */
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_create(&th[t], NULL, worker_drain, &w[t]), 0);
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_join(th[t], NULL), 0);
-    for (int t = 0; t < nthreads; t++)
-        if (w[t].err[0])
-            fail_msg("%s", w[t].err);
+    run_workers(w, nthreads, worker_drain);
     check_pool(p);
     assert_int_equal(kvp_stats_get(p, &st), KVP_OK);
     assert_true(st.in_use == (uint64_t)(null_block ? 1 : 0));

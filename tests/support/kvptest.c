@@ -263,6 +263,44 @@ size_t kvptest_steps(size_t base)
     return (size_t)v;
 }
 
+/* splitmix64 (Steele, Lea and Flood): every 64-bit state gives a
+ * well-mixed value, so consecutive seeds still give unrelated streams. */
+uint64_t kvptest_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A zero bound draws nothing: the stream is left where it was. */
+uint32_t kvptest_rand_below(uint64_t *state, uint32_t n)
+{
+    return n ? (uint32_t)(kvptest_rand(state) % n) : 0;
+}
+
+/* The header is 16 bytes, not sizeof(size_t), so the caller's block keeps
+ * the alignment malloc gives. */
+#define KVPTEST_SIZE_HDR 16u
+
+void *kvptest_sized_alloc(size_t size)
+{
+    unsigned char *p = malloc(size + KVPTEST_SIZE_HDR);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    return p + KVPTEST_SIZE_HDR;
+}
+
+size_t kvptest_sized_release(void *ptr)
+{
+    unsigned char *p = (unsigned char *)ptr - KVPTEST_SIZE_HDR;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    free(p);
+    return size;
+}
+
 void kvptest_free1(kvp_pool *pool, kvp_block b, kvp_owner owner)
 {
     KVP_ASSERT_OK(kvp_free(pool, &b, 1, owner));

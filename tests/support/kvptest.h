@@ -57,6 +57,19 @@
  * Scale
  *   kvptest_scale()      env KVP_TEST_SCALE as a double (default 1.0).
  *   kvptest_steps(base)  base * scale, at least 1.
+ *
+ * Random streams (splitmix64: a seed gives the same stream on every run)
+ *   kvptest_rand(&state)           advances state, returns the next value.
+ *   kvptest_rand_below(&state, n)  kvptest_rand() % n; 0, drawing
+ *                                  nothing, when n is 0.
+ *
+ * Allocator hooks that check sizes
+ *   kvptest_sized_alloc(size)   malloc of size bytes behind a 16-byte header
+ *                               that records size (the block keeps malloc's
+ *                               16-byte alignment); NULL when malloc fails.
+ *   kvptest_sized_release(ptr)  frees a block of kvptest_sized_alloc and
+ *                               returns the size it recorded, for the hook to
+ *                               compare with the size the library passed.
  */
 #ifndef KVPTEST_H
 #define KVPTEST_H
@@ -167,6 +180,16 @@ void kvptest_evrec_reset(kvptest_evrec *r);
 
 double kvptest_scale(void);
 size_t kvptest_steps(size_t base);
+
+/* ---- random streams ----------------------------------------------------- */
+
+uint64_t kvptest_rand(uint64_t *state);
+uint32_t kvptest_rand_below(uint64_t *state, uint32_t n);
+
+/* ---- allocator hooks ---------------------------------------------------- */
+
+void *kvptest_sized_alloc(size_t size);
+size_t kvptest_sized_release(void *ptr);
 
 /* Small helpers several suites share (defined here once). */
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
