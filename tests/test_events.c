@@ -573,12 +573,6 @@ static void test_duplicates(void **state)
 
 /* ---- sequences: coalescing, parents, tokens, LoRA, multimodal ----------- */
 
-static void prompt(uint32_t *t, size_t n, uint32_t base)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = base + (uint32_t)i;
-}
-
 /* With separate K/V lists, events are per hash: a router has no notion of
  * kvpool's lists, so a hash is announced when the first list takes a copy
  * and removed when the last copy leaves either list.  Lookups stay per
@@ -630,7 +624,7 @@ static void test_clear_index_running_sequence(void **state)
     assert_non_null(m);
     kvp_pool *pool = ev_pool(16, 0);
     uint32_t t[12];
-    prompt(t, 12, 700);
+    kvptest_tokens(t, 12, 700);
     kvp_hash hs[3];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 12, NULL, hs, 3, 0, NULL));
     kvp_seq *s1, *s2;
@@ -693,7 +687,7 @@ static void test_seq_coalescing(void **state)
     (void)state;
     kvp_pool *pool = ev_pool(16, 0);
     uint32_t t[24];
-    prompt(t, 24, 1000);
+    kvptest_tokens(t, 24, 1000);
     kvp_hash hs[6];
     size_t nh = 0;
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 24, NULL, hs, 6, 0, &nh));
@@ -740,7 +734,7 @@ static void test_seq_coalescing(void **state)
      * the last hit block as parent */
     uint32_t t2[13];
     memcpy(t2, t, 8 * sizeof *t);
-    prompt(t2 + 8, 5, 5000);
+    kvptest_tokens(t2 + 8, 5, 5000);
     kvp_hash hs2[3];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t2, 12, NULL, hs2, 3, 0, NULL));
     KVP_ASSERT_OK(kvp_seq_create(pool, 2, NULL, &s));
@@ -768,7 +762,7 @@ static void test_seq_lora_and_mm(void **state)
     (void)state;
     kvp_pool *pool = ev_pool(16, 0);
     uint32_t t[9];
-    prompt(t, 9, 1);
+    kvptest_tokens(t, 9, 1);
 
     kvp_mm_span span = {kvptest_hash(0xabc), 2, 6}; /* overlaps blocks 0 and 1 */
     char name[16] = "adapter-a";
@@ -808,7 +802,7 @@ static void test_seq_lora_and_mm(void **state)
     /* has_lora without a name, and a name without has_lora: no name sent */
     kvp_extra_keys y = {1, 9, NULL, NULL, 0, NULL, 0};
     KVP_ASSERT_OK(kvp_seq_create(pool, 2, &y, &s));
-    prompt(t, 9, 900);
+    kvptest_tokens(t, 9, 900);
     KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
     ev = take(pool, &n, NULL);
     KVP_ASSERT_EQ(n, 1);
@@ -816,7 +810,7 @@ static void test_seq_lora_and_mm(void **state)
     KVP_ASSERT_OK(kvp_seq_destroy(s));
     kvp_extra_keys z = {0, 0, "ignored", NULL, 0, NULL, 0};
     KVP_ASSERT_OK(kvp_seq_create(pool, 3, &z, &s));
-    prompt(t, 9, 1900);
+    kvptest_tokens(t, 9, 1900);
     KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
     ev = take(pool, &n, NULL);
     KVP_ASSERT_EQ(n, 1);
@@ -1182,7 +1176,7 @@ static void test_overflow(void **state)
     KVP_ASSERT_OK(kvp_clear_index(pool));
     sync_model(pool, m);
     uint32_t t[21];
-    prompt(t, 21, 300);
+    kvptest_tokens(t, 21, 300);
     kvp_seq *s;
     KVP_ASSERT_OK(kvp_seq_create(pool, 1, NULL, &s));
     size_t cached;

@@ -150,8 +150,7 @@ static void test_salt_first_block_only(void **state)
     for (int alg = 0; alg < 2; alg++) {
         kvp_pool *pool = hash_pool((kvp_hash_alg)alg, 4, NULL);
         uint32_t t[12];
-        for (int i = 0; i < 12; i++)
-            t[i] = (uint32_t)(100 + i);
+        kvptest_tokens(t, 12, 100);
         static const uint8_t salt[] = "tenant";
         kvp_extra_keys xs;
         memset(&xs, 0, sizeof xs);
@@ -270,8 +269,7 @@ static void test_custom_hash_arguments(void **state)
     hrec r;
     kvp_pool *pool = custom_pool(&r, 4, 8);
     uint32_t t[14];
-    for (int i = 0; i < 14; i++)
-        t[i] = (uint32_t)(1000 + i);
+    kvptest_tokens(t, 14, 1000);
     kvp_extra_keys xs;
     memset(&xs, 0, sizeof xs);
     xs.has_lora = 1;
@@ -580,8 +578,7 @@ static void test_tenant_isolation(void **state)
         cfg.hash_alg = (kvp_hash_alg)alg;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[13];
-        for (int i = 0; i < 13; i++)
-            t[i] = (uint32_t)(50 + i);
+        kvptest_tokens(t, 13, 50);
         /* Salts are copied at create: use stack buffers that change. */
         uint8_t salt_a[3] = {'A', 'A', 'A'}, salt_b[3] = {'B', 'B', 'B'};
         kvp_extra_keys xa, xb;

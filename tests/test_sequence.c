@@ -26,6 +26,7 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* nblocks blocks of bs tokens each, in the given reuse order. */
 static kvp_config seq_config(uint32_t nblocks, uint32_t bs, kvp_reuse reuse)
 {
     kvp_config cfg = kvptest_config(nblocks);
@@ -33,6 +34,15 @@ static kvp_config seq_config(uint32_t nblocks, uint32_t bs, kvp_reuse reuse)
     cfg.reuse = reuse;
     return cfg;
 }
+
+/* seq_config() made into a pool (checked). */
+static kvp_pool *seq_pool_at(uint32_t nblocks, uint32_t bs, kvp_reuse reuse, const char *file,
+                             int line)
+{
+    kvp_config cfg = seq_config(nblocks, bs, reuse);
+    return kvptest_create_at(&cfg, file, line);
+}
+#define seq_pool(n, bs, reuse) seq_pool_at((n), (bs), (reuse), __FILE__, __LINE__)
 
 static kvp_seq *mkseq_at(kvp_pool *pool, uint64_t id, const char *file, int line)
 {
@@ -78,12 +88,6 @@ static uint32_t refs(kvp_pool *pool, kvp_block b)
     return kvptest_info(pool, b).ref_count;
 }
 
-static void fill_tokens(uint32_t *t, size_t n, uint32_t base)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = base + (uint32_t)i;
-}
-
 static kvp_block lookup_hash(kvp_pool *pool, const kvp_hash *h)
 {
     kvp_block b = KVP_NO_BLOCK;
@@ -99,10 +103,9 @@ static kvp_block lookup_hash(kvp_pool *pool, const kvp_hash *h)
 static void test_hit_while_held(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[9];
-    fill_tokens(t, 9, 100);
+    kvptest_tokens(t, 9, 100);
     kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2);
     KVP_ASSERT_EQ(admit(a, t, 9), 0);
     kvp_block ia[8], ib[8];
@@ -155,10 +158,9 @@ static void test_hit_while_held(void **state)
 static void test_hit_on_free_cached(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[9];
-    fill_tokens(t, 9, 100);
+    kvptest_tokens(t, 9, 100);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 9);
     kvp_block ia[8], ib[8];
@@ -202,8 +204,8 @@ static void test_eviction_order(void **state)
             kvptest_evrec_attach(&rec, &cfg);
             kvp_pool *pool = kvptest_create(&cfg);
             uint32_t ta[13], tb[13];
-            fill_tokens(ta, 13, 1000);
-            fill_tokens(tb, 13, 2000);
+            kvptest_tokens(ta, 13, 1000);
+            kvptest_tokens(tb, 13, 2000);
             kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2);
             admit(a, ta, 13);
             admit(b, tb, 13);
@@ -221,7 +223,7 @@ static void test_eviction_order(void **state)
             } else {
                 /* Allocation pressure: a new request needs all 8 blocks. */
                 uint32_t tc[32];
-                fill_tokens(tc, 32, 3000);
+                kvptest_tokens(tc, 32, 3000);
                 kvp_seq *c = mkseq(pool, 3);
                 KVP_ASSERT_EQ(admit(c, tc, 32), 0);
             }
@@ -247,10 +249,9 @@ static void test_eviction_order(void **state)
 static void test_partial_block_published_when_full(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[20];
-    fill_tokens(t, 20, 7);
+    kvptest_tokens(t, 20, 7);
     kvp_hash h[5];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 20, NULL, h, 5, 0, NULL));
     kvp_seq *a = mkseq(pool, 1);
@@ -320,8 +321,8 @@ static void test_reused_block_loses_hash(void **state)
     kvptest_evrec_attach(&rec, &cfg);
     kvp_pool *pool = kvptest_create(&cfg);
     uint32_t ta[8], tb[16];
-    fill_tokens(ta, 8, 10);
-    fill_tokens(tb, 16, 500);
+    kvptest_tokens(ta, 8, 10);
+    kvptest_tokens(tb, 16, 500);
     kvp_hash ha[2];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, ta, 8, NULL, ha, 2, 0, NULL));
     kvp_seq *a = mkseq(pool, 1);
@@ -367,11 +368,10 @@ static void test_reused_block_loses_hash(void **state)
  * the pool. */
 static kvp_pool *two_cached_pool(uint32_t *tp, kvp_block *ia, size_t ia_cap)
 {
-    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(6, 4, KVP_REUSE_LIFO);
     uint32_t tx[12];
-    fill_tokens(tx, 12, 900);
-    fill_tokens(tp, 20, 100);
+    kvptest_tokens(tx, 12, 900);
+    kvptest_tokens(tp, 20, 100);
     kvp_seq *x = mkseq(pool, 9);
     admit(x, tx, 12); /* holds 3 blocks */
     kvp_seq *a = mkseq(pool, 1);
@@ -416,7 +416,7 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_EQ(after.cached, 2);
     /* Without any hit. */
     uint32_t big[40];
-    fill_tokens(big, 40, 5000);
+    kvptest_tokens(big, 40, 5000);
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, big, 40, NULL), KVP_EEXHAUSTED);
     /* 13 tokens: 4 blocks, 3 free but 2 of them are matched -> 2 hits + 2
      * new needed, only 1 other free: refused. */
@@ -525,7 +525,7 @@ static void test_admit_grows(void **state)
     cfg.max_blocks = 7;
     kvp_pool *pool = kvptest_create(&cfg);
     uint32_t t[40];
-    fill_tokens(t, 40, 1);
+    kvptest_tokens(t, 40, 1);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 21); /* 6 blocks: grows by 2 */
     kvp_stats st = kvptest_stats(pool);
@@ -533,7 +533,7 @@ static void test_admit_grows(void **state)
     KVP_ASSERT_EQ(st.grown, 2);
     kvp_seq *b = mkseq(pool, 2);
     uint32_t u[12];
-    fill_tokens(u, 12, 700);
+    kvptest_tokens(u, 12, 700);
     /* 3 blocks, 1 may still be added: over the cap, refused. */
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, u, 12, NULL), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 6);
@@ -548,10 +548,9 @@ static void test_admit_grows(void **state)
 static void test_leave_one_token(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(32, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(32, 4, KVP_REUSE_LIFO);
     uint32_t t[16];
-    fill_tokens(t, 16, 40);
+    kvptest_tokens(t, 16, 40);
     kvp_seq *a = mkseq(pool, 1);
     KVP_ASSERT_EQ(admit(a, t, 8), 0);
     kvp_stats st = kvptest_stats(pool);
@@ -611,8 +610,8 @@ static void test_no_self_eviction(void **state)
         kvptest_evrec_attach(&rec, &cfg);
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t tp[16], tq[4];
-        fill_tokens(tp, 16, 100);
-        fill_tokens(tq, 4, 800);
+        kvptest_tokens(tp, 16, 100);
+        kvptest_tokens(tq, 4, 800);
         kvp_seq *a = mkseq(pool, 1), *c = mkseq(pool, 3);
         admit(a, tp, 8);
         admit(c, tq, 4);
@@ -653,7 +652,7 @@ static void test_reset_prefix_cache(void **state)
         kvptest_evrec_attach(&rec, &cfg);
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[9];
-        fill_tokens(t, 9, 3);
+        kvptest_tokens(t, 9, 3);
         kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2);
         admit(a, t, 9);
         admit(b, t, 5);
@@ -683,10 +682,9 @@ static void test_reset_prefix_cache(void **state)
 static void test_fork_cow(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[24];
-    fill_tokens(t, 24, 300);
+    kvptest_tokens(t, 24, 300);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 10);
     kvp_block ia[8], ib[8], ia2[8], ib2[8];
@@ -817,7 +815,7 @@ static void truncate_case(int verify)
     cfg.block_bytes[0] = 16;
     kvp_pool *pool = kvptest_create(&cfg);
     uint32_t t[24];
-    fill_tokens(t, 24, 500);
+    kvptest_tokens(t, 24, 500);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 14); /* blocks 0..2 full and published, block 3 holds 2 */
     kvp_block ia[8], ia2[8];
@@ -869,7 +867,7 @@ static void truncate_case(int verify)
      * still hits it. */
     uint32_t u[24];
     memcpy(u, t, 10 * sizeof *t);
-    fill_tokens(u + 10, 14, 9000);
+    kvptest_tokens(u + 10, 14, 9000);
     APPEND(a, u + 10, 2);
     kvp_hash hu2 = chain_hash(pool, u, 2);
     KVP_ASSERT_EQ(lookup_hash(pool, &hu2), ia2[2]);
@@ -909,10 +907,9 @@ static void test_truncate(void **state)
 static void test_truncate_shared_and_refused(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(4, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(4, 4, KVP_REUSE_LIFO);
     uint32_t t[16];
-    fill_tokens(t, 16, 40);
+    kvptest_tokens(t, 16, 40);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 7); /* 2 blocks, the second holds 3 */
     kvp_seq *b = NULL;
@@ -966,10 +963,9 @@ static void test_truncate_shared_and_refused(void **state)
 static void test_cow_exhausted(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(3, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(3, 4, KVP_REUSE_LIFO);
     uint32_t t[12];
-    fill_tokens(t, 12, 1);
+    kvptest_tokens(t, 12, 1);
     kvp_seq *a = mkseq(pool, 1), *b = NULL, *x = mkseq(pool, 9);
     admit(a, t, 6);
     KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
@@ -1004,7 +1000,7 @@ static void test_destroy_order(void **state)
         cfg.prefix_caching = 0;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[16];
-        fill_tokens(t, 16, 1);
+        kvptest_tokens(t, 16, 1);
         kvp_seq *a = mkseq(pool, 1);
         KVP_ASSERT_EQ(admit(a, t, 16), 0);
         kvp_block ia[8];
@@ -1035,7 +1031,7 @@ static void test_null_block_never_handed_out(void **state)
         cfg.null_block = 1;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[10];
-        fill_tokens(t, 10, 1);
+        kvptest_tokens(t, 10, 1);
         for (int round = 0; round < 4; round++) {
             kvp_seq *a = mkseq(pool, (uint64_t)round);
             admit(a, t, 5);
@@ -1065,10 +1061,9 @@ static void test_null_block_never_handed_out(void **state)
 static void test_table_pointer_and_registry(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(32, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(32, 4, KVP_REUSE_LIFO);
     uint32_t t[20];
-    fill_tokens(t, 20, 1);
+    kvptest_tokens(t, 20, 1);
     kvp_seq *a = mkseq(pool, 10);
     admit(a, t, 10);
     const kvp_block *p1, *p2;
@@ -1170,12 +1165,11 @@ static void test_table_pointer_and_registry(void **state)
 static void test_relocation(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LOWEST);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(6, 4, KVP_REUSE_LOWEST);
     kvp_block tmp[4];
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 8, 77, tmp, 4), 2); /* 0, 1 */
     uint32_t t[20];
-    fill_tokens(t, 20, 60);
+    kvptest_tokens(t, 20, 60);
     kvp_seq *a = mkseq(pool, 1), *b = NULL, *other = mkseq(pool, 3);
     admit(a, t, 15); /* 2 3 4 5 */
     KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
@@ -1248,10 +1242,9 @@ static void test_relocation(void **state)
 static void test_stats(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(32, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(32, 4, KVP_REUSE_LIFO);
     uint32_t t[40];
-    fill_tokens(t, 40, 1);
+    kvptest_tokens(t, 40, 1);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 10);
     kvp_stats st = kvptest_stats(pool);
@@ -1285,7 +1278,7 @@ static void test_stats(void **state)
     KVP_ASSERT_EQ(st.tokens_in_use, 14 + 25 - 8);
     /* A refused admission counts no queries. */
     uint32_t big[200];
-    fill_tokens(big, 200, 1);
+    kvptest_tokens(big, 200, 1);
     kvp_seq *d = mkseq(pool, 4);
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(d, big, 200, NULL), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).prefix_queries, 8);
@@ -1345,8 +1338,8 @@ static void test_verified_degenerate_hash(void **state)
         cfg.verify_hits = verify;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[13], u[13], w[13];
-        fill_tokens(t, 13, 100);
-        fill_tokens(u, 13, 900);
+        kvptest_tokens(t, 13, 100);
+        kvptest_tokens(u, 13, 900);
         memcpy(w, t, sizeof w);
         w[5] = 12345; /* same first block, different second */
         kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2), *c = mkseq(pool, 3),
@@ -1372,7 +1365,7 @@ static void test_verified_degenerate_hash(void **state)
         KVP_ASSERT_OK(kvp_seq_destroy(c));
         kvp_seq *e = mkseq(pool, 5);
         uint32_t v[13];
-        fill_tokens(v, 13, 5000);
+        kvptest_tokens(v, 13, 5000);
         size_t got_e = admit(e, v, 13);
         if (verify)
             KVP_ASSERT_EQ(got_e, 0);
@@ -1567,7 +1560,7 @@ static void test_verified_sequence_relocation(void **state)
     kvp_block tmp[4];
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 12, 77, tmp, 4), 3); /* 0 1 2 */
     uint32_t t[13];
-    fill_tokens(t, 13, 10);
+    kvptest_tokens(t, 13, 10);
     kvp_seq *a = mkseq(pool, 1);
     KVP_ASSERT_EQ(admit(a, t, 13), 0); /* 3 4 5 published, 6 partial */
     kvp_block ia[8];
@@ -1641,8 +1634,7 @@ static void reenter_cb(void *user, const kvp_hash *hash, kvp_block block)
     if (r->done++)
         return;
     static uint32_t junk[400];
-    for (int i = 0; i < 400; i++)
-        junk[i] = 0xdead0000u + (uint32_t)i;
+    kvptest_tokens(junk, 400, 0xdead0000u);
     r->st_append = (int)kvp_seq_append(r->target, junk, r->append_n);
     r->st_append0 = (int)kvp_seq_append(r->target, junk, 0);
     r->st_other = (int)kvp_seq_append(r->other, junk, 3);
@@ -1673,9 +1665,9 @@ static void test_callback_reentry(void **state)
             kvp_pool *pool = kvptest_create(&cfg);
             r.pool = pool;
             uint32_t tx[16], ta[12];
-            fill_tokens(tx, 16, 10);
+            kvptest_tokens(tx, 16, 10);
             memcpy(ta, tx, 4 * sizeof *ta); /* shares block 0 with x */
-            fill_tokens(ta + 4, 8, 500);
+            kvptest_tokens(ta + 4, 8, 500);
             kvp_seq *x = mkseq(pool, 5);
             admit(x, tx, 16);
             kvp_block ix[8];

@@ -180,11 +180,9 @@ static void test_arena_sequences(void **state)
     kvp_config cfg = arena_config(8, KVP_REUSE_LOWEST);
     w.pool = kvptest_create(&cfg);
     uint32_t t[64];
-    for (int i = 0; i < 64; i++)
-        t[i] = (uint32_t)(i + 1);
+    kvptest_tokens(t, 64, 1);
     uint32_t u[64];
-    for (int i = 0; i < 64; i++)
-        u[i] = (uint32_t)(1000 + i);
+    kvptest_tokens(u, 64, 1000);
 
     w_admit(&w, 0, 1, t, 10); /* 0 1 2 */
     VERIFY(&w);
@@ -376,8 +374,7 @@ static void test_copy_hook(void **state)
         kvp_pool *pool = kvptest_create(&cfg);
         r.pool = pool;
         uint32_t t[32];
-        for (int i = 0; i < 32; i++)
-            t[i] = (uint32_t)(i + 5);
+        kvptest_tokens(t, 32, 5);
         kvp_seq *a = NULL, *b = NULL;
         KVP_ASSERT_OK(kvp_seq_create(pool, 1, NULL, &a));
         KVP_ASSERT_OK(kvp_seq_admit(a, t, 10, NULL)); /* 0 1 2 */

@@ -185,6 +185,12 @@ size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
     return n;
 }
 
+void kvptest_tokens(uint32_t *t, size_t n, uint32_t first)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = first + (uint32_t)i;
+}
+
 size_t kvptest_owner_blocks_at(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
                                size_t cap, const char *file, int line)
 {

@@ -38,6 +38,8 @@
  *                                             checks the pool.
  *   kvptest_alloc(pool, stream, tokens, owner, ids, cap)  kvp_alloc() with
  *                             format FP16, returns the count.
+ *   kvptest_tokens(t, n, first)  fills t[0..n-1] with first, first + 1, ...
+ *                             (a prompt of consecutive token ids).
  *   kvptest_owner_blocks(pool, owner, ids, cap)  returns the count.
  *
  * Hashes
@@ -149,6 +151,7 @@ size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
                         const char *file, int line);
 #define kvptest_alloc(pool, s, tokens, owner, ids, cap) \
     kvptest_alloc_at((pool), (s), (tokens), (owner), (ids), (cap), __FILE__, __LINE__)
+void kvptest_tokens(uint32_t *t, size_t n, uint32_t first);
 size_t kvptest_owner_blocks_at(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
                                size_t cap, const char *file, int line);
 #define kvptest_owner_blocks(pool, owner, ids, cap) \
