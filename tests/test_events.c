@@ -757,6 +757,23 @@ static void test_seq_coalescing(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* Sequence `id` with extra keys x admits 5 tokens counted from `first`:
+ * the one event this stores names no LoRA adapter. */
+static void expect_no_lora_name(kvp_pool *pool, uint64_t id, const kvp_extra_keys *x,
+                                uint32_t first)
+{
+    uint32_t t[5];
+    kvptest_tokens(t, 5, first);
+    kvp_seq *s;
+    KVP_ASSERT_OK(kvp_seq_create(pool, id, x, &s));
+    size_t cached, n;
+    KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
+    const kvp_event *ev = take(pool, &n, NULL);
+    KVP_ASSERT_EQ(n, 1);
+    assert_null(ev[0].lora_name);
+    KVP_ASSERT_OK(kvp_seq_destroy(s));
+}
+
 static void test_seq_lora_and_mm(void **state)
 {
     (void)state;
@@ -801,21 +818,9 @@ static void test_seq_lora_and_mm(void **state)
 
     /* has_lora without a name, and a name without has_lora: no name sent */
     kvp_extra_keys y = {1, 9, NULL, NULL, 0, NULL, 0};
-    KVP_ASSERT_OK(kvp_seq_create(pool, 2, &y, &s));
-    kvptest_tokens(t, 9, 900);
-    KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
-    ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    assert_null(ev[0].lora_name);
-    KVP_ASSERT_OK(kvp_seq_destroy(s));
+    expect_no_lora_name(pool, 2, &y, 900);
     kvp_extra_keys z = {0, 0, "ignored", NULL, 0, NULL, 0};
-    KVP_ASSERT_OK(kvp_seq_create(pool, 3, &z, &s));
-    kvptest_tokens(t, 9, 1900);
-    KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
-    ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    assert_null(ev[0].lora_name);
-    KVP_ASSERT_OK(kvp_seq_destroy(s));
+    expect_no_lora_name(pool, 3, &z, 1900);
     kvp_pool_destroy(pool);
 }
 

@@ -21,9 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Lookup in the shared stream; KVP_NO_BLOCK when not found. */
-#define lookup(pool, hv) kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
-
 /* Expect exactly one new per-block callback since `before`. */
 static void expect_evicted_at(const kvptest_evrec *r, size_t before, uint64_t hv,
                               kvp_block b, const char *file, int line)
@@ -63,8 +60,8 @@ static void test_publish_lookup_unpublish(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
     kvptest_publish(pool, 1, 500);
-    KVP_ASSERT_EQ(lookup(pool, 500), 1);
-    KVP_ASSERT_EQ(lookup(pool, 501), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 500), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 501), KVP_NO_BLOCK);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.indexed, 1);
     kvp_block_info info = kvptest_info(pool, 1);
@@ -76,8 +73,8 @@ static void test_publish_lookup_unpublish(void **state)
     uint64_t fp = kvptest_fp(pool);
     kvp_stats before = kvptest_stats(pool);
     for (int i = 0; i < 5; i++) {
-        KVP_ASSERT_EQ(lookup(pool, 500), 1);
-        KVP_ASSERT_EQ(lookup(pool, 777), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 500), 1);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 777), KVP_NO_BLOCK);
     }
     KVP_ASSERT_EQ(kvptest_fp(pool), fp);
     kvp_stats after = kvptest_stats(pool);
@@ -104,7 +101,7 @@ static void test_publish_lookup_unpublish(void **state)
     info = kvptest_info(pool, 1);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.published, 0);
-    KVP_ASSERT_EQ(lookup(pool, 500), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 500), KVP_NO_BLOCK);
     KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 1), KVP_ENOTFOUND);
     /* It may now be published under another hash; freed, it is cached. */
     KVP_ASSERT_OK(kvp_publish(pool, 1, &h600));
@@ -144,7 +141,7 @@ static void test_lazy_eviction(void **state)
         kvptest_publish(pool, ids[1], 42);
         kvptest_free1(pool, ids[1], 1);
         /* Freed, still findable, no callback yet. */
-        KVP_ASSERT_EQ(lookup(pool, 42), ids[1]);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 42), ids[1]);
         kvp_block_info info = kvptest_info(pool, ids[1]);
         KVP_ASSERT_EQ(info.state, KVP_BLOCK_CACHED);
         KVP_ASSERT_EQ(info.published, 1);
@@ -160,7 +157,7 @@ static void test_lazy_eviction(void **state)
         EXPECT_EVICTED(&rec, 0, 42, ids[1]);
         KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 1);
         KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-        KVP_ASSERT_EQ(lookup(pool, 42), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 42), KVP_NO_BLOCK);
         info = kvptest_info(pool, b);
         KVP_ASSERT_EQ(info.published, 0);
         KVP_ASSERT_EQ(info.owner, 2);
@@ -190,7 +187,7 @@ static void test_lazy_eviction(void **state)
         KVP_ASSERT_EQ(rec.hash[i], 10 + order[i] - ids[0]);
     }
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 3);
-    KVP_ASSERT_EQ(lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }
@@ -222,7 +219,7 @@ static void test_claim_cached(void **state)
     KVP_ASSERT_EQ(info.owner, 5);
     KVP_ASSERT_EQ(info.published, 1);
     KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 22);
-    KVP_ASSERT_EQ(lookup(pool, 22), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 22), 2);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.cached, 1);
     KVP_ASSERT_EQ(st.indexed, 2);
@@ -236,7 +233,7 @@ static void test_claim_cached(void **state)
     EXPECT_EVICTED(&rec, 0, 33, 3);
     kvp_block b;
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 6, &b), KVP_EEXHAUSTED);
-    KVP_ASSERT_EQ(lookup(pool, 22), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 22), 2);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 
@@ -306,33 +303,33 @@ static void test_duplicates(void **state)
     kvptest_publish(pool, 2, 5);
     kvptest_publish(pool, 3, 5);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 4);
-    KVP_ASSERT_EQ(lookup(pool, 5), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 1);
     kvptest_check(pool);
     /* Unpublish the first: the next published takes over. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 1));
     EXPECT_EVICTED(&rec, 0, 5, 1);
-    KVP_ASSERT_EQ(lookup(pool, 5), 0);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 0);
     /* Removing a later one leaves the first. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
     EXPECT_EVICTED(&rec, 1, 5, 2);
-    KVP_ASSERT_EQ(lookup(pool, 5), 0);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 0);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     kvptest_check(pool);
     /* Cached block 0 reused for other content: 3 stays findable. */
     kvptest_free1(pool, 0, 1);
-    KVP_ASSERT_EQ(lookup(pool, 5), 0); /* cached copies are findable */
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 0); /* cached copies are findable */
     KVP_ASSERT_OK(kvp_take_id(pool, 0, 1));
     EXPECT_EVICTED(&rec, 2, 5, 0);
-    KVP_ASSERT_EQ(lookup(pool, 5), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 3);
     /* Re-publishing 1 makes it the second copy, after 3. */
     kvptest_publish(pool, 1, 5);
-    KVP_ASSERT_EQ(lookup(pool, 5), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 3);
     kvptest_free1(pool, 3, 1);
     uint32_t ne = 0;
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 8, &ne));
     KVP_ASSERT_EQ(ne, 1);
     EXPECT_EVICTED(&rec, 3, 5, 3);
-    KVP_ASSERT_EQ(lookup(pool, 5), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 4);
     kvptest_check(pool);
@@ -391,7 +388,7 @@ static void test_duplicates_many(void **state)
                     want = ids[i];
                     break;
                 }
-            KVP_ASSERT_EQ(lookup(pool, hv), want);
+            KVP_ASSERT_EQ(kvptest_lookup(pool, hv), want);
         }
         if (step % 8 == 0)
             kvptest_check(pool);
@@ -442,7 +439,7 @@ static void test_evict_lru(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 3, &ne));
     KVP_ASSERT_EQ(ne, 0);
     /* In-use published blocks are never evicted. */
-    KVP_ASSERT_EQ(lookup(pool, 103), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 4);
     KVP_ASSERT_EQ(st.cached, 0);
@@ -526,7 +523,7 @@ static void test_clear_index(void **state)
     KVP_ASSERT_EQ(st.in_use, 4);
     KVP_ASSERT_EQ(st.evictions, 0);
     for (uint64_t hv = 300; hv < 305; hv++)
-        KVP_ASSERT_EQ(lookup(pool, hv), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, hv), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_info(pool, 0).state, KVP_BLOCK_VACANT);
     kvp_block_info info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
@@ -536,7 +533,7 @@ static void test_clear_index(void **state)
     /* Blocks in use stay valid and may be published again. */
     KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 3), KVP_ENOTFOUND);
     kvptest_publish(pool, 2, 999);
-    KVP_ASSERT_EQ(lookup(pool, 999), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 999), 2);
     kvptest_free1(pool, 2, 1);
     kvptest_free1(pool, 3, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_CACHED);
@@ -563,7 +560,7 @@ static void test_reset_prefix_cache(void **state)
     /* One block in use (published): refused, nothing changes. */
     KVP_ASSERT_REFUSED(pool, kvp_reset_prefix_cache(pool), KVP_EBUSY);
     KVP_ASSERT_EQ(rec.n, 0);
-    KVP_ASSERT_EQ(lookup(pool, 400), ids[0]);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 400), ids[0]);
     /* An anonymous, unpublished block in use also blocks it. */
     kvptest_free1(pool, ids[3], 1);
     kvp_block a = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
@@ -579,7 +576,7 @@ static void test_reset_prefix_cache(void **state)
     KVP_ASSERT_EQ(st.vacant, 8);
     KVP_ASSERT_EQ(st.evictions, 0);
     for (uint64_t hv = 400; hv < 404; hv++)
-        KVP_ASSERT_EQ(lookup(pool, hv), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, hv), KVP_NO_BLOCK);
     for (kvp_block b = 0; b < 8; b++) {
         kvp_block_info info = kvptest_info(pool, b);
         KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);

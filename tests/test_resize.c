@@ -15,8 +15,6 @@
 
 #include <string.h>
 
-#define lookup(pool, hv) kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
-
 /* A pool of n blocks in the given reuse order, capped at max managed blocks
  * (0: no cap), its evictions recorded in rec when rec is not NULL. */
 static kvp_pool *make(uint32_t n, kvp_reuse reuse, uint32_t max, kvptest_evrec *rec)
@@ -241,8 +239,8 @@ static void shrink_order(kvp_reuse reuse)
     KVP_ASSERT_EQ(rec.hash[0], 108);
     KVP_ASSERT_EQ(rec.block[1], 6);
     KVP_ASSERT_EQ(rec.hash[1], 106);
-    KVP_ASSERT_EQ(lookup(pool, 108), KVP_NO_BLOCK);
-    KVP_ASSERT_EQ(lookup(pool, 103), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 108), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 2);
     KVP_ASSERT_EQ(st.retired, 6);
@@ -265,7 +263,7 @@ static void shrink_order(kvp_reuse reuse)
     kvp_block_info info = kvptest_info(pool, 9);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.owner, 1);
-    KVP_ASSERT_EQ(lookup(pool, 109), 9);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 109), 9);
     EXPECT_STATES(pool, KVP_BLOCK_IN_USE, 4);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.blocks, 2);
@@ -348,7 +346,7 @@ static void test_retire_top_free(void **state)
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.hash[0], 22);
     KVP_ASSERT_EQ(rec.block[0], 2);
-    KVP_ASSERT_EQ(lookup(pool, 22), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 22), KVP_NO_BLOCK);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 1);
     KVP_ASSERT_EQ(st.retired, 2);
@@ -403,7 +401,7 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 77);
     KVP_ASSERT_EQ(info.ever_allocated, 1);
     EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 7);
-    KVP_ASSERT_EQ(lookup(pool, 77), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 77), 3);
     /* The owners' lists name the new id, in the same position. */
     KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ob, 8), 4);
     KVP_ASSERT_EQ(ob[0], 3);
@@ -437,7 +435,7 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
     KVP_ASSERT_EQ(nf, 4);
     EXPECT_STATES(pool, KVP_BLOCK_CACHED, 3);
-    KVP_ASSERT_EQ(lookup(pool, 77), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 77), 3);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }
@@ -480,8 +478,8 @@ static void test_retire_top_destination(void **state)
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.hash[0], 11);
     KVP_ASSERT_EQ(rec.block[0], 1);
-    KVP_ASSERT_EQ(lookup(pool, 11), KVP_NO_BLOCK);
-    KVP_ASSERT_EQ(lookup(pool, 66), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 11), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 66), 1);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 1);
     KVP_ASSERT_EQ(st.relocated, 2);
@@ -551,21 +549,21 @@ static void test_relocation_duplicates(void **state)
     const kvp_block later[] = {5, 7};
     kvp_pool *pool = retire_with_copies(&rec, later, ARRAY_LEN(later));
     KVP_ASSERT_EQ(rec.n, 0);
-    KVP_ASSERT_EQ(lookup(pool, 9), 5);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 5);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 5));
-    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 
     /* (b) the top is the first copy: the moved entry keeps its place. */
     const kvp_block first[] = {7, 5};
     pool = retire_with_copies(&rec, first, ARRAY_LEN(first));
-    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.block[0], 2);
-    KVP_ASSERT_EQ(lookup(pool, 9), 5);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 5);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 
@@ -576,15 +574,15 @@ static void test_relocation_duplicates(void **state)
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.block[0], 2);
     KVP_ASSERT_EQ(rec.hash[0], 9);
-    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
     kvp_block_info info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.published, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
-    KVP_ASSERT_EQ(lookup(pool, 9), 4);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 4);
     KVP_ASSERT_OK(kvp_unpublish(pool, 4));
-    KVP_ASSERT_EQ(lookup(pool, 9), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
@@ -617,7 +615,7 @@ static void test_retire_all(void **state)
     KVP_ASSERT_EQ(st.relocated, moves);
     /* Every odd block's content is still findable, at an id below 8. */
     for (kvp_block b = 1; b < 16; b += 2) {
-        kvp_block at = lookup(pool, 1000 + b);
+        kvp_block at = kvptest_lookup(pool, 1000 + b);
         assert_true(at < 8);
         KVP_ASSERT_EQ(kvptest_info(pool, at).state, KVP_BLOCK_IN_USE);
     }

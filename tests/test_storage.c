@@ -350,6 +350,17 @@ static void copy_hook(void *user, kvp_stream stream, kvp_block src, kvp_block ds
     r->reenter_status2[i] = (int)kvp_block_get(r->pool, src, &bi);
 }
 
+/* The hook's call number i (from 0) copied src to dst in stream. */
+static void expect_copy_at(const hook_rec *r, size_t i, kvp_stream stream, kvp_block src,
+                           kvp_block dst, const char *file, int line)
+{
+    kvptest_assert_eq(r->stream[i], stream, "stream", "expected", file, line);
+    kvptest_assert_eq(r->src[i], src, "src", "expected", file, line);
+    kvptest_assert_eq(r->dst[i], dst, "dst", "expected", file, line);
+}
+#define expect_copy(r, i, stream, src, dst) \
+    expect_copy_at((r), (i), (stream), (src), (dst), __FILE__, __LINE__)
+
 /* 8 blocks, reuse order LOWEST, the copy hook recording into r (cleared
  * here; r->pool is set once the pool exists). */
 static kvp_config hook_config(hook_rec *r)
@@ -387,9 +398,7 @@ static void test_copy_hook(void **state)
         r.watch_i = 2;
         KVP_ASSERT_OK(kvp_seq_append(b, t + 10, 1));
         KVP_ASSERT_EQ(r.n, 1);
-        KVP_ASSERT_EQ(r.stream[0], KVP_STREAM_SHARED);
-        KVP_ASSERT_EQ(r.src[0], 2);
-        KVP_ASSERT_EQ(r.dst[0], 3);
+        expect_copy(&r, 0, KVP_STREAM_SHARED, 2, 3);
         KVP_ASSERT_EQ(r.watched[0], 2); /* table not yet changed */
         KVP_ASSERT_EQ(r.reenter_status[0], KVP_EBUSY);
         KVP_ASSERT_EQ(r.reenter_status2[0], KVP_EBUSY);
@@ -422,9 +431,7 @@ static void test_copy_hook(void **state)
         KVP_ASSERT_EQ(retired, 5);
         KVP_ASSERT_EQ(moved, 2);
         KVP_ASSERT_EQ(r.n, 2);
-        KVP_ASSERT_EQ(r.stream[1], KVP_STREAM_SHARED);
-        KVP_ASSERT_EQ(r.src[1], 5);
-        KVP_ASSERT_EQ(r.dst[1], 2);
+        expect_copy(&r, 1, KVP_STREAM_SHARED, 5, 2);
         KVP_ASSERT_EQ(r.watched[1], 5); /* before the table changed */
         KVP_ASSERT_EQ(r.reenter_status[1], KVP_EBUSY);
         KVP_ASSERT_OK(kvp_seq_blocks(c, &ids, &n, NULL));
@@ -457,9 +464,7 @@ static void test_copy_hook_streams(void **state)
     KVP_ASSERT_EQ(retired, 7);
     KVP_ASSERT_EQ(moved, 4);
     KVP_ASSERT_EQ(r.n, 1);
-    KVP_ASSERT_EQ(r.stream[0], KVP_STREAM_V);
-    KVP_ASSERT_EQ(r.src[0], 7);
-    KVP_ASSERT_EQ(r.dst[0], 4);
+    expect_copy(&r, 0, KVP_STREAM_V, 7, 4);
     kvptest_check(pool);
     kvp_pool_destroy(pool);
 }

@@ -255,14 +255,6 @@ static void count_evict(void *user, const kvp_hash *h, kvp_block b)
     g_evictions_seen++;
 }
 
-static void check_pool(kvp_pool *p)
-{
-    char msg[512];
-    kvp_status s = kvp_pool_check(p, msg, sizeof msg);
-    if (s != KVP_OK)
-        fail_msg("kvp_pool_check: %s: %s", kvp_strerror(s), s == KVP_ECORRUPT ? msg : "");
-}
-
 static int cmp_block(const void *a, const void *b)
 {
     kvp_block x = *(const kvp_block *)a, y = *(const kvp_block *)b;
@@ -315,7 +307,7 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
     run_workers(w, nthreads, worker_main);
 
     /* Conservation. */
-    check_pool(p);
+    kvptest_check(p);
     kvp_stats st;
     assert_int_equal(kvp_stats_get(p, &st), KVP_OK);
     assert_true(st.blocks == st.in_use + st.free);
@@ -388,7 +380,7 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
 
     /* Everyone frees everything, in parallel. */
     run_workers(w, nthreads, worker_drain);
-    check_pool(p);
+    kvptest_check(p);
     assert_int_equal(kvp_stats_get(p, &st), KVP_OK);
     assert_true(st.in_use == (uint64_t)(null_block ? 1 : 0));
     assert_true(st.owners == 0);
@@ -490,13 +482,13 @@ static void reenter_case(int thread_safe)
     assert_true(st.in_use == 0 && st.owners == 0 && st.cached == 0 && st.evictions == 1);
     assert_int_equal(kvp_stats_get(other, &st), KVP_OK);
     assert_true(st.in_use == 1);
-    check_pool(p);
-    check_pool(other);
+    kvptest_check(p);
+    kvptest_check(other);
 
     /* The pool works normally after the callback returned. */
     assert_int_equal(kvp_take(p, KVP_STREAM_SHARED, 2, &b), KVP_OK);
     assert_int_equal(kvp_free_owner(p, 2, NULL), KVP_OK);
-    check_pool(p);
+    kvptest_check(p);
     kvp_pool_destroy(p);
     kvp_pool_destroy(other);
 }
@@ -572,7 +564,7 @@ static void test_callback_reentry_with_other_threads(void **s)
     assert_null(ret);
     assert_int_equal(c.calls, 50);
     assert_int_equal(busy, 50);
-    check_pool(c.p);
+    kvptest_check(c.p);
     kvp_pool_destroy(c.p);
 }
 

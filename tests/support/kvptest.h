@@ -41,6 +41,9 @@
  *   kvptest_tokens(t, n, first)  fills t[0..n-1] with first, first + 1, ...
  *                             (a prompt of consecutive token ids).
  *   kvptest_owner_blocks(pool, owner, ids, cap)  returns the count.
+ *   kvptest_lookup(pool, hv)  kvp_lookup() of kvptest_hash(hv) in the shared
+ *                             stream: the block, or KVP_NO_BLOCK when the
+ *                             hash is not indexed.
  *
  * Hashes
  *   kvptest_hash(v)      a kvp_hash that is zero except for v stored
@@ -204,5 +207,7 @@ void kvptest_publish(kvp_pool *pool, kvp_block b, uint64_t hv);
 /* The block indexed under kvptest_hash(hv) in stream s, or KVP_NO_BLOCK. */
 kvp_block kvptest_lookup_at(kvp_pool *pool, kvp_stream s, uint64_t hv, const char *file,
                             int line);
+#define kvptest_lookup(pool, hv) \
+    kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
 
 #endif /* KVPTEST_H */
