@@ -124,13 +124,24 @@ static void ta_release(void *user, void *ptr, size_t size)
     t->live_blocks--;
 }
 
+/* A config of n blocks whose allocator hook *al counts into *ta, which
+ * starts empty and refuses the allocation after the next fail_after ones
+ * (< 0: none). */
+static kvp_config ta_config(uint32_t n, long fail_after, kvp_allocator *al, test_alloc *ta)
+{
+    *ta = (test_alloc){0, 0, 0, fail_after, 0};
+    *al = (kvp_allocator){ta_alloc, ta_release, ta};
+    kvp_config cfg = kvptest_config(n);
+    cfg.allocator = al;
+    return cfg;
+}
+
 static void test_allocator_hook(void **state)
 {
     (void)state;
-    test_alloc ta = {0, 0, 0, -1, 0};
-    kvp_allocator al = {ta_alloc, ta_release, &ta};
-    kvp_config cfg = kvptest_config(64);
-    cfg.allocator = &al;
+    test_alloc ta;
+    kvp_allocator al;
+    kvp_config cfg = ta_config(64, -1, &al, &ta);
     cfg.grow_on_exhaustion = 1;
     kvp_pool *pool = kvptest_create(&cfg);
     if (ta.n_alloc == 0)
@@ -159,10 +170,9 @@ static void test_create_enomem(void **state)
     (void)state;
     int created = 0;
     for (long k = 0; k < 200 && !created; k++) {
-        test_alloc ta = {0, 0, 0, k, 0};
-        kvp_allocator al = {ta_alloc, ta_release, &ta};
-        kvp_config cfg = kvptest_config(100);
-        cfg.allocator = &al;
+        test_alloc ta;
+        kvp_allocator al;
+        kvp_config cfg = ta_config(100, k, &al, &ta);
         cfg.thread_safe = (int)(k & 1);
         kvp_pool *pool = (kvp_pool *)&ta; /* sentinel */
         kvp_status st = kvp_pool_create(&cfg, &pool);
@@ -182,14 +192,26 @@ static void test_create_enomem(void **state)
         fail_msg("kvp_pool_create never succeeded within 200 allocations");
 }
 
+/* expr either succeeds or fails with KVP_ENOMEM leaving the pool's
+ * fingerprint as it was; the pool passes its checker either way. */
+#define OK_OR_CLEAN_ENOMEM(pool, expr)                                                   \
+    do {                                                                                 \
+        uint64_t fp_ = kvptest_fp(pool);                                                 \
+        kvp_status st_ = (expr);                                                         \
+        if (st_ != KVP_OK) {                                                             \
+            kvptest_assert_status(st_, KVP_ENOMEM, #expr, __FILE__, __LINE__);           \
+            kvptest_assert_fp_at((pool), fp_, #expr, __FILE__, __LINE__);                \
+        }                                                                                \
+        kvptest_check(pool);                                                             \
+    } while (0)
+
 /* ENOMEM on growth paths after creation: nothing changes. */
 static void test_growth_enomem(void **state)
 {
     (void)state;
-    test_alloc ta = {0, 0, 0, -1, 0};
-    kvp_allocator al = {ta_alloc, ta_release, &ta};
-    kvp_config cfg = kvptest_config(4);
-    cfg.allocator = &al;
+    test_alloc ta;
+    kvp_allocator al;
+    kvp_config cfg = ta_config(4, -1, &al, &ta);
     cfg.grow_on_exhaustion = 1;
     kvp_pool *pool = kvptest_create(&cfg);
     kvp_block ids[8];
@@ -198,29 +220,11 @@ static void test_growth_enomem(void **state)
     /* Each of these may succeed (capacity reserved) or fail with ENOMEM;
      * a failure must change nothing. */
     for (int round = 0; round < 3; round++) {
-        uint64_t fp = kvptest_fp(pool);
         kvp_block b = KVP_NO_BLOCK;
-        kvp_status st = kvp_take(pool, KVP_STREAM_SHARED, 2, &b);
-        if (st != KVP_OK) {
-            KVP_ASSERT_STATUS(st, KVP_ENOMEM);
-            KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        }
-        kvptest_check(pool);
-        fp = kvptest_fp(pool);
+        OK_OR_CLEAN_ENOMEM(pool, kvp_take(pool, KVP_STREAM_SHARED, 2, &b));
         uint32_t added = 12345;
-        st = kvp_extend(pool, KVP_STREAM_SHARED, 100000, &added);
-        if (st != KVP_OK) {
-            KVP_ASSERT_STATUS(st, KVP_ENOMEM);
-            KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        }
-        kvptest_check(pool);
-        fp = kvptest_fp(pool);
-        st = kvp_owner_register(pool, 1000 + (kvp_owner)round);
-        if (st != KVP_OK) {
-            KVP_ASSERT_STATUS(st, KVP_ENOMEM);
-            KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        }
-        kvptest_check(pool);
+        OK_OR_CLEAN_ENOMEM(pool, kvp_extend(pool, KVP_STREAM_SHARED, 100000, &added));
+        OK_OR_CLEAN_ENOMEM(pool, kvp_owner_register(pool, 1000 + (kvp_owner)round));
     }
     ta.fail_after = -1;
     kvp_pool_destroy(pool);
