@@ -183,8 +183,7 @@ static void test_lazy_eviction(void **state)
     KVP_ASSERT_EQ(rec.n, 3);
     for (int i = 0; i < 3; i++) {
         KVP_ASSERT_EQ(got[i], order[i]);
-        KVP_ASSERT_EQ(rec.block[i], order[i]);
-        KVP_ASSERT_EQ(rec.hash[i], 10 + order[i] - ids[0]);
+        KVPTEST_EXPECT_EVREC(&rec, i, 10 + order[i] - ids[0], order[i]);
     }
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 3);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
@@ -420,10 +419,8 @@ static void test_evict_lru(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 2, &ne));
     KVP_ASSERT_EQ(ne, 2);
     KVP_ASSERT_EQ(rec.n, 2);
-    KVP_ASSERT_EQ(rec.block[0], 5);
-    KVP_ASSERT_EQ(rec.hash[0], 105);
-    KVP_ASSERT_EQ(rec.block[1], 2);
-    KVP_ASSERT_EQ(rec.hash[1], 102);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 105, 5);
+    KVPTEST_EXPECT_EVREC(&rec, 1, 102, 2);
     KVP_ASSERT_EQ(kvptest_info(pool, 5).state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(kvptest_info(pool, 7).state, KVP_BLOCK_CACHED);
     kvp_stats st = kvptest_stats(pool);

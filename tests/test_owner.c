@@ -209,10 +209,8 @@ static void test_free_owner_newest_first(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 4, &ne));
     KVP_ASSERT_EQ(ne, 4);
     KVP_ASSERT_EQ(rec.n, 4);
-    for (size_t i = 0; i < 4; i++) {
-        KVP_ASSERT_EQ(rec.block[i], ids[3 - i]);
-        KVP_ASSERT_EQ(rec.hash[i], 103 - i);
-    }
+    for (size_t i = 0; i < 4; i++)
+        KVPTEST_EXPECT_EVREC(&rec, i, 103 - i, ids[3 - i]);
     kvptest_check(pool);
 
     /* References counted per reference, and only the owner's. */

@@ -637,8 +637,7 @@ static void test_take_id(void **state)
     uint64_t ev0 = kvptest_stats(pool).evictions;
     KVP_ASSERT_OK(kvp_take_id(pool, 2, KVP_ANON));
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 77);
-    KVP_ASSERT_EQ(rec.block[0], 2);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 77, 2);
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, ev0 + 1);
     info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.published, 0);

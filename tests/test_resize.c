@@ -235,10 +235,8 @@ static void shrink_order(kvp_reuse reuse)
     EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 2, 0, 8, 6);
     EXPECT_STATES(pool, KVP_BLOCK_CACHED, 3, 1);
     KVP_ASSERT_EQ(rec.n, 2);
-    KVP_ASSERT_EQ(rec.block[0], 8);
-    KVP_ASSERT_EQ(rec.hash[0], 108);
-    KVP_ASSERT_EQ(rec.block[1], 6);
-    KVP_ASSERT_EQ(rec.hash[1], 106);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 108, 8);
+    KVPTEST_EXPECT_EVREC(&rec, 1, 106, 6);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 108), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
     st = kvptest_stats(pool);
@@ -344,8 +342,7 @@ static void test_retire_top_free(void **state)
     kvptest_free1(pool, 2, 1);
     expect_retire(pool, 2, KVP_NO_BLOCK);
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 22);
-    KVP_ASSERT_EQ(rec.block[0], 2);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 22, 2);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 22), KVP_NO_BLOCK);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 1);
@@ -476,8 +473,7 @@ static void test_retire_top_destination(void **state)
     kvptest_publish(pool, 6, 66);
     expect_retire(pool, 6, 1);
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 11);
-    KVP_ASSERT_EQ(rec.block[0], 1);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 11, 1);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 11), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 66), 1);
     kvp_stats st = kvptest_stats(pool);
@@ -572,8 +568,7 @@ static void test_relocation_duplicates(void **state)
     const kvp_block cached[] = {7, 2, 4};
     pool = retire_with_copies(&rec, cached, ARRAY_LEN(cached));
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.block[0], 2);
-    KVP_ASSERT_EQ(rec.hash[0], 9);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 9, 2);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
     kvp_block_info info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);

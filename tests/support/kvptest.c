@@ -242,6 +242,13 @@ void kvptest_evrec_reset(kvptest_evrec *r)
     memset(r, 0, sizeof *r);
 }
 
+void kvptest_evrec_expect_at(const kvptest_evrec *r, size_t i, uint64_t hv, kvp_block b,
+                             const char *file, int line)
+{
+    kvptest_assert_eq(r->hash[i], hv, "evicted hash", "expected", file, line);
+    kvptest_assert_eq(r->block[i], b, "evicted block", "expected", file, line);
+}
+
 void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg)
 {
     kvptest_evrec_reset(r);

@@ -58,6 +58,8 @@
  *   a notice that breaks that pairing is counted in r.bad).  r.n counts all
  *   callbacks, r.n_cleared the notices; the first KVPTEST_EVREC_MAX entries
  *   are kept.  kvptest_evrec_reset(&r) forgets everything.
+ *   KVPTEST_EXPECT_EVREC(&r, i, hv, b)  entry i recorded hash value hv
+ *                                        evicted from block b.
  *
  * Scale
  *   kvptest_scale()      env KVP_TEST_SCALE as a double (default 1.0).
@@ -181,6 +183,10 @@ typedef struct kvptest_evrec {
 void kvptest_evrec_fn(void *user, const kvp_hash *hash, kvp_block block);
 void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg);
 void kvptest_evrec_reset(kvptest_evrec *r);
+void kvptest_evrec_expect_at(const kvptest_evrec *r, size_t i, uint64_t hv, kvp_block b,
+                             const char *file, int line);
+#define KVPTEST_EXPECT_EVREC(r, i, hv, b) \
+    kvptest_evrec_expect_at((r), (i), (hv), (b), __FILE__, __LINE__)
 
 /* ---- scale -------------------------------------------------------------- */
 
