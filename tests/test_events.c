@@ -609,8 +609,7 @@ static void test_separate_lists_per_hash(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_K, 1, &n_ev)); /* the last copy */
     KVP_ASSERT_EQ(n_ev, 1);
     expect_one(pool, KVP_EVENT_REMOVED, 40);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* kvp_clear_index while a sequence runs: its blocks lose their hashes, and
@@ -674,8 +673,7 @@ static void test_clear_index_running_sequence(void **state)
     KVP_ASSERT_EQ(sync_model(pool, m), 0);
     KVP_ASSERT_EQ(m->n, 0);
     compare(pool, m, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
     free(m);
 }
 

@@ -517,8 +517,7 @@ static void run_create(int verify)
             }
             KVP_ASSERT_OK(st);
             KVP_ASSERT_EQ(fired, 0);
-            kvptest_check(p);
-            kvp_pool_destroy(p);
+            kvptest_done(p);
             KVP_ASSERT_EQ(g_fm.outstanding, 0);
             break;
         }

@@ -170,8 +170,7 @@ static void test_vacant_before_cached(void **state)
         KVP_ASSERT_EQ(rec.n, 2);
         KVPTEST_EXPECT_EVREC(&rec, 1, 10, 0);
         KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 2);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -268,8 +267,7 @@ static void test_lifo_stack_array(void **state)
     KVP_ASSERT_EQ(added, 30);
     kvptest_check(pool);
     KVP_ASSERT_OK(kvp_pool_clear(pool));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

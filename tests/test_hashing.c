@@ -136,8 +136,7 @@ static void test_vectors(void **state)
         }
         /* Hashing is pure. */
         KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
     assert_true(n_sha >= 10);
     assert_true(n_xxh >= 10);
@@ -363,8 +362,7 @@ static void test_custom_hash_error_propagates(void **state)
     KVP_ASSERT_EQ(bi.published, 1);
     assert_memory_equal(bi.hash.b, want[1].b, 32);
     KVP_ASSERT_OK(kvp_seq_destroy(s));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- kvp_hash_tokens: n_known, ESPACE, errors ------------------------- */
@@ -640,8 +638,7 @@ static void test_tenant_isolation(void **state)
         KVP_ASSERT_EQ(admit(f, t, 13), 0);
         kvp_seq *g = seq_new(pool, 7, &xa2);
         KVP_ASSERT_EQ(admit(g, t, 13), 12);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 

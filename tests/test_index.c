@@ -123,8 +123,7 @@ static void test_publish_lookup_unpublish(void **state)
     KVP_ASSERT_EQ(rec.n, 3);
     KVP_ASSERT_EQ(rec.n_cleared, 0);
     KVP_ASSERT_EQ(rec.bad, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- lazy eviction ------------------------------------------------------ */
@@ -165,8 +164,7 @@ static void test_lazy_eviction(void **state)
         kvptest_free1(pool, b, 2);
         KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 2), b);
         KVP_ASSERT_EQ(rec.n, 1);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 
     /* Through kvp_alloc, several at once, in LRU order. */
@@ -187,8 +185,7 @@ static void test_lazy_eviction(void **state)
     }
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 3);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- claim -------------------------------------------------------------- */
@@ -233,8 +230,7 @@ static void test_claim_cached(void **state)
     kvp_block b;
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 6, &b), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 22), 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* A claimed-and-freed block goes to the most recent end of the LRU. */
     pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
@@ -254,8 +250,7 @@ static void test_claim_cached(void **state)
     EXPECT_EVICTED(&rec, 1, 102, 2);
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
     EXPECT_EVICTED(&rec, 2, 100, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_claim_used_and_vacant(void **state)
@@ -283,8 +278,7 @@ static void test_claim_used_and_vacant(void **state)
     KVP_ASSERT_OK(kvp_unpublish(pool, x));
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, x, 1), KVP_ENOTFOUND);
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 4, 1), KVP_ERANGE);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- duplicates --------------------------------------------------------- */
@@ -352,8 +346,7 @@ static void test_duplicates(void **state)
     assert_memory_equal(rec.full[before].b, hb.b, 32);
     KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &ha, &out));
     KVP_ASSERT_EQ(out, x);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Many copies of a hash, evicted in random order: the index follows. */
@@ -393,8 +386,7 @@ static void test_duplicates_many(void **state)
             kvptest_check(pool);
     }
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- evict, ensure_free ------------------------------------------------- */
@@ -444,8 +436,7 @@ static void test_evict_lru(void **state)
     /* Evicted blocks are plain vacant blocks (LOWEST: lowest first). */
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 0);
     KVP_ASSERT_EQ(rec.n, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_ensure_free(void **state)
@@ -481,8 +472,7 @@ static void test_ensure_free(void **state)
     KVP_ASSERT_EQ(st.cached, 0);
     KVP_ASSERT_EQ(st.evictions, 4);
     KVP_ASSERT_EQ(st.blocks, 8); /* never grows */
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Even with growth allowed, ensure_free does not grow. */
     kvp_config cfg = kvptest_config(2);
@@ -540,8 +530,7 @@ static void test_clear_index(void **state)
     kvp_block got[8];
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 5, 2, got, 8), 5);
     KVP_ASSERT_EQ(rec.n, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_reset_prefix_cache(void **state)
@@ -609,8 +598,7 @@ static void test_prefix_caching_off(void **state)
     KVP_ASSERT_EQ(st.vacant, 4);
     KVP_ASSERT_EQ(rec.n, 0);
     KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- callback re-entry -------------------------------------------------- */
@@ -772,8 +760,7 @@ static void run_reentry(int thread_safe)
     /* And the pool works normally afterwards. */
     KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_SHARED, 3, &b));
     KVP_ASSERT_OK(kvp_free_owner(pool, 1, NULL));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
     kvp_pool_destroy(r.other);
 }
 
@@ -847,8 +834,7 @@ static void test_bucket_count(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 10000, NULL));
     KVP_ASSERT_EQ(pool->bmask + 1, kvp__bucket_count(pool->cap));
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16), 16);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

@@ -63,8 +63,7 @@ static void test_config_defaults(void **state)
     KVP_ASSERT_EQ(st.free, 1024);
     KVP_ASSERT_EQ(st.vacant, 1024);
     KVP_ASSERT_EQ(st.in_use, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_strerror(void **state)
@@ -157,8 +156,7 @@ static void test_allocator_hook(void **state)
         KVP_ASSERT_EQ(n, 5);
         KVP_ASSERT_OK(kvp_publish(pool, ids[0], &h));
     }
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
     KVP_ASSERT_EQ(ta.live_bytes, 0);
     KVP_ASSERT_EQ(ta.live_blocks, 0);
     KVP_ASSERT_EQ(ta.bad_release, 0);
@@ -178,8 +176,7 @@ static void test_create_enomem(void **state)
         kvp_status st = kvp_pool_create(&cfg, &pool);
         if (st == KVP_OK) {
             created = 1;
-            kvptest_check(pool);
-            kvp_pool_destroy(pool);
+            kvptest_done(pool);
         } else {
             KVP_ASSERT_STATUS(st, KVP_ENOMEM);
             if (pool != (kvp_pool *)&ta)
@@ -370,8 +367,7 @@ static void test_zero_blocks(void **state)
     KVP_ASSERT_EQ(st.blocks, 3);
     KVP_ASSERT_EQ(st.grown, 3);
     KVP_ASSERT_EQ(st.free, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- clear -------------------------------------------------------------- */
@@ -514,8 +510,7 @@ static void test_pool_clear_variants(void **state)
             KVP_ASSERT_EQ(x, y);
         }
         KVP_ASSERT_EQ(kvptest_fp(pool), kvptest_fp(fresh));
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
         kvp_pool_destroy(fresh);
     }
 }
@@ -569,8 +564,7 @@ static void test_alloc_basic(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_alloc(pool, KVP_STREAM_SHARED, 33, 1, 0, ids, 2, &n),
                        KVP_ESPACE);
     KVP_ASSERT_EQ(n, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_take_basic(void **state)
@@ -601,8 +595,7 @@ static void test_take_basic(void **state)
     KVP_ASSERT_EQ(info.anon_refs, 1);
     KVP_ASSERT_EQ(info.ref_count, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_take_id(void **state)
@@ -650,8 +643,7 @@ static void test_take_id(void **state)
     /* Only block 7 is left. */
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7);
     KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 8, 1), KVP_ERANGE);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_free_basic(void **state)
@@ -685,8 +677,7 @@ static void test_free_basic(void **state)
     KVP_ASSERT_EQ(st.blocks_freed, 2);
     KVP_ASSERT_EQ(st.in_use, 2);
     KVP_ASSERT_EQ(st.free, 6);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- exhaustion and growth --------------------------------------------- */
@@ -715,8 +706,7 @@ static void test_all_or_nothing(void **state)
     /* Exactly what is left succeeds. */
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 3, ids, 4), 1);
     KVP_ASSERT_EQ(ids[0], 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_grow_on_exhaustion(void **state)
@@ -766,8 +756,7 @@ static void test_grow_on_exhaustion(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_alloc(pool, KVP_STREAM_SHARED, 32, 3, 0, ids, 8, &n),
                        KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 7);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Without growth the cap does not matter and nothing grows. */
     cfg = kvptest_config(2);
@@ -789,8 +778,7 @@ static void test_grow_on_exhaustion(void **state)
     KVP_ASSERT_EQ(st.blocks, 8);
     KVP_ASSERT_EQ(st.grown, 6);
     KVP_ASSERT_EQ(st.free, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Growth first refills ids retired by shrink, lowest first. */
@@ -813,8 +801,7 @@ static void test_grow_refills_retired(void **state)
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.grown, 4);
     KVP_ASSERT_EQ(st.blocks, 7);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_reused_counting(void **state)
@@ -837,8 +824,7 @@ static void test_reused_counting(void **state)
     KVP_ASSERT_EQ(st.reused, 4);
     KVP_ASSERT_EQ(st.blocks_allocated, 8);
     KVP_ASSERT_EQ(kvptest_info(pool, 3).ever_allocated, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- null block --------------------------------------------------------- */
@@ -901,8 +887,7 @@ static void test_null_block(void **state)
         st = kvptest_stats(pool);
         KVP_ASSERT_EQ(st.blocks, 1);
         KVP_ASSERT_EQ(st.in_use, 1);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -969,8 +954,7 @@ static void test_separate_kv(void **state)
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 2);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 0);
     KVP_ASSERT_REFUSED(pool, kvp_extend(pool, KVP_STREAM_SHARED, 1, &added), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Growth on exhaustion grows the exhausted stream. */
     cfg = kvptest_config(4);
@@ -983,8 +967,7 @@ static void test_separate_kv(void **state)
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 2);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 0);
     KVP_ASSERT_EQ(kvptest_stats(pool).grown, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* With one shared list K, V and SHARED all name it. */
@@ -1012,8 +995,7 @@ static void test_shared_stream_aliases(void **state)
     kvp_block b;
     KVP_ASSERT_REFUSED(pool, kvp_free_count(pool, (kvp_stream)3, &cnt), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, (kvp_stream)-1, 1, &b), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- fill and fragmentation -------------------------------------------- */
@@ -1065,8 +1047,7 @@ static void test_set_fill_fragmentation(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_set_fill(NULL, 1, 1), KVP_EINVAL);
     KVP_ASSERT_OK(kvp_set_fill(pool, 1, 16)); /* block_size itself is allowed */
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* block_size 1: no fill value is fragmented. */
     kvp_config cfg = kvptest_config(2);
@@ -1076,8 +1057,7 @@ static void test_set_fill_fragmentation(void **state)
     KVP_ASSERT_OK(kvp_set_fill(pool, b, 1));
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
     KVP_ASSERT_REFUSED(pool, kvp_set_fill(pool, b, 2), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- block_get ---------------------------------------------------------- */
@@ -1134,8 +1114,7 @@ static void test_block_get(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_block_get(pool, KVP_NO_BLOCK, &info), KVP_ERANGE);
     KVP_ASSERT_REFUSED(pool, kvp_block_get(pool, 0, NULL), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_block_get(NULL, 0, &info), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- prefault ------------------------------------------------------------ */

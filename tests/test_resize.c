@@ -109,8 +109,7 @@ static void test_extend_cap(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 0, NULL));
     KVP_ASSERT_EQ(kvptest_fp(pool), fp);
     KVP_ASSERT_EQ(kvptest_stats(pool).extended, 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* max_blocks 0: no practical cap. */
     pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
@@ -118,8 +117,7 @@ static void test_extend_cap(void **state)
     KVP_ASSERT_EQ(added, 1000);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 1004);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 1004);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Where extended blocks land in the reuse order. */
@@ -132,8 +130,7 @@ static void test_extend_reuse_position(void **state)
     kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2, 4, 5);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* FIFO: as if freed now, in id order, so after earlier frees. */
     pool = make_full(4, KVP_REUSE_FIFO, 0, NULL, ids);
@@ -141,8 +138,7 @@ static void test_extend_reuse_position(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
     kvptest_free1(pool, 3, 1);
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 4, 5, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* LIFO and LOWEST: extended vacant blocks still go before cached ones. */
     kvptest_evrec rec;
@@ -153,8 +149,7 @@ static void test_extend_reuse_position(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, NULL));
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
     KVP_ASSERT_EQ(rec.n, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_extend_refills_retired(void **state)
@@ -185,8 +180,7 @@ static void test_extend_refills_retired(void **state)
     KVP_ASSERT_EQ(st.blocks, 10);
     KVP_ASSERT_EQ(st.extended, 5);
     KVP_ASSERT_EQ(st.retired, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* The cap counts managed blocks, not the highest id. */
     pool = make_full(8, KVP_REUSE_LOWEST, 9, NULL, ids);
@@ -197,8 +191,7 @@ static void test_extend_refills_retired(void **state)
     EXPECT_STATES(pool, KVP_BLOCK_VACANT, 2, 5, 6, 8);
     KVP_ASSERT_STATUS(kvp_block_get(pool, 9, &info), KVP_ERANGE);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 9);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- shrink ------------------------------------------------------------- */
@@ -274,8 +267,7 @@ static void shrink_order(kvp_reuse reuse)
     KVP_ASSERT_REFUSED(pool, kvp_free(pool, &r, 1, 1), KVP_ERANGE);
     KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 7, 1), KVP_ERANGE);
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 3, 1), KVP_ERANGE);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_shrink_order(void **state)
@@ -316,8 +308,7 @@ static void test_shrink_separate(void **state)
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(info.stream, KVP_STREAM_K);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 5);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- retire_top --------------------------------------------------------- */
@@ -355,8 +346,7 @@ static void test_retire_top_free(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, &added));
     EXPECT_STATES(pool, KVP_BLOCK_VACANT, 2);
     EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_retire_top_used(void **state)
@@ -433,8 +423,7 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_EQ(nf, 4);
     EXPECT_STATES(pool, KVP_BLOCK_CACHED, 3);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 77), 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* The destination is taken in reuse order and evicted if it was cached. */
@@ -447,8 +436,7 @@ static void test_retire_top_destination(void **state)
     kvptest_free1(pool, 2, 1);
     kvptest_free1(pool, 4, 1);
     expect_retire(pool, 7, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* FIFO: the head of the queue. */
     pool = make_full(8, KVP_REUSE_FIFO, 0, NULL, ids);
@@ -456,8 +444,7 @@ static void test_retire_top_destination(void **state)
     kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* LOWEST with cached and vacant: vacant first. */
     kvptest_evrec rec;
@@ -481,8 +468,7 @@ static void test_retire_top_destination(void **state)
     KVP_ASSERT_EQ(st.relocated, 2);
     KVP_ASSERT_EQ(st.indexed, 1);
     KVP_ASSERT_EQ(st.free, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_retire_top_no_free(void **state)
@@ -503,8 +489,7 @@ static void test_retire_top_no_free(void **state)
     EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 0);
     KVP_ASSERT_OK(kvp_take_id(pool, 3, 1));
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Separate streams: only a free block of the same stream will do. */
     pool = make_separate();
@@ -516,8 +501,7 @@ static void test_retire_top_no_free(void **state)
     KVP_ASSERT_EQ(kvptest_info(pool, 5).stream, KVP_STREAM_V);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* An 8-block LOWEST pool, every block in use by owner 1, with hash 9
@@ -549,8 +533,7 @@ static void test_relocation_duplicates(void **state)
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 5));
     KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* (b) the top is the first copy: the moved entry keeps its place. */
     const kvp_block first[] = {7, 5};
@@ -560,8 +543,7 @@ static void test_relocation_duplicates(void **state)
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.block[0], 2);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 5);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* (c) the destination is a cached copy of the same hash: its own entry
      * is evicted, the moved one takes its place. */
@@ -579,8 +561,7 @@ static void test_relocation_duplicates(void **state)
     KVP_ASSERT_OK(kvp_unpublish(pool, 4));
     KVP_ASSERT_EQ(kvptest_lookup(pool, 9), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Retire everything from the top down, moving blocks as needed. */
@@ -619,8 +600,7 @@ static void test_retire_all(void **state)
         assert_true(ids[i] < 8);
     kvp_block r, m;
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

@@ -151,8 +151,7 @@ static void test_hit_while_held(void **state)
     KVP_ASSERT_OK(kvp_seq_destroy(a));
     KVP_ASSERT_EQ(refs(pool, ia[0]), 1);
     KVP_ASSERT_EQ(kvptest_info(pool, ia[2]).state, KVP_BLOCK_VACANT);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_hit_on_free_cached(void **state)
@@ -188,8 +187,7 @@ static void test_hit_on_free_cached(void **state)
     KVP_ASSERT_EQ(st.cached, 0);
     KVP_ASSERT_EQ(st.in_use, 3);
     KVP_ASSERT_EQ(st.evictions, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- eviction order -------------------------------------------------------- */
@@ -238,8 +236,7 @@ static void test_eviction_order(void **state)
             KVP_ASSERT_EQ(rec.hash[0], kvptest_hash_u64(&ha[2]));
             KVP_ASSERT_EQ(rec.hash[2], kvptest_hash_u64(&ha[0]));
             KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 6);
-            kvptest_check(pool);
-            kvp_pool_destroy(pool);
+            kvptest_done(pool);
         }
     }
 }
@@ -309,8 +306,7 @@ static void test_partial_block_published_when_full(void **state)
     KVP_ASSERT_OK(kvp_seq_append(b, t, 0));
     KVP_ASSERT_OK(kvp_seq_append(b, NULL, 0));
     KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_reused_block_loses_hash(void **state)
@@ -438,8 +434,7 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(NULL, tp, 4, NULL), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(b, NULL, 3), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(NULL, tp, 3), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- probe: what an admission would do, changing nothing ---------------- */
@@ -501,8 +496,7 @@ static void test_probe(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, &c, NULL), KVP_EINVAL);
     KVP_ASSERT_EQ(c, 4242);
     KVP_ASSERT_EQ(nd, 4242);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Without prefix caching nothing is cached: every block is new. */
     kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
@@ -513,8 +507,7 @@ static void test_probe(void **state)
     KVP_ASSERT_OK(kvp_seq_destroy(a));
     b = mkseq(pool, 2);
     EXPECT_PROBE(pool, b, tp, 12, 0, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_admit_grows(void **state)
@@ -539,8 +532,7 @@ static void test_admit_grows(void **state)
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 6);
     admit(b, u, 4);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 7);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- leave one token --------------------------------------------------- */
@@ -595,8 +587,7 @@ static void test_leave_one_token(void **state)
     KVP_ASSERT_EQ(st.prefix_hits, 1 + 2 + 0 + 0 + 1);
     KVP_ASSERT_EQ(st.prefix_tokens_queried, 4 * st.prefix_queries);
     KVP_ASSERT_EQ(st.prefix_tokens_hit, 4 * st.prefix_hits);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- an admission never evicts its own matches ------------------------- */
@@ -635,8 +626,7 @@ static void test_no_self_eviction(void **state)
         KVP_ASSERT_EQ(ib[2], ic[0]);
         KVP_ASSERT_EQ(rec.n, 1);
         KVP_ASSERT_EQ(rec.block[0], ic[0]);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -672,8 +662,7 @@ static void test_reset_prefix_cache(void **state)
         KVP_ASSERT_EQ(st.in_use, (uint64_t)null_block);
         kvp_seq *c = mkseq(pool, 4);
         KVP_ASSERT_EQ(admit(c, t, 9), 0);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -790,8 +779,7 @@ static void test_fork_cow(void **state)
     KVP_ASSERT_OK(kvp_seq_blocks(f, &ids, &nb, &nt));
     KVP_ASSERT_EQ(nb, 0);
     KVP_ASSERT_EQ(nt, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- truncate: rollback of rejected tokens ------------------------------- */
@@ -891,8 +879,7 @@ static void truncate_case(int verify)
     KVP_ASSERT_EQ(nt, 0);
     KVP_ASSERT_EQ(kvptest_stats(pool).in_use, 0);
     KVP_ASSERT_EQ(admit(a, t, 14), 12);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_truncate(void **state)
@@ -956,8 +943,7 @@ static void test_truncate_shared_and_refused(void **state)
     KVP_ASSERT_OK(kvp_seq_truncate(b, t, 2));
     KVP_ASSERT_EQ(table(b, ib, &nt), 1);
     KVP_ASSERT_EQ(nt, 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_cow_exhausted(void **state)
@@ -980,8 +966,7 @@ static void test_cow_exhausted(void **state)
     KVP_ASSERT_EQ(kvptest_stats(pool).cow_copies, 1);
     /* COW plus a new block when only 0 free: refused. */
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(b, t + 6, 3), KVP_EEXHAUSTED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- destroy order and the null block ----------------------------------- */
@@ -1018,8 +1003,7 @@ static void test_destroy_order(void **state)
         for (int i = 0; i < 4; i++)
             KVP_ASSERT_EQ(ib[i], want[reuse][i]);
         KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -1147,8 +1131,7 @@ static void test_table_pointer_and_registry(void **state)
     KVP_ASSERT_STATUS(kvp_seq_find(pool, 11, &f), KVP_ENOTFOUND);
     kvp_seq *again = mkseq(pool, 11);
     KVP_ASSERT_EQ(admit(again, t, 10), 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Separate K/V lists: sequences refused. */
     kvp_config kv = seq_config(8, 4, KVP_REUSE_LIFO);
@@ -1233,8 +1216,7 @@ static void test_relocation(void **state)
     kvp_block io[8];
     table(other, io, NULL);
     KVP_ASSERT_EQ(io[2], 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- statistics ----------------------------------------------------------- */
@@ -1306,10 +1288,8 @@ static void test_stats(void **state)
     st = kvptest_stats(np);
     KVP_ASSERT_EQ(st.prefix_hits, 0);
     KVP_ASSERT_EQ(st.indexed, 0);
-    kvptest_check(np);
-    kvp_pool_destroy(np);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(np);
+    kvptest_done(pool);
 }
 
 /* ---- verified hits -------------------------------------------------------- */
@@ -1371,8 +1351,7 @@ static void test_verified_degenerate_hash(void **state)
             KVP_ASSERT_EQ(got_e, 0);
         kvp_seq *g = mkseq(pool, 6);
         KVP_ASSERT_EQ(admit(g, t, 13), 12);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -1488,8 +1467,7 @@ static void test_verified_direct(void **state)
     KVP_ASSERT_OK(kvp_take_id(pool, x, KVP_ANON));
     KVP_ASSERT_STATUS(kvp_lookup_verified(pool, KVP_STREAM_SHARED, &h2, x, t1, 4, &out),
                       KVP_ENOTFOUND);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Verification off: both calls refused. */
     kvp_config off = seq_config(4, 4, KVP_REUSE_LOWEST);
@@ -1545,8 +1523,7 @@ static void test_verified_relocated_parent(void **state)
     KVP_ASSERT_STATUS(kvp_publish_verified(pool, 3, &h1, KVP_NO_BLOCK, t0, 4), KVP_OK);
     KVP_ASSERT_STATUS(kvp_lookup_verified(pool, KVP_STREAM_SHARED, &h2, 3, t1, 4, &out),
                       KVP_ENOTFOUND);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Sequences with verify_hits: relocation of a parent block makes its
@@ -1610,8 +1587,7 @@ static void test_verified_sequence_relocation(void **state)
     table(d, id_, NULL);
     KVP_ASSERT_EQ(id_[0], 3);
     KVP_ASSERT_EQ(id_[1], 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- re-entry from the eviction callback ---------------------------------- */
@@ -1729,8 +1705,7 @@ static void test_callback_reentry(void **state)
             APPEND(a, ta, 4);
             KVP_ASSERT_OK(kvp_seq_destroy(a));
             KVP_ASSERT_OK(kvp_seq_destroy(o));
-            kvptest_check(pool);
-            kvp_pool_destroy(pool);
+            kvptest_done(pool);
             /* Header: a call back into the pool "returns KVP_EBUSY and does
              * nothing" -- also a zero-token append. */
             KVP_ASSERT_EQ(r.st_append0, KVP_EBUSY);

@@ -437,8 +437,7 @@ static void test_copy_hook(void **state)
         KVP_ASSERT_OK(kvp_seq_blocks(c, &ids, &n, NULL));
         KVP_ASSERT_EQ(ids[0], 2);
         r.watch = NULL;
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -465,8 +464,7 @@ static void test_copy_hook_streams(void **state)
     KVP_ASSERT_EQ(moved, 4);
     KVP_ASSERT_EQ(r.n, 1);
     expect_copy(&r, 0, KVP_STREAM_V, 7, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

@@ -488,8 +488,7 @@ static void reenter_case(int thread_safe)
     /* The pool works normally after the callback returned. */
     assert_int_equal(kvp_take(p, KVP_STREAM_SHARED, 2, &b), KVP_OK);
     assert_int_equal(kvp_free_owner(p, 2, NULL), KVP_OK);
-    kvptest_check(p);
-    kvp_pool_destroy(p);
+    kvptest_done(p);
     kvp_pool_destroy(other);
 }
 

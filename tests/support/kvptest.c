@@ -46,6 +46,12 @@ void kvptest_check_at(kvp_pool *pool, const char *file, int line)
     _fail(file, line);
 }
 
+void kvptest_done_at(kvp_pool *pool, const char *file, int line)
+{
+    kvptest_check_at(pool, file, line);
+    kvp_pool_destroy(pool);
+}
+
 uint64_t kvptest_fp_at(kvp_pool *pool, const char *file, int line)
 {
     uint64_t fp = 0;

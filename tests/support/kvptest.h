@@ -18,6 +18,8 @@
  *
  * Pool helpers (all assert success)
  *   kvptest_check(pool)       kvp_pool_check(); fails with its message.
+ *   kvptest_done(pool)        kvptest_check(), then kvp_pool_destroy(): the
+ *                             end of a pool the test still expects whole.
  *   kvptest_fp(pool)          kvp_pool_fingerprint().
  *   kvptest_config(n)         kvp_config_default() with num_blocks = n and
  *                             block_size = 16; change fields, then
@@ -110,6 +112,8 @@ void kvptest_assert_fp_at(kvp_pool *pool, uint64_t before, const char *expr,
                           const char *file, int line);
 
 #define kvptest_check(pool) kvptest_check_at((pool), __FILE__, __LINE__)
+void kvptest_done_at(kvp_pool *pool, const char *file, int line);
+#define kvptest_done(pool) kvptest_done_at((pool), __FILE__, __LINE__)
 #define kvptest_fp(pool) kvptest_fp_at((pool), __FILE__, __LINE__)
 
 #define KVP_ASSERT_REFUSED(pool, expr, status)                               \
