@@ -472,14 +472,8 @@ static void test_hash_args(void **state)
     KVP_ASSERT_STATUS(kvp_hash_block(pool, &parent, t, 4, 2, NULL, &out), KVP_EINVAL);
     KVP_ASSERT_STATUS(kvp_hash_block(pool, NULL, t, 4, 4, NULL, &out), KVP_EINVAL);
     KVP_ASSERT_OK(kvp_hash_block(pool, &parent, t, 4, 4, NULL, &out));
-    kvp_mm_span bad;
-    memset(&bad, 0, sizeof bad);
-    bad.start = 5;
-    bad.end = 4;
-    kvp_extra_keys xs;
-    memset(&xs, 0, sizeof xs);
-    xs.mm = &bad;
-    xs.n_mm = 1;
+    kvp_mm_span bad = {.start = 5, .end = 4};
+    kvp_extra_keys xs = {.mm = &bad, .n_mm = 1};
     KVP_ASSERT_STATUS(kvp_hash_block(pool, NULL, t, 4, 0, &xs, &out), KVP_EINVAL);
     /* Even a span far from this block is checked. */
     bad.start = 100;

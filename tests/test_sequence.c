@@ -1090,14 +1090,8 @@ static void test_table_pointer_and_registry(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_create(NULL, 14, NULL, &dup), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_create(pool, 14, NULL, NULL), KVP_EINVAL);
     /* A bad span in the extra keys. */
-    kvp_mm_span bad;
-    memset(&bad, 0, sizeof bad);
-    bad.start = 3;
-    bad.end = 1;
-    kvp_extra_keys xs;
-    memset(&xs, 0, sizeof xs);
-    xs.mm = &bad;
-    xs.n_mm = 1;
+    kvp_mm_span bad = {.start = 3, .end = 1};
+    kvp_extra_keys xs = {.mm = &bad, .n_mm = 1};
     kvp_status st = kvp_seq_create(pool, 14, &xs, &dup);
     if (st == KVP_OK) {
         print_error("kvp_seq_create accepted a span with end < start (header: spans "
