@@ -23,8 +23,8 @@
  *   kvptest_fp(pool)          kvp_pool_fingerprint().
  *   kvptest_config(n)         kvp_config_default() with num_blocks = n and
  *                             block_size = 16; change fields, then
- *   kvptest_create(&cfg)      kvp_pool_create() + check; destroy with
- *                             kvp_pool_destroy().
+ *   kvptest_create(&cfg)      kvp_pool_create() + check; end with
+ *                             kvptest_done() or kvp_pool_destroy().
  *   kvptest_pool(n, reuse)    shorthand for the two above.
  *   kvptest_stats(pool)       kvp_stats_get() by value.
  *   kvptest_history_len(pool) entries in the history ring.
@@ -40,8 +40,6 @@
  *                                             checks the pool.
  *   kvptest_alloc(pool, stream, tokens, owner, ids, cap)  kvp_alloc() with
  *                             format FP16, returns the count.
- *   kvptest_tokens(t, n, first)  fills t[0..n-1] with first, first + 1, ...
- *                             (a prompt of consecutive token ids).
  *   kvptest_owner_blocks(pool, owner, ids, cap)  returns the count.
  *   kvptest_lookup(pool, hv)  kvp_lookup() of kvptest_hash(hv) in the shared
  *                             stream: the block, or KVP_NO_BLOCK when the
@@ -51,6 +49,10 @@
  *   kvptest_hash(v)      a kvp_hash that is zero except for v stored
  *                        big-endian in the last 8 bytes.
  *   kvptest_hash_u64(h)  reads those last 8 bytes back.
+ *
+ * Tokens
+ *   kvptest_tokens(t, n, first)  fills t[0..n-1] with first, first + 1, ...
+ *                                (a prompt of consecutive token ids).
  *
  * Eviction recorder
  *   kvptest_evrec r; kvptest_evrec_attach(&r, &cfg);   (before create)
