@@ -124,8 +124,8 @@ static void ta_release(void *user, void *ptr, size_t size)
 }
 
 /* A config of n blocks whose allocator hook *al counts into *ta, which
- * starts empty and refuses the allocation after the next fail_after ones
- * (< 0: none). */
+ * starts empty and lets fail_after allocations through before refusing
+ * every later one (fail_after < 0: never refuses). */
 static kvp_config ta_config(uint32_t n, long fail_after, kvp_allocator *al, test_alloc *ta)
 {
     *ta = (test_alloc){0, 0, 0, fail_after, 0};
