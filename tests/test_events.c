@@ -91,16 +91,35 @@ static void free1(kvp_pool *pool, kvp_block b)
 
 /* Assert that the batch is exactly one event of `kind` with the one hash
  * ext(v) (for STORED/REMOVED). */
-static void expect_one(kvp_pool *pool, kvp_event_kind kind, uint64_t v)
+/* The next batch is one event of `kind`; unless it is ALL_CLEARED it
+ * carries exactly the external hashes want[0..n_want-1], in order.  Returns
+ * the event for further checks. */
+static const kvp_event *expect_event_at(kvp_pool *pool, kvp_event_kind kind,
+                                        const uint64_t *want, size_t n_want, const char *file,
+                                        int line)
 {
     size_t n;
     const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, kind);
+    kvptest_assert_eq(n, 1, "events in the batch", "1", file, line);
+    kvptest_assert_eq(ev[0].kind, kind, "ev[0].kind", "kind", file, line);
     if (kind != KVP_EVENT_ALL_CLEARED) {
-        KVP_ASSERT_EQ(ev[0].n_hashes, 1);
-        KVP_ASSERT_EQ(ev[0].hashes[0], ext(v));
+        kvptest_assert_eq(ev[0].n_hashes, n_want, "ev[0].n_hashes", "expected", file, line);
+        for (size_t i = 0; i < n_want; i++)
+            kvptest_assert_eq(ev[0].hashes[i], want[i], "ev[0].hashes[i]", "expected", file,
+                              line);
     }
+    return ev;
+}
+#define EXPECT_EVENT(pool, kind, ...)                                                     \
+    expect_event_at((pool), (kind), (const uint64_t[]){__VA_ARGS__},                      \
+                    sizeof((const uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t), __FILE__, \
+                    __LINE__)
+
+/* One event of `kind` for the hash kvptest_hash(v) (no hash for
+ * ALL_CLEARED). */
+static void expect_one(kvp_pool *pool, kvp_event_kind kind, uint64_t v)
+{
+    EXPECT_EVENT(pool, kind, ext(v));
 }
 
 /* ---- the subscriber model ------------------------------------------------ */
@@ -290,12 +309,7 @@ static void test_publish_stored(void **state)
     kvp_pool *pool = ev_pool(8, 0);
     assert_no_events(pool);
     kvp_block b = publish_new(pool, 42);
-    size_t n;
-    const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_STORED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 1);
-    KVP_ASSERT_EQ(ev[0].hashes[0], 42);
+    const kvp_event *ev = EXPECT_EVENT(pool, KVP_EVENT_STORED, 42);
     KVP_ASSERT_EQ(ev[0].has_parent, 0); /* plain publish names no parent */
     KVP_ASSERT_EQ(ev[0].n_tokens, 0);   /* ... and no tokens */
     KVP_ASSERT_EQ(ev[0].block_size, BS);
@@ -317,6 +331,7 @@ static void test_publish_stored(void **state)
      * publishes name no parent, so they never chain) */
     publish_new(pool, 100);
     publish_new(pool, 101);
+    size_t n;
     ev = take(pool, &n, NULL);
     KVP_ASSERT_EQ(n, 2);
     KVP_ASSERT_EQ(ev[0].hashes[0], 100);
@@ -349,17 +364,13 @@ static void test_unpublish_removed(void **state)
     kvp_block b = publish_new(pool, 7);
     expect_one(pool, KVP_EVENT_STORED, 7);
     KVP_ASSERT_OK(kvp_unpublish(pool, b));
-    size_t n;
-    const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_REMOVED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 1);
-    KVP_ASSERT_EQ(ev[0].hashes[0], 7);
+    const kvp_event *ev = EXPECT_EVENT(pool, KVP_EVENT_REMOVED, 7);
     assert_string_equal(ev[0].medium, "GPU");
     /* unpublish of a cached (free) block too */
     b = publish_new(pool, 8);
     free1(pool, b);
     KVP_ASSERT_OK(kvp_unpublish(pool, b));
+    size_t n;
     ev = take(pool, &n, NULL);
     KVP_ASSERT_EQ(n, 2);
     KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_STORED);
@@ -385,12 +396,7 @@ static void test_evict_removed(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 2, &got));
     KVP_ASSERT_EQ(got, 2);
     /* removals in one call share one event, in eviction order */
-    const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_REMOVED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 2);
-    KVP_ASSERT_EQ(ev[0].hashes[0], 2);
-    KVP_ASSERT_EQ(ev[0].hashes[1], 1);
+    EXPECT_EVENT(pool, KVP_EVENT_REMOVED, 2, 1);
     /* kvp_ensure_free evicts too */
     KVP_ASSERT_OK(kvp_ensure_free(pool, KVP_STREAM_SHARED, 8));
     expect_one(pool, KVP_EVENT_REMOVED, 3);
@@ -455,12 +461,7 @@ static void test_shrink_retire_removed(void **state)
     uint32_t nret = 0;
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 1, &nret));
     KVP_ASSERT_EQ(nret, 2);
-    const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_REMOVED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 2);
-    KVP_ASSERT_EQ(ev[0].hashes[0], 22);
-    KVP_ASSERT_EQ(ev[0].hashes[1], 21);
+    EXPECT_EVENT(pool, KVP_EVENT_REMOVED, 22, 21);
 
     /* relocation of a block in use keeps its hash indexed: no event for it
      * (but the free block it moves into loses its content) */
@@ -573,12 +574,6 @@ static void test_duplicates(void **state)
 
 /* ---- sequences: coalescing, parents, tokens, LoRA, multimodal ----------- */
 
-static void prompt(uint32_t *t, size_t n, uint32_t base)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = base + (uint32_t)i;
-}
-
 /* With separate K/V lists, events are per hash: a router has no notion of
  * kvpool's lists, so a hash is announced when the first list takes a copy
  * and removed when the last copy leaves either list.  Lookups stay per
@@ -614,8 +609,7 @@ static void test_separate_lists_per_hash(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_K, 1, &n_ev)); /* the last copy */
     KVP_ASSERT_EQ(n_ev, 1);
     expect_one(pool, KVP_EVENT_REMOVED, 40);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* kvp_clear_index while a sequence runs: its blocks lose their hashes, and
@@ -630,7 +624,7 @@ static void test_clear_index_running_sequence(void **state)
     assert_non_null(m);
     kvp_pool *pool = ev_pool(16, 0);
     uint32_t t[12];
-    prompt(t, 12, 700);
+    kvptest_tokens(t, 12, 700);
     kvp_hash hs[3];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 12, NULL, hs, 3, 0, NULL));
     kvp_seq *s1, *s2;
@@ -646,16 +640,11 @@ static void test_clear_index_running_sequence(void **state)
     compare(pool, m, 1);
 
     KVP_ASSERT_OK(kvp_seq_append(s1, t + 9, 3)); /* block 2 fills */
-    size_t n;
-    const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_STORED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 1);
-    KVP_ASSERT_EQ(ev[0].hashes[0], kvp_hash_external(&hs[2]));
+    const kvp_event *ev = EXPECT_EVENT(pool, KVP_EVENT_STORED, kvp_hash_external(&hs[2]));
     KVP_ASSERT_EQ(ev[0].has_parent, 1); /* the hash it was chained from */
     KVP_ASSERT_EQ(ev[0].parent, kvp_hash_external(&hs[1]));
     assert_memory_equal(ev[0].tokens, t + 8, BS * sizeof *t);
-    apply(m, ev, n);
+    apply(m, ev, 1);
     compare(pool, m, 1);
     kvptest_check(pool);
 
@@ -664,6 +653,7 @@ static void test_clear_index_running_sequence(void **state)
     KVP_ASSERT_OK(kvp_seq_create(pool, 2, NULL, &s2));
     KVP_ASSERT_OK(kvp_seq_admit(s2, t, 12, &cached));
     KVP_ASSERT_EQ(cached, 0);
+    size_t n;
     ev = take(pool, &n, NULL);
     KVP_ASSERT_EQ(n, 1);
     KVP_ASSERT_EQ(ev[0].n_hashes, 2);
@@ -683,8 +673,7 @@ static void test_clear_index_running_sequence(void **state)
     KVP_ASSERT_EQ(sync_model(pool, m), 0);
     KVP_ASSERT_EQ(m->n, 0);
     compare(pool, m, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
     free(m);
 }
 
@@ -693,7 +682,7 @@ static void test_seq_coalescing(void **state)
     (void)state;
     kvp_pool *pool = ev_pool(16, 0);
     uint32_t t[24];
-    prompt(t, 24, 1000);
+    kvptest_tokens(t, 24, 1000);
     kvp_hash hs[6];
     size_t nh = 0;
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 24, NULL, hs, 6, 0, &nh));
@@ -704,13 +693,11 @@ static void test_seq_coalescing(void **state)
     size_t cached = 99;
     KVP_ASSERT_OK(kvp_seq_admit(s, t, 17, &cached)); /* 4 full blocks + 1 token */
     KVP_ASSERT_EQ(cached, 0);
-    size_t n;
-    const kvp_event *ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1); /* one call, one chain: one event */
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_STORED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 4);
-    for (int i = 0; i < 4; i++)
-        KVP_ASSERT_EQ(ev[0].hashes[i], kvp_hash_external(&hs[i]));
+    /* one call, one chain: one event */
+    const kvp_event *ev =
+        EXPECT_EVENT(pool, KVP_EVENT_STORED, kvp_hash_external(&hs[0]),
+                     kvp_hash_external(&hs[1]), kvp_hash_external(&hs[2]),
+                     kvp_hash_external(&hs[3]));
     KVP_ASSERT_EQ(ev[0].has_parent, 0);
     KVP_ASSERT_EQ(ev[0].n_tokens, 16);
     assert_memory_equal(ev[0].tokens, t, 16 * sizeof *t);
@@ -720,11 +707,7 @@ static void test_seq_coalescing(void **state)
 
     /* append fills block 4: STORED with the previous block as parent */
     KVP_ASSERT_OK(kvp_seq_append(s, t + 17, 3));
-    ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    KVP_ASSERT_EQ(ev[0].kind, KVP_EVENT_STORED);
-    KVP_ASSERT_EQ(ev[0].n_hashes, 1);
-    KVP_ASSERT_EQ(ev[0].hashes[0], kvp_hash_external(&hs[4]));
+    ev = EXPECT_EVENT(pool, KVP_EVENT_STORED, kvp_hash_external(&hs[4]));
     KVP_ASSERT_EQ(ev[0].has_parent, 1);
     KVP_ASSERT_EQ(ev[0].parent, kvp_hash_external(&hs[3]));
     KVP_ASSERT_EQ(ev[0].n_tokens, BS);
@@ -740,12 +723,13 @@ static void test_seq_coalescing(void **state)
      * the last hit block as parent */
     uint32_t t2[13];
     memcpy(t2, t, 8 * sizeof *t);
-    prompt(t2 + 8, 5, 5000);
+    kvptest_tokens(t2 + 8, 5, 5000);
     kvp_hash hs2[3];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t2, 12, NULL, hs2, 3, 0, NULL));
     KVP_ASSERT_OK(kvp_seq_create(pool, 2, NULL, &s));
     KVP_ASSERT_OK(kvp_seq_admit(s, t2, 13, &cached));
     KVP_ASSERT_EQ(cached, 8);
+    size_t n;
     ev = take(pool, &n, NULL);
     size_t stored = 0;
     for (size_t i = 0; i < n; i++) {
@@ -763,12 +747,29 @@ static void test_seq_coalescing(void **state)
     kvp_pool_destroy(pool);
 }
 
+/* Sequence `id` with extra keys x admits 5 tokens counted from `first`:
+ * the one event this stores names no LoRA adapter. */
+static void expect_no_lora_name(kvp_pool *pool, uint64_t id, const kvp_extra_keys *x,
+                                uint32_t first)
+{
+    uint32_t t[5];
+    kvptest_tokens(t, 5, first);
+    kvp_seq *s;
+    KVP_ASSERT_OK(kvp_seq_create(pool, id, x, &s));
+    size_t cached, n;
+    KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
+    const kvp_event *ev = take(pool, &n, NULL);
+    KVP_ASSERT_EQ(n, 1);
+    assert_null(ev[0].lora_name);
+    KVP_ASSERT_OK(kvp_seq_destroy(s));
+}
+
 static void test_seq_lora_and_mm(void **state)
 {
     (void)state;
     kvp_pool *pool = ev_pool(16, 0);
     uint32_t t[9];
-    prompt(t, 9, 1);
+    kvptest_tokens(t, 9, 1);
 
     kvp_mm_span span = {kvptest_hash(0xabc), 2, 6}; /* overlaps blocks 0 and 1 */
     char name[16] = "adapter-a";
@@ -807,21 +808,9 @@ static void test_seq_lora_and_mm(void **state)
 
     /* has_lora without a name, and a name without has_lora: no name sent */
     kvp_extra_keys y = {1, 9, NULL, NULL, 0, NULL, 0};
-    KVP_ASSERT_OK(kvp_seq_create(pool, 2, &y, &s));
-    prompt(t, 9, 900);
-    KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
-    ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    assert_null(ev[0].lora_name);
-    KVP_ASSERT_OK(kvp_seq_destroy(s));
+    expect_no_lora_name(pool, 2, &y, 900);
     kvp_extra_keys z = {0, 0, "ignored", NULL, 0, NULL, 0};
-    KVP_ASSERT_OK(kvp_seq_create(pool, 3, &z, &s));
-    prompt(t, 9, 1900);
-    KVP_ASSERT_OK(kvp_seq_admit(s, t, 5, &cached));
-    ev = take(pool, &n, NULL);
-    KVP_ASSERT_EQ(n, 1);
-    assert_null(ev[0].lora_name);
-    KVP_ASSERT_OK(kvp_seq_destroy(s));
+    expect_no_lora_name(pool, 3, &z, 1900);
     kvp_pool_destroy(pool);
 }
 
@@ -875,10 +864,7 @@ static void test_double_buffer(void **state)
 static uint64_t rng_state;
 static uint64_t rnd(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return kvptest_rand(&rng_state);
 }
 
 #define NSEQ 6
@@ -1185,7 +1171,7 @@ static void test_overflow(void **state)
     KVP_ASSERT_OK(kvp_clear_index(pool));
     sync_model(pool, m);
     uint32_t t[21];
-    prompt(t, 21, 300);
+    kvptest_tokens(t, 21, 300);
     kvp_seq *s;
     KVP_ASSERT_OK(kvp_seq_create(pool, 1, NULL, &s));
     size_t cached;

@@ -46,8 +46,6 @@ typedef struct failmem {
     size_t bad_release;  /* releases whose size did not match */
 } failmem;
 
-#define HDR 16 /* header storing the size; keeps 16-byte alignment */
-
 static void *fm_alloc(void *user, size_t size)
 {
     failmem *f = user;
@@ -55,12 +53,11 @@ static void *fm_alloc(void *user, size_t size)
         f->fired = 1;
         return NULL;
     }
-    unsigned char *p = malloc(size + HDR);
+    void *p = kvptest_sized_alloc(size);
     if (!p)
         return NULL;
-    memcpy(p, &size, sizeof size);
     f->outstanding += (long long)size;
-    return p + HDR;
+    return p;
 }
 
 static void fm_release(void *user, void *ptr, size_t size)
@@ -68,13 +65,10 @@ static void fm_release(void *user, void *ptr, size_t size)
     failmem *f = user;
     if (!ptr)
         return;
-    unsigned char *p = (unsigned char *)ptr - HDR;
-    size_t got;
-    memcpy(&got, p, sizeof got);
+    size_t got = kvptest_sized_release(ptr);
     if (got != size)
         f->bad_release++;
     f->outstanding -= (long long)got;
-    free(p);
 }
 
 static failmem g_fm;
@@ -523,8 +517,7 @@ static void run_create(int verify)
             }
             KVP_ASSERT_OK(st);
             KVP_ASSERT_EQ(fired, 0);
-            kvptest_check(p);
-            kvp_pool_destroy(p);
+            kvptest_done(p);
             KVP_ASSERT_EQ(g_fm.outstanding, 0);
             break;
         }

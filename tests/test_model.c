@@ -59,18 +59,6 @@
 #define MAXREFB 64      /* owner references per block the test creates */
 
 /* ------------------------------------------------------------------------ */
-/* PRNG: splitmix64                                                          */
-/* ------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Hash alphabet                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -81,14 +69,14 @@ static void init_hashes(void)
     uint64_t s = 12345;
     memset(g_hash, 0, sizeof g_hash);
     for (int i = 0; i < NHASH; i++) {
-        uint64_t v = splitmix64(&s);
+        uint64_t v = kvptest_rand(&s);
         for (int k = 0; k < 8; k++)
             g_hash[i].b[24 + k] = (uint8_t)(v >> (56 - 8 * k));
     }
     /* 6: a full 32-byte value; 7: equal to 0 in the last 8 bytes, differs in
      * the first byte (hashes compare bytewise over all 32 bytes). */
     for (int k = 0; k < 24; k++)
-        g_hash[6].b[k] = (uint8_t)splitmix64(&s);
+        g_hash[6].b[k] = (uint8_t)kvptest_rand(&s);
     g_hash[7] = g_hash[0];
     g_hash[7].b[0] = 0xa5;
 }
@@ -187,7 +175,7 @@ typedef struct ctx {
 
 static uint32_t rn(ctx *x, uint32_t n)
 {
-    return n ? (uint32_t)(splitmix64(&x->rng) % n) : 0;
+    return kvptest_rand_below(&x->rng, n);
 }
 
 static int chance(ctx *x, unsigned pct)

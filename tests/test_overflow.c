@@ -83,8 +83,7 @@ static void test_create_limits(void **state)
                         kvp_strerror(st));
         }
         if (st == KVP_OK) {
-            kvptest_check(p);
-            kvp_pool_destroy(p);
+            kvptest_done(p);
         }
     }
     if (failed)
@@ -241,8 +240,7 @@ static void admit_rows(int thread_safe)
         KVP_ASSERT_OK(kvp_seq_admit(again, g_prompt, ARRAY_LEN(g_prompt), &cached));
         KVP_ASSERT_EQ(cached, rows[i].cached);
         KVP_ASSERT_EQ(refs_of(p, b0), REF_MAX);
-        kvptest_check(p);
-        kvp_pool_destroy(p);
+        kvptest_done(p);
     }
 }
 

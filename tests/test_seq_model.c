@@ -113,17 +113,9 @@ static const kvp_extra_keys *tenant_extra(int tenant, kvp_extra_keys *x)
     return x;
 }
 
-static uint64_t rnd(model *m)
-{
-    uint64_t z = (m->rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint32_t below(model *m, uint32_t n)
 {
-    return n ? (uint32_t)(rnd(m) % n) : 0;
+    return kvptest_rand_below(&m->rng, n);
 }
 
 /* ---- failure reporting ----------------------------------------------------- */
