@@ -108,12 +108,23 @@ def test_vllm_group_ids_and_keys_after_eviction():
 
 
 def test_vllm_free_queue_order():
+    """As vLLM since its PR #42656: a freed block without a hash goes to the
+    head of the free queue (the latest call's blocks first, each call's in
+    the order given), a cached block to the tail."""
     bp = vllm.BlockPool(7, True, BS)
     a = bp.get_new_blocks(6)             # ids 1..6
     bp.free_blocks([a[3], a[0], a[5]])   # order given = eviction order
     bp.free_blocks([a[2], a[1], a[4]])
     again = bp.get_new_blocks(6)
-    assert [b.block_id for b in again] == [4, 1, 6, 3, 2, 5]
+    assert [b.block_id for b in again] == [3, 2, 5, 4, 1, 6]
+
+    bp = vllm.BlockPool(6, True, BS)
+    cached = alloc_and_cache(bp, Req(list(range(8))))
+    plain = bp.get_new_blocks(1)
+    bp.free_blocks(cached[::-1])         # cached first: to the tail
+    bp.free_blocks(plain)                # freed last, no hash: to the head
+    assert bp.get_new_blocks(1)[0].block_id == plain[0].block_id
+    assert all(b.block_hash is not None for b in cached)
 
 
 def test_vllm_touch_cached_free_block_leaves_queue():
@@ -156,7 +167,7 @@ def test_vllm_one_block_calls_follow_the_free_queue():
         bp.free_blocks([got[3], got[0], got[5]])
     ids_one = [one.get_new_blocks(1)[0].block_id for _ in range(5)]
     ids_many = [b.block_id for b in many.get_new_blocks(5)]
-    assert ids_one == ids_many == [7, 8, 4, 1, 6]
+    assert ids_one == ids_many == [4, 1, 6, 7, 8]  # freed blocks at the head
 
 
 def test_vllm_one_block_results_never_change_under_the_caller():

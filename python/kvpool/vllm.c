@@ -33,7 +33,7 @@ typedef struct VBlock {
     PoolObject *pool;   /* strong; the pool never points back */
     uint32_t id;        /* 0 is the null block */
 } VBlock;
-/* FIFO reuse walks all of them, so each byte counts: at 32 bytes two share a
+/* A long run of frees and takes walks many of them, so each byte counts: at 32 bytes two share a
  * cache line and none straddles two (at 40, most did).  The rarely read key
  * lives in the pool, pool->vkeys[id]: the BlockHashWithGroupId bytes (the
  * block hash, then the group id as 4 big-endian bytes) the block was last
@@ -199,7 +199,8 @@ typedef struct VPool {
 
 /* BlockPool.__init__(num_gpu_blocks, enable_caching, hash_block_size=16,
  * enable_kv_cache_events=False, metrics_collector=None): the native pool
- * (FIFO reuse, null block 0) and one KVCacheBlock per block.  Once only. */
+ * (LIFO reuse, as vLLM's free queue since its PR #42656: a freed block
+ * without a hash at the head, cached blocks at the tail; null block 0) and one KVCacheBlock per block.  Once only. */
 static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"num_gpu_blocks", "enable_caching", "hash_block_size",
@@ -226,7 +227,7 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     uint32_t cap = nb < 2048 ? 4096 : (nb > (UINT32_MAX / 4) ? UINT32_MAX : 2 * nb);
     PyObject *kwargs = Py_BuildValue("{s:I,s:I,s:O,s:O,s:s,s:O,s:I}", "block_size", hbs,
                                      "num_blocks", nb, "null_block", Py_True, "prefix_caching",
-                                     caching ? Py_True : Py_False, "reuse", "fifo", "events",
+                                     caching ? Py_True : Py_False, "reuse", "lifo", "events",
                                      events ? Py_True : Py_False, "event_capacity", cap);
     if (!kwargs)
         return -1;
@@ -371,9 +372,9 @@ static PyObject *VPool_get_new_blocks(VPool *self, PyObject *const *args, Py_ssi
     }
     if (st)
         return kvpy_raise(st);
-    /* FIFO reuse hands out the block freed longest ago, whose object is the
-     * coldest: ask for the next one's now, while the caller's loop runs
-     * (about a third of a one-block call's time here when it missed). */
+    /* Ask for the next block's object now, while the caller's loop runs:
+     * after a run of cached blocks or a long idle stretch it is cold (about
+     * a third of a one-block call's time here when it missed). */
     kvp_block next;
     if (kvp_peek_next(self->pool->pool, KVP_STREAM_SHARED, &next) == KVP_OK && next < self->n)
         __builtin_prefetch(&self->arr[next], 1);

@@ -29,10 +29,10 @@ Deviations (also in docs/PYTHON.md):
   are writable dataclass fields; vLLM code only writes them from the pool).
   The free-list links are not exposed and ``free_block_queue`` offers
   ``num_free_blocks`` only: the queue lives in C.
-- One FIFO free queue: vLLM since PR #42656 puts a freed block without a
-  hash at the head and cached blocks at the tail (kvpool's ``lifo``), which
-  needs the C pool created with ``reuse="lifo"``.  The null block is taken
-  at construction (vLLM takes it on first use of ``null_block``).
+- The free queue follows vLLM since its PR #42656: a freed block without a
+  hash goes to the head, cached blocks to the tail (kvpool's ``lifo``
+  order).  The null block is taken at construction (vLLM takes it on first
+  use of ``null_block``).
 - Freeing a block more times than it is referenced raises
   ``kvpool.DoubleFreeError`` and changes nothing (vLLM lets ``ref_cnt`` go
   negative).  The null block is skipped by ``free_blocks`` and ``touch``.
