@@ -23,9 +23,9 @@
 #include <xxhash.h>
 
 /* The layout is little-endian.  On a little-endian host a value's bytes are
- * already in that order and are copied whole: gcc 12 does not turn the
- * byte-by-byte form into word stores, and serialising a 16-token block that
- * way costs about as many instructions as XXH3 hashing it. */
+ * already in that order and are copied whole: a compiler need not turn the
+ * byte-by-byte form into word stores, and serialising a 16-token block byte
+ * by byte would cost about as much as hashing it with XXH3. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define KVP__HOST_LE 1
 #else
