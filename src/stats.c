@@ -4,8 +4,9 @@
  * What it owns: kvp_stats assembly, the rate counters' reset, the history
  * ring, and the Prometheus and JSON writers.
  *
- * Every gauge is kept exactly by the code that changes it (pool.c,
- * freelist.c, owner.c, index.c, resize.c), so reading the stats is O(1).
+ * Every gauge is kept exactly by the code that changes it (block.c,
+ * freelist.c, owner.c, index.c, resize.c, and defer.c's catch-up on
+ * entry), so reading the stats is O(1).
  * Both renderers walk one table of metrics, so a counter added to the table
  * appears in both, with the same name.
  */
