@@ -7,7 +7,7 @@
  * What it owns: each stream's free structures (kvp__stream: qhead/qtail,
  * stk/nstk, lhead/ltail, the vacant and cached id sets, fresh_lo/fresh_hi,
  * fresh_mark) and its nvacant and ncached counts, and p->ordered.  Two
- * other places write these fields too: pool.c's kvp__reset_blocks lays them
+ * other places write these fields too: pool.c lays them
  * out at creation and clear, and take.c pops them itself in the common case
  * (the top of the LIFO array, or the q list's head).
  *
@@ -328,7 +328,7 @@ void kvp__order(kvp_pool *p)
 /* Set p->fast from the stream map, hooked and ordered: the take's fast path
  * (take.c) then answers "may I serve this stream value" with one load.
  * hooked is fixed at creation; ordered changes at creation and in
- * kvp_pool_clear (both through kvp__reset_blocks) and in kvp__order, each
+ * kvp_pool_clear (pool.c) and in kvp__order, each
  * of which calls this. */
 void kvp__fast_reset(kvp_pool *p)
 {

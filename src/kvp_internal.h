@@ -612,9 +612,6 @@ void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);
 uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format);
 
-/* ---- the pool's layout (pool.c) ---- */
-void kvp__reset_blocks(kvp_pool *p);
-
 /* ---- owners and references (owner.c) ---- */
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id);
 kvp_status kvp__owner_reserve(kvp_pool *p);

@@ -4,7 +4,7 @@
  * count, next block, block info).
  *
  * What it owns: the configuration, checked once at creation; the initial
- * layout of blocks into streams (kvp__reset_blocks, shared by create and
+ * layout of blocks into streams (reset_blocks, shared by create and
  * clear so the two cannot disagree); the arrays' lifetime.
  *
  * Invariants: a pool exists only fully made (a failed create releases
@@ -47,7 +47,7 @@ static uint32_t initial_blocks(const kvp_pool *p, int s)
  * Used by create and by clear, so the two cannot disagree.  The id sets and
  * buckets must be zero already (fresh from kvp__zalloc, or wiped by
  * kvp_pool_clear), so creation touches none of their pages. */
-void kvp__reset_blocks(kvp_pool *p)
+static void reset_blocks(kvp_pool *p)
 {
     uint32_t n = p->cfg.num_blocks;
     for (int s = 0; s < p->nstreams; s++) {
@@ -189,7 +189,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     }
     p->hooked = p->ts || p->evq || (p->cfg.history_every_call && p->cfg.history_len) ||
                 p->cfg.on_evict || p->cfg.copy;
-    kvp__reset_blocks(p);
+    reset_blocks(p);
     *out = p;
     return KVP_OK;
 }
@@ -224,7 +224,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     kvp__idset_clear(&pool->retired);
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
     memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
-    kvp__reset_blocks(pool);
+    reset_blocks(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
     pool->hist_head = pool->hist_count = 0;
     /* Queued events stay (a subscriber may already know their hashes); the

@@ -18,9 +18,10 @@
  *   anonymous take, a take outside a run, a block from the q list) and
  *   everything else through take_general, which enters, makes room
  *   (owners, arrays, growth) and takes in reuse order.
- * kvp_take is a take_each of one, kvp_take_each the loop of take_fast and
- * take_slow, kvp_alloc take_general's core for many blocks.  Out of line,
- * take_slow costs take_fast no saved registers.
+ * kvp_take is one take_fast, else take_slow (take_single); kvp_take_each
+ * the loop of the two (take_each), or take_single for one hinted take;
+ * kvp_alloc is take_general's core for many blocks.  Out of line, take_slow
+ * costs take_fast no saved registers.
  *
  * Invariant: a take either hands out exactly the block the reuse order
  * names and changes nothing else visible, or fails and changes nothing.
@@ -134,10 +135,9 @@ static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot
  * the head of the q list and vacant (LIFO, or FIFO once the never-used
  * range is spent), pop that.  A list is a chain of dependent loads, so
  * there only its new head is prefetched, for the next call.  Counts what it
- * takes; returns how many.  Out of line: it reads the records of the list's
- * blocks, which take_slow, inlined, would then read too (test_codegen.py). */
-static KVP__NOINLINE uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
-                                         unsigned format, uint32_t *ids)
+ * takes; returns how many. */
+static inline uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_t oslot,
+                                  unsigned format, uint32_t *ids)
 {
     kvp__stream *st = &p->st[s];
     if (p->cfg.reuse == KVP_REUSE_LOWEST ||
@@ -173,6 +173,15 @@ static KVP__NOINLINE uint32_t pop_vacant(kvp_pool *p, int s, uint32_t n, uint32_
         kvp__count_out(p, i);
     }
     return i;
+}
+
+/* pop_vacant of one block, for take_slow: out of line, so that take_slow,
+ * which must not read the record of the block it hands out
+ * (test_codegen.py), does not hold this one's reads of the list's
+ * records. */
+static KVP__NOINLINE uint32_t pop_list(kvp_pool *p, int s, uint32_t oslot, uint32_t *out)
+{
+    return pop_vacant(p, s, 1, oslot, KVP_FMT_FP16, out);
 }
 
 /* Take the next free block of stream s in reuse order for fresh content,
@@ -307,7 +316,7 @@ static KVP__NOINLINE kvp_status take_slow(kvp_pool *p, kvp_stream stream, kvp_ow
     } else {
         if (slot != KVP__NONE)
             kvp__defer_settle_owner(p, slot);
-        if (!pop_vacant(p, (int)(st - p->st), 1, slot, KVP_FMT_FP16, out))
+        if (!pop_list(p, (int)(st - p->st), slot, out))
             return take_general(p, stream, owner, hint, out);
         p->ctr.alloc_calls++;
     }
@@ -343,6 +352,26 @@ take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners, uint32_t *
     return rc;
 }
 
+/* One take, as take_each makes it, with nothing to do after take_slow:
+ * every call there is a tail call, so the take keeps no register for
+ * later and saves none. */
+static inline __attribute__((always_inline)) kvp_status
+take_single(kvp_pool *pool, kvp_stream stream, kvp_owner owner, uint32_t *hint, kvp_block *out)
+{
+    if (!pool || !out || (unsigned)stream > KVP_STREAM_V)
+        return KVP_EINVAL;
+    kvp__stream *st = pool->fast[stream];
+    if (!st) {
+        if (kvp__stream_index(pool, stream) < 0)
+            return KVP_EINVAL;
+        return take_slow(pool, stream, owner, hint, out);
+    }
+    if (!take_fast(pool, st, &owner, hint, NULL, 0, 1, out))
+        return take_slow(pool, stream, owner, hint, out);
+    kvp__self_check(pool, true);
+    return KVP_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The public takes                                                          */
 /* ------------------------------------------------------------------------ */
@@ -350,22 +379,46 @@ take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners, uint32_t *
 KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                                  kvp_block *out)
 {
-    size_t n;
-    return take_each(pool, stream, &owner, NULL, NULL, 1, out, &n);
+    return take_single(pool, stream, owner, NULL, out);
 }
 
-KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
-                                      uint32_t *hints, const uint32_t *rows, size_t n,
-                                      kvp_block *out, size_t *n_taken)
+/* kvp_take_each of one hinted take (kvp_take_hinted). */
+static KVP__FLATTEN KVP__NOINLINE kvp_status take_hinted(kvp_pool *pool, kvp_stream stream,
+                                                        const kvp_owner *owner, uint32_t *hint,
+                                                        kvp_block *out)
+{
+    if (!owner)
+        return KVP_EINVAL;
+    return take_single(pool, stream, *owner, hint, out);
+}
+
+/* kvp_take_each of any other shape: inlined for the usual arguments (a
+ * decode step: hints and rows given, no test of either per take) and once
+ * for the rest. */
+static KVP__FLATTEN KVP__NOINLINE kvp_status take_batch(kvp_pool *pool, kvp_stream stream,
+                                                       const kvp_owner *owners, uint32_t *hints,
+                                                       const uint32_t *rows, size_t n,
+                                                       kvp_block *out, size_t *n_taken)
+{
+    if (hints && rows)
+        return take_each(pool, stream, owners, hints, rows, n, out, n_taken);
+    return take_each(pool, stream, owners, hints, rows, n, out, n_taken);
+}
+
+/* Tests and a call: the two shapes keep frames of their own size. */
+kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
+                         uint32_t *hints, const uint32_t *rows, size_t n, kvp_block *out,
+                         size_t *n_taken)
 {
     if (!n_taken)
         return KVP_EINVAL;
     *n_taken = 0;
-    /* inlined for the usual arguments (hints and rows given: no test of
-     * either per take) and once for the rest */
-    if (hints && rows)
-        return take_each(pool, stream, owners, hints, rows, n, out, n_taken);
-    return take_each(pool, stream, owners, hints, rows, n, out, n_taken);
+    if (n == 1 && hints && !rows) {
+        kvp_status rc = take_hinted(pool, stream, owners, hints, out);
+        *n_taken = rc == KVP_OK;
+        return rc;
+    }
+    return take_batch(pool, stream, owners, hints, rows, n, out, n_taken);
 }
 
 KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
