@@ -47,6 +47,9 @@ KVP__COLD static kvp_status check_named(kvp_pool *p, uint32_t b, uint32_t oslot,
     return times > held ? KVP_ENOTOWNER : KVP_OK;
 }
 
+/* Drop one reference per id named (kvpool.h): one pass checks and marks
+ * every id, a second drops the references; a refusal unmarks and changes
+ * nothing. */
 KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
                                  kvp_owner owner)
 {
@@ -103,6 +106,8 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
     return rc;
 }
 
+/* Drop every reference an owner holds and forget the owner (kvpool.h):
+ * its pending references first (defer.c), then the rest newest first. */
 KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
 {
     if (!pool || owner == KVP_ANON)

@@ -376,6 +376,7 @@ take_single(kvp_pool *pool, kvp_stream stream, kvp_owner owner, uint32_t *hint, 
 /* The public takes                                                          */
 /* ------------------------------------------------------------------------ */
 
+/* One take (kvpool.h): take_fast, else take_slow. */
 KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                                  kvp_block *out)
 {
@@ -421,6 +422,8 @@ kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *own
     return take_batch(pool, stream, owners, hints, rows, n, out, n_taken);
 }
 
+/* The blocks for `tokens` tokens in one call (kvpool.h): every argument
+ * checked before entering, then take_locked. */
 KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
                                   kvp_owner owner, unsigned format, kvp_block *ids,
                                   size_t ids_cap, size_t *n_out)
@@ -447,6 +450,8 @@ KVP__FLATTEN kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t to
     return rc;
 }
 
+/* A named free block (kvpool.h): checked, owner room made, then taken out
+ * of the free structures wherever it sits and handed out. */
 kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
     kvp_status rc = kvp__enter(pool);
@@ -470,6 +475,8 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
     return rc;
 }
 
+/* One more reference on a block with content (kvpool.h): every check and
+ * reservation first, then kvp__claim_block. */
 KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
     kvp_status rc = kvp__enter(pool);
