@@ -39,7 +39,7 @@
  * fill, a publish) never defers; a decode loop of takes and owner frees
  * alone defers once a few sequences have ended.
  *
- * Who calls it: guard.c (tally, settle), take.c (ready, mark, tick,
+ * Who calls it: guard.c (tally, settle), take.c (count, ready, mark, tick,
  * settle_owner), free.c (free_owner, tick), owner.c (the slot's pend as
  * owners come and go), check.c (check, uncheck, pending_from).
  */
@@ -48,6 +48,12 @@
 #include <stdio.h>
 
 /* ---- counting ---- */
+
+/* Count n blocks a fast take handed out of stream st's stack array. */
+void kvp__defer_count(kvp__stream *st, uint32_t n)
+{
+    st->untallied += n;
+}
 
 /* Fold the fast takes' counts into the pool's counters. */
 void kvp__defer_tally(kvp_pool *p)

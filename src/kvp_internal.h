@@ -576,6 +576,7 @@ static inline void kvp__self_check(kvp_pool *p, bool changed)
 #endif
 
 /* ---- the take's deferred bookkeeping (defer.c) ---- */
+void kvp__defer_count(kvp__stream *st, uint32_t n);
 void kvp__defer_tally(kvp_pool *p);
 void kvp__defer_settle(kvp_pool *p);
 void kvp__defer_settle_owner(kvp_pool *p, uint32_t slot);

@@ -115,7 +115,7 @@ static inline uint32_t pop_top(kvp_pool *p, int s, uint32_t oslot, unsigned form
 
 /* The top of the stack's array, appended to owner slot's array: its record
  * written (and the next pop's prefetched), or with `defer` left for later
- * (defer.c).  The caller counts it in untallied. */
+ * (defer.c).  The caller counts it (kvp__defer_count). */
 static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot, bool defer)
 {
     uint32_t b = st->stk[--st->nstk];
@@ -276,7 +276,7 @@ take_fast(kvp_pool *pool, kvp__stream *st, const kvp_owner *owners, uint32_t *hi
         out[i] = b;
     }
     st->nstk = nstk;
-    st->untallied += (uint32_t)(i - first);
+    kvp__defer_count(st, (uint32_t)(i - first));
     return i;
 }
 
@@ -312,7 +312,7 @@ static KVP__NOINLINE kvp_status take_slow(kvp_pool *p, kvp_stream stream, kvp_ow
             *out = pop_top(p, (int)(st - p->st), slot, KVP_FMT_FP16);
             prefetch_ahead(p, st, st->qhead);
         }
-        st->untallied++;
+        kvp__defer_count(st, 1);
     } else {
         if (slot != KVP__NONE)
             kvp__defer_settle_owner(p, slot);
