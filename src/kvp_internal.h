@@ -490,6 +490,36 @@ static inline void kvp__count_out(kvp_pool *p, uint64_t n)
         p->peak = p->in_use;
 }
 
+/* The block a reference node names, and the node's position in its
+ * owner's array: the block itself for the inline owner, else its xref. */
+static inline uint32_t kvp__node_block(const kvp_pool *p, uint32_t node)
+{
+    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].block : node;
+}
+
+static inline uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node)
+{
+    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
+}
+
+/* The growth cap a configuration sets: no array, table or arena of the
+ * pool is ever sized for more ids than this. */
+static inline uint32_t kvp__growth_cap(const kvp_config *c)
+{
+    return c->max_blocks ? c->max_blocks : KVP_MAX_BLOCKS;
+}
+
+static inline uint32_t kvp__max_blocks(const kvp_pool *p)
+{
+    return kvp__growth_cap(&p->cfg);
+}
+
+/* Blocks the pool manages: ids below top that are not retired. */
+static inline uint32_t kvp__managed(const kvp_pool *p)
+{
+    return p->top - p->nretired;
+}
+
 /* Hash of a caller's 64-bit id (owner, request) for a power-of-two table:
  * the top half folded into the bottom, so sequential ids spread. */
 static inline uint32_t kvp__id_hash(uint64_t key)
@@ -636,8 +666,6 @@ static inline kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t
     return (uint64_t)len + n <= o->cap ? KVP_OK : kvp__refs_grow(p, oslot, n);
 }
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot);
-uint32_t kvp__node_block(const kvp_pool *p, uint32_t node);
-uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node);
 void kvp__owner_relocate(kvp_pool *p, uint32_t to);
 void kvp__owners_reset(kvp_pool *p);
 void kvp__owners_destroy(kvp_pool *p);
@@ -686,10 +714,7 @@ void kvp__storage_free(kvp_pool *p);
 void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst);
 
 /* ---- growth (resize.c) ---- */
-uint32_t kvp__growth_cap(const kvp_config *c);
 kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
-uint32_t kvp__managed(const kvp_pool *p);
-uint32_t kvp__max_blocks(const kvp_pool *p);
 uint32_t kvp__pow2_at_least(uint32_t n);
 uint32_t kvp__bucket_count(uint32_t cap);
 

@@ -44,16 +44,6 @@
 /* Reference nodes and owner arrays                                          */
 /* ------------------------------------------------------------------------ */
 
-uint32_t kvp__node_block(const kvp_pool *p, uint32_t node)
-{
-    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].block : node;
-}
-
-uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node)
-{
-    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
-}
-
 static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
 {
     if (node & KVP__XREF)

@@ -15,18 +15,6 @@
  */
 #include "kvp_internal.h"
 
-/* The growth cap a configuration sets: no array, table or arena of the
- * pool is ever sized for more ids than this. */
-uint32_t kvp__growth_cap(const kvp_config *c)
-{
-    return c->max_blocks ? c->max_blocks : KVP_MAX_BLOCKS;
-}
-
-uint32_t kvp__max_blocks(const kvp_pool *p)
-{
-    return kvp__growth_cap(&p->cfg);
-}
-
 uint32_t kvp__pow2_at_least(uint32_t n)
 {
     uint32_t b = 1;
@@ -45,11 +33,6 @@ uint32_t kvp__bucket_count(uint32_t cap)
 {
     uint32_t want = cap > (1u << 30) ? (1u << 31) : cap + (cap + 1) / 2;
     return kvp__pow2_at_least(want);
-}
-
-uint32_t kvp__managed(const kvp_pool *p)
-{
-    return p->top - p->nretired;
 }
 
 /* Make the arrays hold at least `need` ids. */
