@@ -1,7 +1,7 @@
 /*
  * check.c — the invariant checker and the state fingerprint.
  *
- * kvp_pool_check recomputes every count and walks every structure from
+ * kvp__check recomputes every count and walks every structure from
  * scratch (blocks, free lists, id sets, index chains, events' announced
  * marks, owner lists, xrefs, gauges) and compares it with what the pool
  * keeps incrementally.  It shares no bookkeeping code with the paths it
@@ -11,11 +11,15 @@
  * (kvp__defer_check, defer.c), without settling them, so that a test can
  * check between takes and kvp_free_owner.
  *
- * kvp_pool_fingerprint digests the logical state only: things a caller can
+ * kvp__fingerprint digests the logical state only: things a caller can
  * observe (states, references, owners, fills, hashes, reuse and eviction
  * order, equal-hash order in the index).  Internal capacities, slot numbers,
  * bucket layout and counters are left out, so a refused call that merely
  * grew a table still leaves the fingerprint unchanged.
+ *
+ * Who calls it: pool.c's kvp_pool_check and kvp_pool_fingerprint, and
+ * guard.c's debug self-check.  It holds no public call itself, so that
+ * guard.c, which runs it, reaches no file that calls guard.c back.
  */
 #include "kvp_internal.h"
 
@@ -392,16 +396,6 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
     return rc;
 }
 
-kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap)
-{
-    kvp_status rc = kvp__enter_lazy(pool); /* the pending references are checked as they are */
-    if (rc)
-        return rc;
-    rc = kvp__check(pool, msg, cap);
-    kvp__leave(pool, false);
-    return rc;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Fingerprint                                                               */
 /* ------------------------------------------------------------------------ */
@@ -476,17 +470,11 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
     feed(h, &owners, sizeof owners);
 }
 
-kvp_status kvp_pool_fingerprint(kvp_pool *pool, uint64_t *out)
+/* The digest of the pool's logical state (kvp_pool_fingerprint). */
+uint64_t kvp__fingerprint(const kvp_pool *p)
 {
-    if (!pool || !out)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
-    if (rc)
-        return rc;
     XXH3_state_t h;
     XXH3_64bits_reset(&h);
-    fingerprint(pool, &h);
-    *out = XXH3_64bits_digest(&h);
-    kvp__leave(pool, false);
-    return KVP_OK;
+    fingerprint(p, &h);
+    return XXH3_64bits_digest(&h);
 }

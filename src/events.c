@@ -341,15 +341,11 @@ void kvp__ev_close(kvp_pool *p)
         p->evq->open = false;
 }
 
-kvp_status kvp_events_take(kvp_pool *pool, const kvp_event **events, size_t *n,
-                           uint64_t *dropped)
+/* Hand the caller the filling buffer's events and start the other one
+ * (kvp_events_take; the caller entered, events are on). */
+void kvp__ev_take(kvp_pool *p, const kvp_event **events, size_t *n, uint64_t *dropped)
 {
-    if (!pool || !events || !n || !pool->evq)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
-    if (rc)
-        return rc;
-    kvp__evq *q = pool->evq;
+    kvp__evq *q = p->evq;
     evbuf *taken = &q->buf[q->cur];
     q->cur ^= 1;
     evbuf *next = &q->buf[q->cur];
@@ -361,6 +357,4 @@ kvp_status kvp_events_take(kvp_pool *pool, const kvp_event **events, size_t *n,
     if (dropped)
         *dropped = q->dropped;
     q->dropped = 0;
-    kvp__leave(pool, false);
-    return KVP_OK;
 }

@@ -13,10 +13,10 @@
  * bookkeeping caught up, defer.c).  kvp__enter_lazy guarantees the counts
  * only, for the calls that read no record of another owner's takes.
  *
- * Who calls it: the public functions only.  The mechanism files (block,
- * freelist, owner, index, idset, map, mem, storage, defer) never do; it
+ * Who calls it: the public functions only; no mechanism function does.  It
  * calls defer.c, events.c (the call's batch and the callback marker),
- * stats.c (history) and check.c (debug self-check).
+ * history.c (per-call history) and check.c (debug self-check), none of
+ * which holds a public function, so nothing it reaches calls it back.
  */
 #include "kvp_internal.h"
 

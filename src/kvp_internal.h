@@ -701,6 +701,7 @@ void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
 void kvp__ev_removed(kvp_pool *p, uint32_t b);
 void kvp__ev_cleared(kvp_pool *p);
 void kvp__ev_close(kvp_pool *p);
+void kvp__ev_take(kvp_pool *p, const kvp_event **events, size_t *n, uint64_t *dropped);
 /* Were events dropped since the index was last emptied?  Until then, every
  * indexed hash has exactly one announced copy (kvp__check); after a drop,
  * at most one.  False with events off. */
@@ -774,11 +775,12 @@ uint32_t kvp__idset_min(const kvp__idset *set);
 uint32_t kvp__idset_max(const kvp__idset *set);
 uint32_t kvp__idset_next(const kvp__idset *set, uint32_t from);
 
-/* ---- statistics (stats.c) ---- */
+/* ---- the stats snapshot and the history ring (history.c) ---- */
 void kvp__stats_fill(const kvp_pool *p, kvp_stats *out);
 void kvp__history_push(kvp_pool *p);
 
 /* ---- checking (check.c) ---- */
 kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap);
+uint64_t kvp__fingerprint(const kvp_pool *p);
 
 #endif /* KVP_INTERNAL_H */

@@ -12,6 +12,12 @@
  * initial pool is fresh, the index, owners and counters empty, and only the
  * null block (cfg.null_block) in use.
  *
+ * It also holds the public calls whose work guard.c itself runs after
+ * every call: kvp_events_take (events.c), kvp_pool_check and
+ * kvp_pool_fingerprint (check.c).  Kept here, above guard.c, they leave
+ * events.c and check.c without a public call, so guard.c reaches no file
+ * that calls it back.
+ *
  * Who calls it: the public API only.
  */
 #include "kvp_internal.h"
@@ -328,6 +334,46 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
         if (out->published)
             out->hash = pool->hashes[id];
     }
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events taken, the check, the fingerprint                                  */
+/* ------------------------------------------------------------------------ */
+
+kvp_status kvp_events_take(kvp_pool *pool, const kvp_event **events, size_t *n,
+                           uint64_t *dropped)
+{
+    if (!pool || !events || !n || !pool->evq)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    kvp__ev_take(pool, events, n, dropped);
+    kvp__leave(pool, false);
+    return KVP_OK;
+}
+
+/* Enters lazily: the take's pending references are checked as they are. */
+kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap)
+{
+    kvp_status rc = kvp__enter_lazy(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check(pool, msg, cap);
+    kvp__leave(pool, false);
+    return rc;
+}
+
+kvp_status kvp_pool_fingerprint(kvp_pool *pool, uint64_t *out)
+{
+    if (!pool || !out)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    *out = kvp__fingerprint(pool);
     kvp__leave(pool, false);
     return KVP_OK;
 }
