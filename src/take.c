@@ -19,7 +19,8 @@
  *   everything else through take_general, which enters, makes room
  *   (owners, arrays, growth) and takes in reuse order.
  * kvp_take is one take_fast, else take_slow (take_single); kvp_take_each
- * the loop of the two (take_each), or take_single for one hinted take;
+ * the loop of the two (take_each, in take_batch), or take_single for one
+ * hinted take;
  * kvp_alloc is take_general's core for many blocks.  Out of line, take_slow
  * costs take_fast no saved registers.
  *
@@ -383,16 +384,6 @@ KVP__FLATTEN kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner ow
     return take_single(pool, stream, owner, NULL, out);
 }
 
-/* kvp_take_each of one hinted take (kvp_take_hinted). */
-static KVP__FLATTEN KVP__NOINLINE kvp_status take_hinted(kvp_pool *pool, kvp_stream stream,
-                                                        const kvp_owner *owner, uint32_t *hint,
-                                                        kvp_block *out)
-{
-    if (!owner)
-        return KVP_EINVAL;
-    return take_single(pool, stream, *owner, hint, out);
-}
-
 /* kvp_take_each of any other shape: inlined for the usual arguments (a
  * decode step: hints and rows given, no test of either per take) and once
  * for the rest. */
@@ -406,16 +397,18 @@ static KVP__FLATTEN KVP__NOINLINE kvp_status take_batch(kvp_pool *pool, kvp_stre
     return take_each(pool, stream, owners, hints, rows, n, out, n_taken);
 }
 
-/* Tests and a call: the two shapes keep frames of their own size. */
-kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
-                         uint32_t *hints, const uint32_t *rows, size_t n, kvp_block *out,
-                         size_t *n_taken)
+/* One hinted take (kvp_take_hinted) is take_single here, in this function's
+ * small frame; any other shape is take_batch's, out of line with the batch
+ * loop's larger one. */
+KVP__FLATTEN kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
+                                      uint32_t *hints, const uint32_t *rows, size_t n,
+                                      kvp_block *out, size_t *n_taken)
 {
     if (!n_taken)
         return KVP_EINVAL;
     *n_taken = 0;
-    if (n == 1 && hints && !rows) {
-        kvp_status rc = take_hinted(pool, stream, owners, hints, out);
+    if (n == 1 && hints && !rows && owners) {
+        kvp_status rc = take_single(pool, stream, *owners, hints, out);
         *n_taken = rc == KVP_OK;
         return rc;
     }

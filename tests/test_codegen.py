@@ -25,7 +25,7 @@ KVPOOL = BUILD / "kvpool"
 
 # The functions whose loops or fast paths prefetch block records.  The
 # take prefetches where it writes a record: take_slow, the out of line part
-# of kvp_take and kvp_take_each (take_hinted, take_batch).
+# of kvp_take and kvp_take_each (take_batch).
 PREFETCHING = ["take_slow", "kvp_free", "kvp_free_owner", "kvp_seq_destroy"]
 
 pytestmark = [
@@ -73,8 +73,7 @@ RECORD_WORD_READ = re.compile(
     r"|\s(?:and|or|xor|add|sub)\w*\s+[^,\s]+,0x2[a-d]\(%r(?!sp)\w+\)")
 
 
-@pytest.mark.parametrize("fn", ["take_slow", "kvp_take", "kvp_take_each", "take_hinted",
-                                "take_batch"])
+@pytest.mark.parametrize("fn", ["take_slow", "kvp_take", "kvp_take_each", "take_batch"])
 def test_take_does_not_read_the_record_word(fn):
     bodies = function_bodies(KVPOOL)
     assert fn in bodies, f"{fn} not found in {KVPOOL}"
