@@ -372,64 +372,61 @@ KVP_API kvp_status kvp_alloc(kvp_pool *pool, kvp_stream stream, uint64_t tokens,
  * Take one block from `stream` for fresh content, held by `owner` (or
  * KVP_ANON): the same choice and rules as kvp_alloc for one block, with fill
  * 0 and format KVP_FMT_FP16.  Errors as kvp_alloc.  O(1).
- * In a pool with nothing attached (no thread_safe, events, per-call history
- * or callbacks) a take by an owner defers part of its bookkeeping: the next
- * call other than a take, kvp_free_owner or kvp_pool_check completes it
- * (O(1) per deferred take), and a kvp_free_owner of the same owner before
- * then skips it.  No call can observe the difference.
  */
 KVP_API kvp_status kvp_take(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
                             kvp_block *out);
 
-/* The "no hint yet" value of kvp_take_hinted's hint. */
+/* The "no hint yet" value of a take's hint (kvp_take_each). */
 #define KVP_HINT_NONE UINT32_MAX
 
 /*
- * kvp_take, for callers that take block after block for the same owners
- * (decode steps): `*hint` is a value an earlier kvp_take_hinted stored for
- * `owner`, or KVP_HINT_NONE.  kvp_take finds an owner by a hash lookup on
- * every call; a hint that still names the owner's place in the pool skips
- * it.  Keep one hint per owner beside the owner id (in the request's own
- * record); start it at KVP_HINT_NONE.
- * Any value is safe.  A hint is checked against the owner before it is used,
- * so a stale one (the owner freed and its place reused, the pool cleared),
- * another owner's, or garbage costs the lookup and is replaced, and never
- * picks the wrong owner.
- * On success *hint is set for `owner` (left as it was for KVP_ANON).  On
- * error nothing changes, *hint included.
- * Errors: as kvp_take, and KVP_EINVAL for a NULL hint.  O(1).  Thread rules
- * as kvp_take; the hint is the caller's memory, written during the call, so
- * concurrent calls must not share one.  kvp_take_each makes a whole decode
- * step's takes in one call, a third cheaper per block in a decode loop
- * (docs/PERFORMANCE.md).
- */
-KVP_API kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
-                                   uint32_t *hint, kvp_block *out);
-
-/*
  * A decode step's takes in one call: take k gives one block to owners[r],
- * r = rows[k] (rows NULL: r = k), with hints[r] as its kvp_take_hinted
- * hint (hints NULL: found by lookup, as kvp_take), and stores the block in
- * out[k].  The takes run in order, each exactly as that kvp_take_hinted (or
- * kvp_take) call would, hint updates included, so a row may appear more
- * than once and the pool ends in the state the n calls would leave.  The
- * caller owns every array: owners and hints (when given) must hold every
- * row that rows names, out n entries.
+ * r = rows[k] (rows NULL: r = k), and stores the block in out[k].  The
+ * takes run in order, each exactly as a kvp_take for owners[r] would, so a
+ * row may appear more than once and the pool ends in the state the n
+ * kvp_take calls would leave.  The caller owns every array: owners and
+ * hints (when given) must hold every row that rows names, out n entries.
+ *
+ * Hints: kvp_take finds an owner by a hash lookup on every call; for
+ * callers that take block after block for the same owners, hints[r] (hints
+ * NULL: none) is a value an earlier take stored for owners[r], or
+ * KVP_HINT_NONE, and a hint that still names the owner's place in the pool
+ * skips the lookup.  Keep one hint per owner beside the owner id (in the
+ * request's own record); start it at KVP_HINT_NONE.  Any value is safe: a
+ * hint is checked against the owner before it is used, so a stale one (the
+ * owner freed and its place reused, the pool cleared), another owner's, or
+ * garbage costs the lookup and is replaced, and never picks the wrong
+ * owner.  Each successful take by an owner sets its hint (KVP_ANON's is
+ * left as it was).
+ *
  * *n_taken receives the takes done (0 when the call is refused): n on
  * KVP_OK.  Else the status is that of the first take that failed
- * (KVP_EEXHAUSTED, KVP_ENOMEM, ...), which changed nothing; the *n_taken
- * takes before it stand, their blocks in out.  KVP_EINVAL (NULL pool or
- * n_taken, NULL owners or out with n > 0, unknown stream or
- * KVP_STREAM_SHARED with separate lists) is returned before any take.
- * O(n).  One call instead of n makes the call's checks once: in a decode
- * loop about a third less per block (docs/PERFORMANCE.md).  Thread rules as
- * kvp_take;
- * a pool with a lock takes it for each take, so other threads' calls may
- * come between them.
+ * (KVP_EEXHAUSTED, KVP_ENOMEM, ...), which changed nothing, its hint
+ * included; the *n_taken takes before it stand, their blocks in out.
+ * KVP_EINVAL (NULL pool or n_taken, NULL owners or out with n > 0, unknown
+ * stream or KVP_STREAM_SHARED with separate lists) is returned before any
+ * take.
+ * O(n); the call's own checks are made once, not per take.  Thread rules
+ * as kvp_take; hints are the caller's memory, written during the call, so
+ * concurrent calls must not share them.  A pool with a lock takes it for
+ * each take, so other threads' calls may come between them.
  */
 KVP_API kvp_status kvp_take_each(kvp_pool *pool, kvp_stream stream, const kvp_owner *owners,
                                  uint32_t *hints, const uint32_t *rows, size_t n,
                                  kvp_block *out, size_t *n_taken);
+
+/*
+ * kvp_take with a hint (see kvp_take_each): kvp_take_each of one take.
+ * Errors: as kvp_take, and KVP_EINVAL for a NULL hint.  O(1).
+ */
+static inline kvp_status kvp_take_hinted(kvp_pool *pool, kvp_stream stream, kvp_owner owner,
+                                         uint32_t *hint, kvp_block *out)
+{
+    size_t n_taken;
+    if (!hint)
+        return KVP_EINVAL;
+    return kvp_take_each(pool, stream, &owner, hint, NULL, 1, out, &n_taken);
+}
 
 /*
  * Take the specific free block `id` (vacant or cached) for fresh content,
@@ -1074,8 +1071,8 @@ KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t 
  * emptied) and verify every invariant.  On the first broken one returns
  * KVP_ECORRUPT and writes a message naming it into msg[0..cap) (msg may be
  * NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
- * It checks deferred take bookkeeping (kvp_take) as it stands and leaves it
- * deferred, so that tests can check between takes and kvp_free_owner.
+ * It changes nothing, so a check between two calls does not change what
+ * the second one does.
  * O(size of the pool + owners): for tests and debugging, never hot paths.
  */
 KVP_API kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap);

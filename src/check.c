@@ -1,21 +1,25 @@
 /*
  * check.c — the invariant checker and the state fingerprint.
  *
- * kvp_pool_check recomputes every count and walks every structure from
+ * kvp__check recomputes every count and walks every structure from
  * scratch (blocks, free lists, id sets, index chains, events' announced
  * marks, owner lists, xrefs, gauges) and compares it with what the pool
  * keeps incrementally.  It shares no bookkeeping code with the paths it
  * checks, so a bug in one does not hide in the other.  Tests and fuzzers
  * call it after every step; it is O(size of the pool + owners) and never
- * used on a hot path.  It reads the fast take's pending references as they
- * are (mark_pending), without settling them, so that a test can check
- * between takes and kvp_free_owner.
+ * used on a hot path.  It reads the take's pending references as they are
+ * (kvp__defer_check, defer.c), without settling them, so that a test can
+ * check between takes and kvp_free_owner.
  *
- * kvp_pool_fingerprint digests the logical state only: things a caller can
+ * kvp__fingerprint digests the logical state only: things a caller can
  * observe (states, references, owners, fills, hashes, reuse and eviction
  * order, equal-hash order in the index).  Internal capacities, slot numbers,
  * bucket layout and counters are left out, so a refused call that merely
  * grew a table still leaves the fingerprint unchanged.
+ *
+ * Who calls it: pool.c's kvp_pool_check and kvp_pool_fingerprint, and
+ * guard.c's debug self-check.  It holds no public call itself, so that
+ * guard.c, which runs it, reaches no file that calls guard.c back.
  */
 #include "kvp_internal.h"
 
@@ -67,61 +71,6 @@ static uint32_t set_size(const kvp__idset *set)
     return n;
 }
 
-/* Pending references (pool.c, take_to_owner): every slot with pend set is
- * on the dirty chain once; an unused one holds nothing; each pending entry
- * names a block whose record still reads as held in the stack's array
- * (vacant, used before, next STACKED, no references), in no array (check_stack
- * refuses the mark) and named once (the mark again).  The blocks are marked
- * KVP__F_PENDING for check_blocks, which counts them as in use with one
- * owned reference; unmark_pending clears the marks whatever this found. */
-static kvp_status mark_pending(kvp_pool *p, ctx *c)
-{
-    uint32_t chained = 0, flagged = 0;
-    for (uint32_t l = p->dirty; l; l = p->owners[l - 1].dnext) {
-        CHECK(l - 1 < p->ocap && chained++ < p->ocap, "dirty chain broken at slot %u", l - 1);
-        const kvp__owner *o = &p->owners[l - 1];
-        CHECK(o->pend != KVP__NONE && o->pend <= o->len && o->len <= o->cap,
-              "slot %u on the dirty chain: pending from %u of %u", l - 1, o->pend, o->len);
-        CHECK(o->id != KVP_ANON || (o->pend == 0 && o->len == 0),
-              "unused slot %u holds pending references", l - 1);
-        CHECK(o->pend == o->len || (p->cfg.reuse == KVP_REUSE_LIFO && !p->ordered),
-              "owner %llu: pending references outside LIFO order", (unsigned long long)o->id);
-        for (uint32_t i = o->pend; i < o->len; i++) {
-            uint32_t b = o->refs[i];
-            CHECK(b < p->top && !kvp__is_fresh(p, b), "owner %llu: pending entry %u is %u",
-                  (unsigned long long)o->id, i, b);
-            kvp__block *k = &p->blocks[b];
-            CHECK(k->state == KVP_BLOCK_VACANT && k->flags == KVP__F_EVER &&
-                      k->next == KVP__STACKED && k->ref == 0 && k->owner == KVP__NONE &&
-                      k->stream < p->nstreams,
-                  "owner %llu: pending block %u (entry %u) is not as its take left it "
-                  "(state %d, flags 0x%x, ref %u)",
-                  (unsigned long long)o->id, b, i, k->state, k->flags, k->ref);
-            k->flags |= KVP__F_PENDING;
-        }
-    }
-    for (uint32_t slot = 0; slot < p->ocap; slot++)
-        flagged += p->owners[slot].pend != KVP__NONE;
-    CHECK(flagged == chained, "%u slots flagged dirty, %u on the chain", flagged, chained);
-    /* only a long enough run defers (pool.c, take_to_owner); a settle ends it */
-    CHECK(p->run >= KVP__DEFER_AFTER || !p->dirty,
-          "%u slots on the dirty chain in a run of %llu owner frees and general takes",
-          chained, (unsigned long long)p->run);
-    return KVP_OK;
-}
-
-static void unmark_pending(kvp_pool *p)
-{
-    uint32_t n = 0;
-    for (uint32_t l = p->dirty; l && l - 1 < p->ocap && n++ < p->ocap;
-         l = p->owners[l - 1].dnext) {
-        const kvp__owner *o = &p->owners[l - 1];
-        for (uint32_t i = o->pend; o->len <= o->cap && i < o->len; i++)
-            if (o->refs[i] < p->top)
-                p->blocks[o->refs[i]].flags &= ~KVP__F_PENDING;
-    }
-}
-
 static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
 {
     uint32_t vac[2] = {0}, cac[2] = {0}, used[2] = {0}, stacked[2] = {0}, retired = 0;
@@ -141,7 +90,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         }
         int s = k->stream;
         CHECK(s < p->nstreams, "block %u: stream %d", b, s);
-        if (k->flags & KVP__F_PENDING) { /* mark_pending checked the record */
+        if (k->flags & KVP__F_PENDING) { /* kvp__defer_check checked the record */
             (*owned_refs)++;
             used[s]++;
             in_use++;
@@ -361,6 +310,18 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
     return KVP_OK;
 }
 
+/* The first slot holding owner id in its index bucket (NONE if none),
+ * walked here rather than through owner.c's lookup, which is checked. */
+static uint32_t first_in_bucket(const kvp_pool *p, kvp_owner id)
+{
+    uint32_t n = 0;
+    for (uint32_t l = p->obuckets[kvp__id_hash(id) & p->obmask];
+         l && l - 1 < p->ocap && n++ < p->ocap; l = p->owners[l - 1].link)
+        if (p->owners[l - 1].id == id)
+            return l - 1;
+    return KVP__NONE;
+}
+
 static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
 {
     uint32_t active = 0, refs = 0, mapped = 0;
@@ -375,14 +336,14 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
         if (o->id == KVP_ANON)
             continue;
         active++;
-        CHECK(kvp__owner_find(p, o->id) == slot, "owner %llu not found in the map",
+        CHECK(first_in_bucket(p, o->id) == slot, "owner %llu not found in the map",
               (unsigned long long)o->id);
         CHECK(kvp__owner_live(o) > 0 || o->registered,
               "owner %llu holds nothing and is not registered", (unsigned long long)o->id);
-        uint32_t n = 0, end = o->pend == KVP__NONE ? o->len : o->pend;
+        uint32_t n = 0, end = kvp__defer_pending_from(o);
         CHECK(o->len <= o->cap && (o->len == 0 || o->refs[o->len - 1] != KVP__NONE),
               "owner %llu: array length %u", (unsigned long long)o->id, o->len);
-        n += o->len - end; /* pending: mark_pending checked them */
+        n += o->len - end; /* pending: kvp__defer_check checked them */
         for (uint32_t i = 0; i < end; i++) {
             uint32_t node = o->refs[i];
             if (node == KVP__NONE)
@@ -418,7 +379,7 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
 {
     ctx cc = {msg, cap}, *c = &cc;
     uint32_t owned;
-    kvp_status rc = mark_pending(p, c);
+    kvp_status rc = kvp__defer_check(p, msg, cap);
     if (!rc)
         rc = check_blocks(p, c, &owned);
     if (!rc)
@@ -429,19 +390,9 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
         rc = check_announced(p, c);
     if (!rc)
         rc = check_owners(p, c, owned);
-    unmark_pending(p);
+    kvp__defer_uncheck(p);
     if (!rc && msg && cap)
         msg[0] = '\0';
-    return rc;
-}
-
-kvp_status kvp_pool_check(kvp_pool *pool, char *msg, size_t cap)
-{
-    kvp_status rc = kvp__enter_lazy(pool); /* the pending references are checked as they are */
-    if (rc)
-        return rc;
-    rc = kvp__check(pool, msg, cap);
-    kvp__leave(pool, false);
     return rc;
 }
 
@@ -461,10 +412,9 @@ static uint32_t dup_rank(const kvp_pool *p, uint32_t b)
 {
     const kvp__block *k = &p->blocks[b];
     uint32_t rank = 0;
-    for (uint32_t x = kvp__chain_first(p, kvp__bucket_of(p, k->stream, &p->hashes[b])); x != b;
-         x = kvp__chain_next(p, x))
-        rank += p->blocks[x].stream == k->stream &&
-                memcmp(p->hashes[x].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0;
+    for (uint32_t x = kvp__index_first(p, k->stream, &p->hashes[b]); x != b && x != KVP__NONE;
+         x = kvp__index_next(p, x))
+        rank++;
     return rank;
 }
 
@@ -520,17 +470,11 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
     feed(h, &owners, sizeof owners);
 }
 
-kvp_status kvp_pool_fingerprint(kvp_pool *pool, uint64_t *out)
+/* The digest of the pool's logical state (kvp_pool_fingerprint). */
+uint64_t kvp__fingerprint(const kvp_pool *p)
 {
-    if (!pool || !out)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
-    if (rc)
-        return rc;
     XXH3_state_t h;
     XXH3_64bits_reset(&h);
-    fingerprint(pool, &h);
-    *out = XXH3_64bits_digest(&h);
-    kvp__leave(pool, false);
-    return KVP_OK;
+    fingerprint(p, &h);
+    return XXH3_64bits_digest(&h);
 }

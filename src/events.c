@@ -1,7 +1,8 @@
 /*
- * events.c — the bounded queue of KV-cache events.
+ * events.c — what the pool tells the outside about its content: the bounded
+ * queue of KV-cache events, and the on_evict callback.
  *
- * What it owns: two event buffers (one filling, one handed to the caller by
+ * What it owns: the callback marker (kvp__cb_pool), two event buffers (one filling, one handed to the caller by
  * kvp_events_take), the "announced" mark on indexed blocks, interned LoRA
  * names, the drop counter and the "lossy" state.
  *
@@ -33,6 +34,23 @@
  * allocates, except to intern a LoRA name not seen before.
  */
 #include "kvp_internal.h"
+
+/* The callback marker: the pool whose callback this thread is running, so
+ * that a call back into it is refused in both locking modes (guard.c).
+ * initial-exec: one load per call instead of a __tls_get_addr call. */
+__attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
+
+/* Tell the caller's on_evict callback that block b's content h went (h
+ * NULL: all of the index), with the marker set. */
+void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b)
+{
+    if (!p->cfg.on_evict)
+        return;
+    const kvp_pool *outer = kvp__cb_pool;
+    kvp__cb_pool = p;
+    p->cfg.on_evict(p->cfg.evict_user, h, h ? b : KVP_NO_BLOCK);
+    kvp__cb_pool = outer;
+}
 
 typedef struct evbuf {
     kvp_event *ev;
@@ -170,10 +188,8 @@ static uint32_t copy_of(const kvp_pool *p, uint32_t b, uint8_t flags)
 {
     const kvp_hash *h = &p->hashes[b];
     for (int s = 0; s < p->nstreams; s++)
-        for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, h)); c != KVP__NONE;
-             c = kvp__chain_next(p, c))
-            if (c != b && (p->blocks[c].flags & flags) == flags && p->blocks[c].stream == s &&
-                memcmp(p->hashes[c].b, h->b, sizeof h->b) == 0)
+        for (uint32_t c = kvp__index_first(p, s, h); c != KVP__NONE; c = kvp__index_next(p, c))
+            if (c != b && (p->blocks[c].flags & flags) == flags)
                 return c;
     return KVP__NONE;
 }
@@ -209,9 +225,9 @@ static void overflow(kvp_pool *p, kvp__evq *q)
     drop(p, q);
     if (q->full)
         return;
-    for (uint32_t i = 0; i <= p->bmask; i++)
-        for (uint32_t c = kvp__chain_first(p, i); c != KVP__NONE; c = kvp__chain_next(p, c))
-            p->blocks[c].flags &= (uint8_t)~KVP__F_ANNOUNCED;
+    for (uint32_t b = 0; b < p->top; b++) /* only indexed blocks carry the mark */
+        if (p->blocks[b].flags & KVP__F_ANNOUNCED)
+            p->blocks[b].flags &= (uint8_t)~KVP__F_ANNOUNCED;
     new_event(q, &q->buf[q->cur], KVP_EVENT_ALL_CLEARED);
     q->full = true;
 }
@@ -325,15 +341,11 @@ void kvp__ev_close(kvp_pool *p)
         p->evq->open = false;
 }
 
-kvp_status kvp_events_take(kvp_pool *pool, const kvp_event **events, size_t *n,
-                           uint64_t *dropped)
+/* Hand the caller the filling buffer's events and start the other one
+ * (kvp_events_take; the caller entered, events are on). */
+void kvp__ev_take(kvp_pool *p, const kvp_event **events, size_t *n, uint64_t *dropped)
 {
-    if (!pool || !events || !n || !pool->evq)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
-    if (rc)
-        return rc;
-    kvp__evq *q = pool->evq;
+    kvp__evq *q = p->evq;
     evbuf *taken = &q->buf[q->cur];
     q->cur ^= 1;
     evbuf *next = &q->buf[q->cur];
@@ -345,6 +357,4 @@ kvp_status kvp_events_take(kvp_pool *pool, const kvp_event **events, size_t *n,
     if (dropped)
         *dropped = q->dropped;
     q->dropped = 0;
-    kvp__leave(pool, false);
-    return KVP_OK;
 }

@@ -6,11 +6,10 @@
  *
  * What it owns: each stream's free structures (kvp__stream: qhead/qtail,
  * stk/nstk, lhead/ltail, the vacant and cached id sets, fresh_lo/fresh_hi,
- * fresh_mark) and its nvacant and ncached counts.  pool.c owns the blocks'
- * states and hands blocks out; two places there write these fields too:
- * kvp__reset_blocks lays them out at creation and clear, and pop_vacant
- * pops them itself in the common case (the top of the LIFO array, or the
- * q list's head).
+ * fresh_mark) and its nvacant and ncached counts, and p->ordered.  Two
+ * other places write these fields too: pool.c lays them
+ * out at creation and clear, and take.c pops them itself in the common case
+ * (the top of the LIFO array, or the q list's head).
  *
  * Invariants (checked by check.c):
  * - A vacant block is in its stream's vacant id set (unless fresh) and, in
@@ -24,8 +23,8 @@
  * - LIFO: a vacant block is in the stack's array (stk, nstk; marked by
  *   next == KVP__STACKED), in the q list below it, or fresh.  Those in the
  *   array have been handed out before (flag EVER).  A pending reference's
- *   block (pool.c, take_to_owner) is in use though its record still reads
- *   as in the array; it is in none of these structures.
+ *   block (defer.c) is in use though its record still reads as in the
+ *   array; it is in none of these structures.
  *
  * The fresh range [fresh_lo, fresh_hi) holds vacant blocks never given a
  * record, taken lowest id first: in LIFO order after every freed vacant
@@ -33,7 +32,7 @@
  * rest.  A stream's blocks need no set-up at creation that way.
  *
  * Why this shape: the reuse orders (SPEC "Reuse order") differ only here
- * (kvp__pick, kvp__free_insert, kvp__cached_to_vacant) and in pool.c's
+ * (kvp__pick, kvp__free_insert, kvp__cached_to_vacant) and in take.c's
  * pop_vacant; everything else is shared.  Lists are linked through the
  * block records, so a free structure costs no memory of its own but the
  * LIFO array's 4 bytes per block, which buys the take its prefetch.
@@ -54,6 +53,7 @@ static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     bool head = b == st->qhead;
+    kvp__assert_internal(head || blk->prev != KVP__NONE);
     if (st->fresh_mark == b)
         st->fresh_mark = blk->next;
     if (head)
@@ -71,6 +71,7 @@ static void q_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 static void q_insert_after(kvp_pool *p, kvp__stream *st, uint32_t at, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(b != at && b != st->qhead && blk->state != KVP_BLOCK_IN_USE);
     blk->prev = at;
     blk->next = at == KVP__NONE ? st->qhead : p->blocks[at].next;
     if (blk->next != KVP__NONE)
@@ -92,8 +93,8 @@ static void q_insert_after(kvp_pool *p, kvp__stream *st, uint32_t at, uint32_t b
  * records, then the fresh range.  Frees push on the array and takes pop
  * it, so the common calls touch no neighbour's record and a take can
  * prefetch the block KVP__STK_AHEAD pops ahead; a list allows only one,
- * and at 1M blocks, where the blocks below the top were freed long ago,
- * takes waited on the record.  The list holds what must go below the
+ * and at 1M blocks, where the blocks below the top were freed long ago, a
+ * take would wait on the record.  The list holds what must go below the
  * blocks freed so far: cached blocks turned vacant, fresh blocks given a
  * record, blocks kvp__grow adds (never handed out: the array holds only
  * used blocks, so a take counts a reuse without reading the record), and
@@ -162,6 +163,7 @@ static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int
                              bool stacked)
 {
     if (stack_room(p, st, cur, s)) {
+        kvp__assert_internal(cur->w[s] > st->nstk);
         st->stk[--cur->w[s]] = b;
         if (!stacked)
             p->blocks[b].next = KVP__STACKED;
@@ -175,7 +177,8 @@ static inline void stack_put(kvp_pool *p, kvp__stream *st, kvp__cursor *cur, int
  * q list, in the order given, instead of onto the LIFO stack's array, which
  * is spilled there first: the reuse order is the one the array would have
  * given.  For blocks never handed out (kvp__grow's), which the array does
- * not hold, so that pop_top need not read a record to count a reuse.
+ * not hold, so that a take from the array need not read a record to count
+ * a reuse.
  * O(blocks in the array), amortized over the frees that put them there. */
 void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur)
 {
@@ -226,6 +229,7 @@ static void order_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 static void lru_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED);
     if (blk->lprev != KVP__NONE)
         p->blocks[blk->lprev].lnext = blk->lnext;
     else
@@ -240,6 +244,7 @@ static void lru_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
 static void lru_append(kvp_pool *p, kvp__stream *st, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED && b != st->ltail);
     blk->lprev = st->ltail;
     blk->lnext = KVP__NONE;
     if (st->ltail != KVP__NONE)
@@ -318,6 +323,19 @@ void kvp__order(kvp_pool *p)
     }
     p->ordered = true;
     kvp__fast_reset(p);
+}
+
+/* Set p->fast from the stream map, hooked and ordered: the take's fast path
+ * (take.c) then answers "may I serve this stream value" with one load.
+ * hooked is fixed at creation; ordered changes at creation and in
+ * kvp_pool_clear (pool.c) and in kvp__order, each
+ * of which calls this. */
+void kvp__fast_reset(kvp_pool *p)
+{
+    for (int v = KVP_STREAM_SHARED; v <= KVP_STREAM_V; v++) {
+        int s = kvp__stream_index(p, v);
+        p->fast[v] = s < 0 || p->hooked || p->ordered ? NULL : &p->st[s];
+    }
 }
 
 /* Take free block b out of every free structure, keeping its content.  A
@@ -404,14 +422,13 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
                        b);
 }
 
-/* Free the blocks of the pending references refs[0, n) (pool.c,
- * take_to_owner), last first, like kvp__free_insert: their records already
- * read as the stack's array needs them (vacant, fill 0, next STACKED), so
- * nothing is written to them, and in a one-stream pool nothing read. */
-void kvp__free_pending(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur)
+/* Put blocks refs[0, n) back on the LIFO stack's array, last first, like
+ * kvp__free_insert, when their records still read as the array needs them
+ * (vacant, fill 0, next STACKED: defer.c's pending references): nothing is
+ * written to them, and in a one-stream pool nothing read. */
+void kvp__free_stacked(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur)
 {
     kvp__assert(p->cfg.reuse == KVP_REUSE_LIFO && !p->ordered);
-    p->in_use -= n;
     if (p->nstreams == 1) {
         kvp__stream *st = &p->st[0];
         st->nvacant += n;

@@ -6,9 +6,13 @@
  * place in a bucket chain, and the eviction count.
  *
  * Built as chaining through the block records (kvp__block.hnext) rather than
- * a separate table: a block holds at most one hash, so the index can never
- * need more entries than there are blocks, never allocates on publish, and
- * removing a block's entry is a walk of one short chain.  The bucket array has
+ * a separate table such as map.c's: a block holds at most one hash, so the
+ * index can never need more entries than there are blocks, never allocates
+ * on publish, and removing a block's entry is a walk of one short chain;
+ * keys are 32-byte digests, too large to keep in probe entries.  Other
+ * files read it through kvp__index_first / kvp__index_next
+ * (kvp_internal.h), never by walking the chains (check.c, which verifies
+ * them, aside).  The bucket array has
  * at least 1.5 buckets per block (load factor <= 2/3: kvp__bucket_count).
  *
  * Invariants:
@@ -20,29 +24,6 @@
  * - A cached block is always published (free, content findable).
  */
 #include "kvp_internal.h"
-
-/* Bucket of (stream, hash): the last 8 bytes identify a block under every
- * algorithm.  A full 64-bit finalizer (murmur3's fmix64) makes every input
- * bit reach the low bits: digests are random, but hashes made from small
- * integers (trace ids stored big-endian) vary only in their top bytes as
- * read here, and a multiply alone would leave those out of the bucket. */
-uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
-{
-    uint64_t x;
-    memcpy(&x, h->b + 24, sizeof x);
-    x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (uint32_t)x & p->bmask;
-}
-
-static bool same(const kvp_pool *p, uint32_t b, int s, const kvp_hash *h)
-{
-    return p->blocks[b].stream == s && memcmp(p->hashes[b].b, h->b, sizeof h->b) == 0;
-}
 
 /* Link b (digest already stored) at the tail of its chain, and tell the
  * event queue (`info` says what the publisher knows; may be NULL). */
@@ -90,11 +71,7 @@ void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to)
 
 uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    for (uint32_t b = kvp__chain_first(p, kvp__bucket_of(p, s, h)); b != KVP__NONE;
-         b = kvp__chain_next(p, b))
-        if (same(p, b, s, h))
-            return b;
-    return KVP__NONE;
+    return kvp__index_first(p, s, h);
 }
 
 /* Evict b's content: the entry goes, the callback hears of it, it counts. */
@@ -216,9 +193,8 @@ static bool verified(const kvp_pool *p, uint32_t b, uint32_t parent, const uint3
 uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
                               const uint32_t *tokens)
 {
-    for (uint32_t b = kvp__chain_first(p, kvp__bucket_of(p, s, h)); b != KVP__NONE;
-         b = kvp__chain_next(p, b))
-        if (same(p, b, s, h) && verified(p, b, parent, tokens))
+    for (uint32_t b = kvp__index_first(p, s, h); b != KVP__NONE; b = kvp__index_next(p, b))
+        if (verified(p, b, parent, tokens))
             return b;
     return KVP__NONE;
 }

@@ -28,6 +28,10 @@
  *   (freelist.c, "The LIFO stack's array"): frees and takes touch no neighbour's
  *   record, and a take can prefetch the record of the block it will hand
  *   out a few takes later.
+ *
+ * Besides types, this header holds only inline helpers that read or write
+ * one record (or the pool's fields) and call nothing, so no file reaches
+ * another through it; docs/ARCHITECTURE.md draws which file calls which.
  */
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
@@ -47,18 +51,29 @@
 #define KVP_DEBUG 0
 #endif
 
+/* Assertions.  kvp__assert (debug level 1 and up) guards what a call's
+ * arguments and the pool's own state promise at its boundaries;
+ * kvp__assert_internal (level 2 and up) guards each step inside the hot
+ * paths (reference counts, list and array moves), where it costs a test per
+ * block, so that a broken step fails where it happens rather than at the
+ * next whole-pool check (level 3, guard.c). */
 #if KVP_DEBUG >= 1
 #include <assert.h>
 #define kvp__assert(x) assert(x)
 #else
 #define kvp__assert(x) ((void)0)
 #endif
+#if KVP_DEBUG >= 2
+#define kvp__assert_internal(x) assert(x)
+#else
+#define kvp__assert_internal(x) ((void)0)
+#endif
 
 #define KVP__NONE UINT32_MAX
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
 #define KVP__STACKED 0xfffffffdu /* next link of a vacant block in its LIFO stack's array */
-#define KVP__LISTED 0xfffffffdu  /* cursor slot: the call's blocks go to the q list */
+#define KVP__LISTED 0xfffffffcu  /* cursor slot: the call's blocks go to the q list */
 /* How far ahead batch loops prefetch block records: far enough to cover a
  * miss to memory at about 15 cycles per block freed, also when memory is
  * slow (the 1M-block scale row gains; small pools lose nothing). */
@@ -67,8 +82,8 @@
 
 /* On the hottest entry points: inline every call the compiler can see (all
  * of the library, in the unity build).  The per-block work is a dozen small
- * steps; as calls, their register saves and restores would be about a sixth
- * of the instructions of a take and its free. */
+ * steps; as calls, their register saves and restores would be a large share
+ * of a take and its free. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define KVP__FLATTEN __attribute__((flatten))
 #else
@@ -166,7 +181,7 @@ typedef struct kvp__owner {
     unsigned registered : 1;
     uint32_t pend;    /* NONE: the slot is not on the dirty chain; else it is
                          (once), and refs[pend, len) are pending references
-                         (pool.c, take_to_owner), 0 while the slot is unused */
+                         (defer.c), 0 while the slot is unused */
     uint32_t link;    /* in use: next slot in its index bucket, as slot + 1
                          (0 ends the chain); unused: next free slot */
     uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */
@@ -178,7 +193,7 @@ static inline uint32_t kvp__owner_live(const kvp__owner *o)
 }
 _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 8 for chains");
 /* Owner frees and general-path takes (p->run) since the last call that
- * settled, before a take defers its record (pool.c, take_to_owner). */
+ * settled, before a take defers its record (defer.c). */
 #define KVP__DEFER_AFTER 8u
 /* Owner index buckets per owner slot: load factor at most 1/2, so a take's
  * lookup of a new owner (a miss) and a free's of an old one walk about
@@ -224,8 +239,8 @@ typedef struct kvp__stream {
     uint32_t nstk, stkcap;
     uint32_t untallied;      /* blocks the take's fast path handed out since
                                 the last call, not yet in nvacant or the
-                                pool's counters (pool.c, tally); fewer than
-                                the stream's blocks, as a free tallies */
+                                pool's counters (defer.c); fewer than the
+                                stream's blocks, as a free tallies */
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;
 } kvp__stream;
@@ -317,8 +332,8 @@ struct kvp_pool {
     uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
                            the owners that may hold pending references */
     uint64_t run;       /* owner frees and general-path takes since the last
-                           call that settled (pool.c, take_to_owner; 64 bits,
-                           so that it never wraps) */
+                           call that settled (defer.c; 64 bits, so that it
+                           never wraps) */
 
     /* history ring */
     kvp_stats *hist;
@@ -332,9 +347,9 @@ struct kvp_pool {
  * kvp__prefetch_record is for ids known to be blocks (free-list links).
  * kvp__prefetch_block takes anything (xref nodes, tombstones, bad input)
  * and prefetches block 0 for what is not a block id.  It selects rather
- * than branches: GCC 12 at -O2 deleted `if (b < top) __builtin_prefetch()`
- * from the take path and kvp_seq_destroy without a trace, and
- * tests/test_codegen.py checks that the prefetches are in the binary. */
+ * than branches, because a compiler may delete a prefetch guarded by a
+ * branch; tests/test_codegen.py checks that the prefetches are in the
+ * binary. */
 static inline void kvp__prefetch_record(const kvp_pool *p, uint32_t b)
 {
     /* Both ends: half of the 48-byte records cross a line, and a take reads
@@ -349,7 +364,7 @@ static inline void kvp__prefetch_block(const kvp_pool *p, uint32_t b)
 }
 
 /* A vacant block's record made that of a block in use (the caller adds its
- * stream and references): stores only, no read (pool.c, hand_out_vacant). */
+ * stream and references): stores only, no read (block.c). */
 static inline void kvp__record_in_use(kvp__block *blk, unsigned format)
 {
     blk->flags = KVP__F_EVER;
@@ -360,10 +375,11 @@ static inline void kvp__record_in_use(kvp__block *blk, unsigned format)
 
 /* Block b's record as a take by owner slot `slot` leaves it, at position
  * pos of the owner's array: in use, one reference, format FP16; stores
- * only.  The fast take writes it, or kvp__settle for a deferred one.  The
- * stream s is stored though the record holds it already: without it GCC 12
- * merges the byte-wide stores into a read-modify-write of their word, a
- * read of a cold record (tests/test_codegen.py checks the compiled take). */
+ * only.  The take writes it, or defer.c for a deferred one.  The stream s
+ * is stored though the record holds it already: with all four byte-wide
+ * fields stored the compiler needs no read-modify-write of their word,
+ * which would read a cold record (tests/test_codegen.py checks the
+ * compiled take). */
 static inline void kvp__record_owned(kvp_pool *p, uint32_t b, uint32_t slot, uint32_t pos, int s)
 {
     kvp__block *blk = &p->blocks[b];
@@ -372,6 +388,136 @@ static inline void kvp__record_owned(kvp_pool *p, uint32_t b, uint32_t slot, uin
     blk->opos = pos;
     blk->ref = 1;
     blk->owner = slot;
+}
+
+/* A record set up as a block of stream s in `state` with nothing else:
+ * no links, references, fill or flags. */
+static inline void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
+{
+    kvp__block *blk = &p->blocks[b];
+    blk->prev = blk->next = blk->lprev = blk->lnext = KVP__NONE;
+    blk->ref = blk->anon = blk->sref = 0;
+    blk->owner = blk->xhead = KVP__NONE;
+    blk->hnext = 0;
+    blk->fill = 0;
+    blk->format = 0;
+    blk->stream = (unsigned)s;
+    blk->state = (unsigned)state;
+    blk->flags = 0;
+    blk->pad = 0;
+}
+
+/* Map a public stream value to an internal index, or -1 if refused. */
+static inline int kvp__stream_index(const kvp_pool *p, int stream)
+{
+    if (stream < KVP_STREAM_SHARED || stream > KVP_STREAM_V)
+        return -1;
+    if (p->nstreams == 1)
+        return 0;
+    return stream == KVP_STREAM_SHARED ? -1 : stream - 1;
+}
+
+/* ---- one record's state, and the gauges ---- */
+
+/* A fresh block: one of a stream's never-touched ids of the initial pool. */
+static inline bool kvp__is_fresh(const kvp_pool *p, uint32_t b)
+{
+    for (int s = 0; s < p->nstreams; s++)
+        if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
+            return true;
+    return false;
+}
+
+/* The internal stream of block b: a fresh block's (zero) record does not
+ * say it, its place in the fresh ranges does. */
+static inline int kvp__stream_of(const kvp_pool *p, uint32_t b)
+{
+    if (kvp__is_fresh(p, b))
+        return b < p->st[0].fresh_hi ? 0 : 1;
+    return p->blocks[b].stream;
+}
+
+/* The state of block b (below top); a fresh record is zero: VACANT. */
+static inline int kvp__state(const kvp_pool *p, uint32_t b)
+{
+    return p->blocks[b].state;
+}
+
+/* The common id check: KVP_ERANGE for ids that do not exist or are retired,
+ * KVP_EINVAL for the null block. */
+static inline kvp_status kvp__check_id(const kvp_pool *p, uint32_t b)
+{
+    if (b >= p->top)
+        return KVP_ERANGE;
+    if (p->blocks[b].state == KVP_BLOCK_RETIRED)
+        return KVP_ERANGE;
+    if (p->blocks[b].flags & KVP__F_NULL)
+        return KVP_EINVAL;
+    return KVP_OK;
+}
+
+/* kvp__check_id, and the block must be in use (KVP_EDOUBLEFREE if free). */
+static inline kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b)
+{
+    kvp_status rc = kvp__check_id(p, b);
+    if (!rc && kvp__state(p, b) != KVP_BLOCK_IN_USE)
+        rc = KVP_EDOUBLEFREE;
+    return rc;
+}
+
+/* Is the block in use and partly filled (counted in `fragmented`)? */
+static inline bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk)
+{
+    return blk->state == KVP_BLOCK_IN_USE && blk->fill > 0 && blk->fill < p->cfg.block_size;
+}
+
+/* Add (sign 1) or remove (sign -1) an in-use block's share of the gauges
+ * that depend on its fill. */
+static inline void kvp__account(kvp_pool *p, const kvp__block *blk, int sign)
+{
+    if (!blk->fill) /* the usual case on alloc and free: no share */
+        return;
+    p->fragmented += (uint64_t)(int64_t)(sign * (int)kvp__is_frag(p, blk));
+    p->fill_sum += (uint64_t)(int64_t)(sign * (int)blk->fill);
+}
+
+/* Count n blocks handed out: allocated, in use, and the peak. */
+static inline void kvp__count_out(kvp_pool *p, uint64_t n)
+{
+    p->ctr.blocks_allocated += n;
+    p->in_use += n;
+    if (p->in_use > p->peak)
+        p->peak = p->in_use;
+}
+
+/* The block a reference node names, and the node's position in its
+ * owner's array: the block itself for the inline owner, else its xref. */
+static inline uint32_t kvp__node_block(const kvp_pool *p, uint32_t node)
+{
+    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].block : node;
+}
+
+static inline uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node)
+{
+    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
+}
+
+/* The growth cap a configuration sets: no array, table or arena of the
+ * pool is ever sized for more ids than this. */
+static inline uint32_t kvp__growth_cap(const kvp_config *c)
+{
+    return c->max_blocks ? c->max_blocks : KVP_MAX_BLOCKS;
+}
+
+static inline uint32_t kvp__max_blocks(const kvp_pool *p)
+{
+    return kvp__growth_cap(&p->cfg);
+}
+
+/* Blocks the pool manages: ids below top that are not retired. */
+static inline uint32_t kvp__managed(const kvp_pool *p)
+{
+    return p->top - p->nretired;
 }
 
 /* Hash of a caller's 64-bit id (owner, request) for a power-of-two table:
@@ -396,19 +542,84 @@ static inline uint32_t kvp__chain_next(const kvp_pool *p, uint32_t b)
     return p->blocks[b].hnext - 1u;
 }
 
-/* ---- memory (pool.c) ---- */
+/* The content index's bucket of (stream, hash): the last 8 bytes identify a
+ * block under every algorithm.  A full 64-bit finalizer (murmur3's fmix64)
+ * makes every input bit reach the low bits: digests are random, but hashes
+ * made from small integers (trace ids stored big-endian) vary only in their
+ * top bytes as read here, and a multiply alone would leave those out. */
+static inline uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
+{
+    uint64_t x;
+    memcpy(&x, h->b + 24, sizeof x);
+    x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (uint32_t)x & p->bmask;
+}
+
+/* The content index's iterator: the indexed blocks of stream s holding
+ * hash h, in publish order.  kvp__index_first gives the first (NONE if
+ * none), kvp__index_next the one after indexed block b with the same
+ * stream and hash (NONE after the last).  Read-only, for index.c, events.c
+ * and check.c. */
+static inline uint32_t kvp__index_next_from(const kvp_pool *p, uint32_t c, int s,
+                                            const kvp_hash *h)
+{
+    for (; c != KVP__NONE; c = kvp__chain_next(p, c))
+        if (p->blocks[c].stream == (unsigned)s && memcmp(p->hashes[c].b, h->b, sizeof h->b) == 0)
+            return c;
+    return KVP__NONE;
+}
+
+static inline uint32_t kvp__index_first(const kvp_pool *p, int s, const kvp_hash *h)
+{
+    return kvp__index_next_from(p, kvp__chain_first(p, kvp__bucket_of(p, s, h)), s, h);
+}
+
+static inline uint32_t kvp__index_next(const kvp_pool *p, uint32_t b)
+{
+    return kvp__index_next_from(p, kvp__chain_next(p, b), p->blocks[b].stream, &p->hashes[b]);
+}
+
+/* ---- memory (mem.c) ---- */
+extern const kvp_allocator kvp__std_allocator;
 void *kvp__alloc(kvp_pool *p, size_t size);
 void *kvp__zalloc(kvp_pool *p, size_t size);
 void kvp__release(kvp_pool *p, void *ptr, size_t size);
 
-/* ---- entering and leaving the API (pool.c) ---- */
-extern __attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
+/* ---- entering and leaving the API (guard.c) ---- */
 kvp_status kvp__enter(kvp_pool *p);
 kvp_status kvp__enter_lazy(kvp_pool *p);
 kvp_status kvp__enter_stream(kvp_pool *p, int stream, int *s);
 void kvp__leave(kvp_pool *p, bool changed);
-int kvp__stream_index(const kvp_pool *p, int stream);
-void kvp__fast_reset(kvp_pool *p);
+#if KVP_DEBUG >= 3
+void kvp__self_check(kvp_pool *p, bool changed);
+#else
+static inline void kvp__self_check(kvp_pool *p, bool changed)
+{
+    (void)p;
+    (void)changed;
+}
+#endif
+
+/* ---- the take's deferred bookkeeping (defer.c) ---- */
+void kvp__defer_count(kvp__stream *st, uint32_t n);
+void kvp__defer_tally(kvp_pool *p);
+void kvp__defer_settle(kvp_pool *p);
+void kvp__defer_settle_owner(kvp_pool *p, uint32_t slot);
+bool kvp__defer_ready(const kvp_pool *p);
+void kvp__defer_tick(kvp_pool *p);
+void kvp__defer_mark(kvp_pool *p, kvp__owner *o, uint32_t slot);
+void kvp__defer_slot_init(kvp__owner *o);
+void kvp__defer_appended(kvp__owner *o);
+void kvp__defer_slot_freed(kvp__owner *o);
+uint32_t kvp__defer_free_owner(kvp_pool *p, kvp__owner *o, kvp__cursor *cur);
+uint32_t kvp__defer_pending_from(const kvp__owner *o);
+kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap);
+void kvp__defer_uncheck(kvp_pool *p);
 
 /* ---- free structures (freelist.c) ---- */
 uint32_t kvp__pick(kvp_pool *p, int s);
@@ -416,38 +627,32 @@ void kvp__free_remove(kvp_pool *p, uint32_t b);
 void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur);
 void kvp__free_end(kvp_pool *p, kvp__cursor *cur);
-void kvp__free_pending(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur);
+void kvp__free_stacked(kvp_pool *p, const uint32_t *refs, uint32_t n, kvp__cursor *cur);
+void kvp__fast_reset(kvp_pool *p);
 kvp_status kvp__stk_reserve(kvp_pool *p, int s, uint32_t blocks);
 void kvp__cached_to_vacant(kvp_pool *p, uint32_t b);
 
-/* ---- block states (pool.c) ---- */
-bool kvp__is_fresh(const kvp_pool *p, uint32_t b);
-int kvp__stream_of(const kvp_pool *p, uint32_t b);
-int kvp__state(const kvp_pool *p, uint32_t b);
-kvp_status kvp__check_id(const kvp_pool *p, uint32_t b);
-kvp_status kvp__check_in_use(const kvp_pool *p, uint32_t b);
-void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state);
-void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
+/* ---- block state transitions (block.c) ---- */
+void kvp__hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, int s);
+void kvp__hand_out_counted(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, int s);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
+void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot);
+void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
+
+/* ---- handing blocks out (take.c) ---- */
 kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need);
 uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format);
-void kvp__take_blocks(kvp_pool *p, int s, uint32_t n, uint32_t oslot, unsigned format,
-                      uint32_t *ids);
-void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot);
-bool kvp__is_frag(const kvp_pool *p, const kvp__block *blk);
-void kvp__account(kvp_pool *p, const kvp__block *blk, int sign);
-void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b);
-void kvp__reset_blocks(kvp_pool *p);
 
 /* ---- owners and references (owner.c) ---- */
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id);
 kvp_status kvp__owner_reserve(kvp_pool *p);
 uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id);
 void kvp__owner_remove(kvp_pool *p, uint32_t slot);
+uint32_t *kvp__owner_link(const kvp_pool *p, kvp_owner id);
+void kvp__owner_unlink(kvp_pool *p, uint32_t *link, uint32_t slot);
+void kvp__node_drop(kvp_pool *p, uint32_t node, bool whole);
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n);
 void kvp__ref_first(kvp_pool *p, uint32_t b, uint32_t oslot);
-void kvp__settle(kvp_pool *p);
-void kvp__owner_settle(kvp_pool *p, uint32_t slot);
 void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot);
 kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n);
@@ -461,8 +666,6 @@ static inline kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t
     return (uint64_t)len + n <= o->cap ? KVP_OK : kvp__refs_grow(p, oslot, n);
 }
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot);
-uint32_t kvp__node_block(const kvp_pool *p, uint32_t node);
-uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node);
 void kvp__owner_relocate(kvp_pool *p, uint32_t to);
 void kvp__owners_reset(kvp_pool *p);
 void kvp__owners_destroy(kvp_pool *p);
@@ -472,7 +675,6 @@ void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
 void kvp__index_remove(kvp_pool *p, uint32_t b);
 void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to);
 uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h);
-uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h);
 void kvp__unindex(kvp_pool *p, uint32_t b);
 void kvp__forget_all(kvp_pool *p);
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
@@ -490,13 +692,16 @@ uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint3
 void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h,
                            const kvp__pubinfo *info);
 
-/* ---- events (events.c) ---- */
+/* ---- events and the callback (events.c) ---- */
+extern __attribute__((tls_model("initial-exec"))) _Thread_local const kvp_pool *kvp__cb_pool;
+void kvp__notify_evict(kvp_pool *p, const kvp_hash *h, uint32_t b);
 kvp_status kvp__events_init(kvp_pool *p);
 void kvp__events_free(kvp_pool *p);
 void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
 void kvp__ev_removed(kvp_pool *p, uint32_t b);
 void kvp__ev_cleared(kvp_pool *p);
 void kvp__ev_close(kvp_pool *p);
+void kvp__ev_take(kvp_pool *p, const kvp_event **events, size_t *n, uint64_t *dropped);
 /* Were events dropped since the index was last emptied?  Until then, every
  * indexed hash has exactly one announced copy (kvp__check); after a drop,
  * at most one.  False with events off. */
@@ -511,8 +716,6 @@ void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst);
 
 /* ---- growth (resize.c) ---- */
 kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
-uint32_t kvp__managed(const kvp_pool *p);
-uint32_t kvp__max_blocks(const kvp_pool *p);
 uint32_t kvp__pow2_at_least(uint32_t n);
 uint32_t kvp__bucket_count(uint32_t cap);
 
@@ -572,11 +775,12 @@ uint32_t kvp__idset_min(const kvp__idset *set);
 uint32_t kvp__idset_max(const kvp__idset *set);
 uint32_t kvp__idset_next(const kvp__idset *set, uint32_t from);
 
-/* ---- statistics (stats.c) ---- */
+/* ---- the stats snapshot and the history ring (history.c) ---- */
 void kvp__stats_fill(const kvp_pool *p, kvp_stats *out);
 void kvp__history_push(kvp_pool *p);
 
 /* ---- checking (check.c) ---- */
 kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap);
+uint64_t kvp__fingerprint(const kvp_pool *p);
 
 #endif /* KVP_INTERNAL_H */

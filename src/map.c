@@ -1,14 +1,22 @@
 /*
  * map.c — a small open-addressing map from 64-bit ids to 32-bit values.
  *
- * Used for request ids -> sequences (owners chain through their slots: owner.c).  Linear
- * probing over a power-of-two table kept at most 3/4 full; deletion shifts
+ * Used for request ids -> sequences.  Linear probing over a power-of-two
+ * table kept at most 3/4 full; deletion shifts
  * the rest of the run back instead of leaving tombstones, so lookups stay
  * short however many ids come and go.  Keys are stored in the entries, so a
  * lookup touches one cache line in the common case.
  *
  * Invariants: every entry with val != NONE is reachable from its home slot
  * without crossing an empty entry; count is the number of such entries.
+ *
+ * The pool's two other tables do not use it, each for a reason of its own:
+ * the owner index (owner.c) is on the take's path and chains through the
+ * owner records it reads anyway, saving the map's separate entry line; the
+ * content index (index.c) has 32-byte keys, at most one per block, and
+ * chains through the block records, so it never allocates on publish and
+ * needs no entry storage.  A sequence lookup is once per call, not per
+ * block, so a plain map serves it best.
  */
 #include "kvp_internal.h"
 

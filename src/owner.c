@@ -14,7 +14,7 @@
  * owners of the same block get xref nodes.  Dropping one reference leaves a
  * tombstone, so it is O(1); an array compacts once half of it is dead.
  *
- * Invariants (a pending reference, below, excepted):
+ * Invariants (a pending reference, defer.c, excepted):
  * - ref == anon + sref + (owner != NONE) + length of the xref chain.
  * - owner == NONE implies xhead == NONE (dropping the inline reference
  *   promotes the oldest xref into its place), so a block with one owner never
@@ -25,38 +25,24 @@
  *   owner with no live entry exists only while registered or inside
  *   kvp_free_owner.
  *
- * Pending references: the fast take (pool.c, take_to_owner) appends a block
- * to its owner's array and writes nothing to the block's record.  They are
- * a suffix of the array, refs[pend, len), and every slot that may hold some
- * is on the dirty chain (p->dirty, through dnext) exactly once, pend != NONE
- * saying so.  kvp__settle writes their records and empties the chain on the
- * next call that could read them (kvp__owner_settle, one owner's, before an
- * append by a call that does not); kvp_free_owner frees them without
- * reading them (freelist.c, kvp__free_pending).  A removed slot stays on
- * the chain with pend 0, so that reusing it between settles never chains
- * it twice.
+ * A take on the fast path may leave a reference pending: in its owner's
+ * array, its block's record not yet written (defer.c states the protocol).
+ * This file knows it only through the kvp__defer_ calls on a slot's
+ * lifecycle.
  *
  * The owner index chains through the slots themselves (a bucket array of
- * slot + 1 links, one bucket per slot), like the block index: a lookup reads
- * a small bucket array and then the owner record it needs anyway, where an
- * open-addressing map of (id, slot) pairs was one more dependent cache miss
- * per call once there are thousands of owners.
+ * slot + 1 links, KVP__OWNER_BUCKETS per slot), like the block index, and
+ * not map.c's open-addressing table: a lookup reads a small bucket array
+ * and then the owner record it needs anyway, where a map of (id, slot)
+ * pairs would be one more dependent cache miss per take once there are
+ * thousands of owners.  The block index's shape (index.c) differs again
+ * because its keys are 32-byte digests kept beside the records.
  */
 #include "kvp_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Reference nodes and owner arrays                                          */
 /* ------------------------------------------------------------------------ */
-
-uint32_t kvp__node_block(const kvp_pool *p, uint32_t node)
-{
-    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].block : node;
-}
-
-uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node)
-{
-    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
-}
 
 static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
 {
@@ -66,72 +52,22 @@ static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
         p->blocks[node].opos = pos;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Pending references                                                        */
-/* ------------------------------------------------------------------------ */
-
-/* Write the records of owner slot's pending references (pool.c,
- * take_to_owner) as the take would have: in use, one reference, this owner
- * at this position.  The slot stays on the dirty chain with none left.
- * Out of line, as kvp__settle: inlined, they made every call's prologue
- * save more registers. */
-static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
-{
-    kvp__owner *o = &p->owners[slot];
-    /* locals: a record store may alias the array and its length */
-    const uint32_t *refs = o->refs;
-    uint32_t from = o->pend, len = o->len;
-    /* the first is written at once; a settle after each take has only it */
-    for (uint32_t i = from + 1; i < len && i <= from + KVP__PREFETCH; i++)
-        kvp__prefetch_record(p, refs[i]);
-    for (uint32_t i = from; i < len; i++) {
-        if (i + KVP__PREFETCH < len)
-            kvp__prefetch_record(p, refs[i + KVP__PREFETCH]);
-        int s = p->nstreams == 1 ? 0 : (int)p->blocks[refs[i]].stream;
-        kvp__record_owned(p, refs[i], slot, i, s);
-    }
-    o->pend = len;
-}
-
-/* Settle every pending reference and empty the dirty chain (kvp__enter):
- * O(pending references + slots on the chain), each put there by a take. */
-KVP__NOINLINE void kvp__settle(kvp_pool *p)
-{
-    for (uint32_t l = p->dirty; l;) {
-        kvp__owner *o = &p->owners[l - 1];
-        settle_owner(p, l - 1);
-        o->pend = KVP__NONE;
-        l = o->dnext;
-    }
-    p->dirty = 0;
-}
-
-/* Settle owner slot's pending references, for a call that appends to its
- * array without settling all (pool.c: the take's general path and its list
- * path), so that they stay a suffix.  The slot stays on the chain. */
-void kvp__owner_settle(kvp_pool *p, uint32_t slot)
-{
-    const kvp__owner *o = &p->owners[slot];
-    if (o->pend != KVP__NONE && o->pend < o->len)
-        settle_owner(p, slot);
-}
-
 /* Append (room reserved by kvp__refs_reserve; pending references settled,
- * by kvp__enter or kvp__owner_settle). */
+ * defer.c). */
 static void arr_append(kvp_pool *p, kvp__owner *o, uint32_t node)
 {
-    kvp__assert(o->pend == KVP__NONE || o->pend == o->len);
+    kvp__assert_internal(o->len < o->cap);
     set_pos(p, node, o->len);
     o->refs[o->len++] = node;
-    if (o->pend != KVP__NONE) /* on the dirty chain, with none pending */
-        o->pend = o->len;
+    kvp__defer_appended(o);
 }
 
 /* Remove the entry at pos: a tombstone, trailing tombstones trimmed, and a
  * compaction once half the array is dead (amortized O(1)). */
 static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
 {
-    kvp__assert(o->pend == KVP__NONE); /* only calls that settle remove */
+    kvp__assert_internal(pos < o->len && o->refs[pos] != KVP__NONE &&
+                         kvp__defer_pending_from(o) == o->len);
     o->refs[pos] = KVP__NONE;
     o->dead++;
     while (o->len && o->refs[o->len - 1] == KVP__NONE) {
@@ -180,7 +116,7 @@ KVP__COLD kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
 /* The link that chains owner `id` into the owner index (its bucket, or the
  * link of the slot before it), holding its slot + 1; NULL if it is not
  * there.  Finding an owner and unlinking it share this one walk. */
-static uint32_t *owner_link(const kvp_pool *p, kvp_owner id)
+uint32_t *kvp__owner_link(const kvp_pool *p, kvp_owner id)
 {
     if (!p->obuckets)
         return NULL;
@@ -193,7 +129,7 @@ static uint32_t *owner_link(const kvp_pool *p, kvp_owner id)
 
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id)
 {
-    const uint32_t *l = owner_link(p, id);
+    const uint32_t *l = kvp__owner_link(p, id);
     return l ? *l - 1 : KVP__NONE;
 }
 
@@ -233,7 +169,7 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
     for (uint32_t i = 0; i < ncap; i++) {
         if (i >= p->ocap) {
             no[i].id = KVP_ANON;
-            no[i].pend = KVP__NONE;
+            kvp__defer_slot_init(&no[i]);
             no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
         } else if (no[i].id != KVP_ANON) {
             index_link(no, nb, ncap * KVP__OWNER_BUCKETS - 1, i);
@@ -271,28 +207,25 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
     return slot;
 }
 
-/* Remove the owner in `slot`, which `link` (owner_link's) chains into the
- * index; its array keeps its capacity for the slot's next owner, and the
- * slot its place on the dirty chain (so that a slot is there once however
- * often it is reused between two settles). */
-static void owner_unlink(kvp_pool *p, uint32_t *link, uint32_t slot)
+/* Remove the owner in `slot`, which `link` (kvp__owner_link's) chains into
+ * the index; its array keeps its capacity for the slot's next owner. */
+void kvp__owner_unlink(kvp_pool *p, uint32_t *link, uint32_t slot)
 {
     kvp__owner *o = &p->owners[slot];
     kvp__assert(*link == slot + 1);
     *link = o->link;
     o->id = KVP_ANON;
     o->len = o->dead = 0;
-    if (o->pend != KVP__NONE)
-        o->pend = 0;
+    kvp__defer_slot_freed(o);
     o->link = p->ofree;
     p->ofree = slot;
     p->nowners--;
 }
 
-/* Remove the owner in `slot`: owner_unlink, after the walk to its link. */
+/* Remove the owner in `slot`: kvp__owner_unlink, after the walk to its link. */
 void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 {
-    owner_unlink(p, owner_link(p, p->owners[slot].id), slot);
+    kvp__owner_unlink(p, kvp__owner_link(p, p->owners[slot].id), slot);
 }
 
 /* Forget every owner and xref, keeping the memory (kvp_pool_clear). */
@@ -305,11 +238,11 @@ void kvp__owners_reset(kvp_pool *p)
         kvp__owner *o = &p->owners[i];
         o->id = KVP_ANON;
         o->len = o->dead = 0;
-        o->pend = KVP__NONE;
+        kvp__defer_slot_init(o);
         o->link = p->ofree;
         p->ofree = i;
     }
-    p->dirty = 0;
+    kvp__assert_internal(!p->dirty); /* the caller entered, which settles */
     p->nowners = 0;
     p->xfree = KVP__NONE;
     for (uint32_t i = p->xcap; i-- > 0;) {
@@ -387,6 +320,7 @@ void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
         kvp__ref_first(p, b, oslot);
         return;
     }
+    kvp__assert_internal(blk->state == KVP_BLOCK_IN_USE && blk->ref < UINT32_MAX);
     if (++blk->ref == 2)
         p->shared++;
     if (oslot == KVP__NONE) {
@@ -398,6 +332,7 @@ void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
         arr_append(p, &p->owners[oslot], b);
     } else {
         uint32_t xi = p->xfree;
+        kvp__assert_internal(xi != KVP__NONE && p->nxfree > 0);
         kvp__xref *x = &p->xrefs[xi];
         p->xfree = x->pos;
         p->nxfree--;
@@ -430,7 +365,7 @@ static void xref_unchain(kvp_pool *p, kvp__block *blk, uint32_t xi)
 /* Drop the reference that `node` stands for.  `whole` is set while the
  * owner's whole array is being dropped (kvp_free_owner), which then skips
  * maintaining that array entry by entry. */
-static void drop_node(kvp_pool *p, uint32_t node, bool whole)
+void kvp__node_drop(kvp_pool *p, uint32_t node, bool whole)
 {
     uint32_t b = kvp__node_block(p, node);
     kvp__block *blk = &p->blocks[b];
@@ -456,6 +391,7 @@ static void drop_node(kvp_pool *p, uint32_t node, bool whole)
             xref_unchain(p, blk, xi);
         }
     }
+    kvp__assert_internal(blk->ref > 0);
     if (--blk->ref == 1)
         p->shared--;
 }
@@ -465,7 +401,9 @@ static void drop_node(kvp_pool *p, uint32_t node, bool whole)
 void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
 {
     kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(blk->state == KVP_BLOCK_IN_USE && blk->ref > 0);
     if (oslot == KVP__NONE || oslot == KVP__SEQ) {
+        kvp__assert_internal(oslot == KVP__NONE ? blk->anon > 0 : blk->sref > 0);
         if (oslot == KVP__NONE)
             blk->anon--;
         else
@@ -475,7 +413,7 @@ void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
         return;
     }
     if (blk->owner == oslot) {
-        drop_node(p, b, false);
+        kvp__node_drop(p, b, false);
         return;
     }
     /* The owner's oldest xref: the chain runs newest first. */
@@ -483,7 +421,8 @@ void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
     for (uint32_t x = blk->xhead; x != KVP__NONE; x = p->xrefs[x].bnext)
         if (p->xrefs[x].owner == oslot)
             xi = x;
-    drop_node(p, xi | KVP__XREF, false);
+    kvp__assert_internal(xi != KVP__NONE);
+    kvp__node_drop(p, xi | KVP__XREF, false);
 }
 
 uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot)
@@ -509,54 +448,6 @@ void kvp__owner_relocate(kvp_pool *p, uint32_t to)
 /* ------------------------------------------------------------------------ */
 /* Public owner calls                                                        */
 /* ------------------------------------------------------------------------ */
-
-KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *n_freed)
-{
-    if (!pool || owner == KVP_ANON)
-        return KVP_EINVAL;
-    /* Lazy: no other owner's references are read */
-    kvp_status rc = kvp__enter_lazy(pool);
-    if (rc)
-        return rc;
-    uint32_t *link = owner_link(pool, owner), slot;
-    if (!link) {
-        kvp__leave(pool, false);
-        return KVP_ENOTFOUND;
-    }
-    slot = *link - 1;
-    kvp__owner *o = &pool->owners[slot];
-    kvp__cursor cur = KVP__CURSOR(o->len);
-    size_t n = kvp__owner_live(o);
-    uint32_t end = o->len;
-    if (o->pend != KVP__NONE) { /* the tail: back to the stack's array, records untouched */
-        kvp__free_pending(pool, o->refs + o->pend, o->len - o->pend, &cur);
-        end = o->pend;
-    }
-    /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses
-     * are most of the cost of a free). */
-    for (uint32_t j = end; j-- > 0 && end - j <= KVP__PREFETCH;)
-        kvp__prefetch_block(pool, o->refs[j]);
-    for (uint32_t i = end; i-- > 0;) {
-        uint32_t node = o->refs[i];
-        if (i >= KVP__PREFETCH)
-            kvp__prefetch_block(pool, o->refs[i - KVP__PREFETCH]);
-        if (node == KVP__NONE)
-            continue;
-        uint32_t b = kvp__node_block(pool, node);
-        drop_node(pool, node, true);
-        if (pool->blocks[b].ref == 0)
-            kvp__release_block(pool, b, &cur);
-    }
-    kvp__free_end(pool, &cur);
-    owner_unlink(pool, link, slot); /* nothing above adds or removes owners */
-    pool->run++; /* see pool.c, take_to_owner */
-    pool->ctr.free_calls++;
-    pool->ctr.blocks_freed += n;
-    if (n_freed)
-        *n_freed = n;
-    kvp__leave(pool, true);
-    return KVP_OK;
-}
 
 kvp_status kvp_owner_register(kvp_pool *pool, kvp_owner owner)
 {

@@ -15,9 +15,24 @@
  */
 #include "kvp_internal.h"
 
-uint32_t kvp__managed(const kvp_pool *p)
+uint32_t kvp__pow2_at_least(uint32_t n)
 {
-    return p->top - p->nretired;
+    uint32_t b = 1;
+    while (b < n)
+        b <<= 1;
+    return b;
+}
+
+/* Index buckets for `cap` blocks: the power of two in [1.5 cap, 3 cap), so
+ * the load factor is at most 2/3 and the buckets cost at most 12 bytes per
+ * block (above 2^30 blocks: 2^31 buckets, the most a 32-bit mask holds).
+ * Publishing walks its chain to the tail and evicting walks to the block,
+ * each step a read of another block's record, so the load factor bounds
+ * the cost of a publish. */
+uint32_t kvp__bucket_count(uint32_t cap)
+{
+    uint32_t want = cap > (1u << 30) ? (1u << 31) : cap + (cap + 1) / 2;
+    return kvp__pow2_at_least(want);
 }
 
 /* Make the arrays hold at least `need` ids. */

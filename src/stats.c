@@ -1,11 +1,11 @@
 /*
- * stats.c — counters, the history ring, and their text renderings.
+ * stats.c — the statistics calls and their text renderings.
  *
- * What it owns: kvp_stats assembly, the rate counters' reset, the history
- * ring, and the Prometheus and JSON writers.
+ * What it owns: the public stats calls (get, reset, snapshot, history), the
+ * rate counters' reset, and the Prometheus and JSON writers.  Assembling a
+ * kvp_stats and the history ring are history.c's, which guard.c also runs
+ * after every call when per-call history is on.
  *
- * Every gauge is kept exactly by the code that changes it (pool.c,
- * freelist.c, owner.c, index.c, resize.c), so reading the stats is O(1).
  * Both renderers walk one table of metrics, so a counter added to the table
  * appears in both, with the same name.
  */
@@ -14,43 +14,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
-
-void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
-{
-    memset(o, 0, sizeof *o);
-    o->blocks = kvp__managed(p);
-    o->in_use = p->in_use;
-    for (int s = 0; s < p->nstreams; s++) {
-        o->vacant += p->st[s].nvacant;
-        o->cached += p->st[s].ncached;
-    }
-    o->free = o->vacant + o->cached;
-    o->shared = p->shared;
-    o->indexed = p->nindexed;
-    o->fragmented = p->fragmented;
-    o->owners = p->nowners;
-    o->peak_in_use = p->peak;
-    o->alloc_calls = p->ctr.alloc_calls;
-    o->blocks_allocated = p->ctr.blocks_allocated;
-    o->free_calls = p->ctr.free_calls;
-    o->blocks_freed = p->ctr.blocks_freed;
-    o->reused = p->ctr.reused;
-    o->exhausted = p->ctr.exhausted;
-    o->grown = p->ctr.grown;
-    o->extended = p->ctr.extended;
-    o->retired = p->ctr.retired;
-    o->relocated = p->ctr.relocated;
-    o->evictions = p->ctr.evictions;
-    o->prefix_queries = p->ctr.prefix_queries;
-    o->prefix_hits = p->ctr.prefix_hits;
-    o->prefix_tokens_queried = p->ctr.prefix_queries * p->cfg.block_size;
-    o->prefix_tokens_hit = p->ctr.prefix_hits * p->cfg.block_size;
-    o->cow_copies = p->ctr.cow_copies;
-    o->tokens_in_use = p->fill_sum;
-    o->events_dropped = p->ctr.events_dropped;
-    o->fragmentation = o->blocks ? (double)o->fragmented / (double)o->blocks : 0.0;
-    o->usage = o->blocks ? (double)o->in_use / (double)o->blocks : 0.0;
-}
 
 kvp_status kvp_stats_get(kvp_pool *pool, kvp_stats *out)
 {
@@ -78,16 +41,6 @@ kvp_status kvp_stats_reset(kvp_pool *pool)
 /* ------------------------------------------------------------------------ */
 /* History                                                                   */
 /* ------------------------------------------------------------------------ */
-
-void kvp__history_push(kvp_pool *p)
-{
-    uint32_t len = p->cfg.history_len;
-    kvp__stats_fill(p, &p->hist[(p->hist_head + p->hist_count) % len]);
-    if (p->hist_count < len)
-        p->hist_count++;
-    else
-        p->hist_head = (p->hist_head + 1) % len;
-}
 
 kvp_status kvp_stats_snapshot(kvp_pool *pool)
 {

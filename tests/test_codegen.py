@@ -24,9 +24,9 @@ BUILD = Path(os.environ.get("KVP_BUILD_DIR", ROOT / "build"))
 KVPOOL = BUILD / "kvpool"
 
 # The functions whose loops or fast paths prefetch block records.  The
-# take's fast path prefetches where it writes a record: take_other, the out
-# of line part of kvp_take, kvp_take_hinted and kvp_take_each.
-PREFETCHING = ["take_other", "kvp_free", "kvp_free_owner", "kvp_seq_destroy"]
+# take prefetches where it writes a record: take_slow, the out of line part
+# of kvp_take and kvp_take_each (take_batch).
+PREFETCHING = ["take_slow", "kvp_free", "kvp_free_owner", "kvp_seq_destroy"]
 
 pytestmark = [
     pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built"),
@@ -38,7 +38,7 @@ pytestmark = [
 def function_bodies(binary: Path) -> dict:
     """Map each function symbol in binary to its disassembled instructions.
 
-    A static function GCC has specialised (take_other.isra.0, .constprop.0)
+    A static function GCC has specialised (take_slow.isra.0, .constprop.0)
     is filed under its source name; its .cold part is not."""
     out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary)],
                          check=True, capture_output=True, text=True).stdout
@@ -64,8 +64,8 @@ def test_prefetch_survives_compilation(fn):
 # The take's fast path stores the block record's byte-wide fields (format,
 # stream, state, flags at offsets 0x2a-0x2d) without reading it: at 1M blocks
 # the record is cold, and a read there would be the take's costliest
-# instruction.  take_other writes the record; the public functions defer it
-# or call take_other, and must not read it either.  GCC merges those stores
+# instruction.  take_slow writes the record; the public functions defer it
+# or call take_slow, and must not read it either.  GCC merges those stores
 # into one read-modify-write of their word when any of the four is left out,
 # so the fast path must not load from there.
 RECORD_WORD_READ = re.compile(
@@ -73,7 +73,7 @@ RECORD_WORD_READ = re.compile(
     r"|\s(?:and|or|xor|add|sub)\w*\s+[^,\s]+,0x2[a-d]\(%r(?!sp)\w+\)")
 
 
-@pytest.mark.parametrize("fn", ["take_other", "kvp_take", "kvp_take_hinted", "kvp_take_each"])
+@pytest.mark.parametrize("fn", ["take_slow", "kvp_take", "kvp_take_each", "take_batch"])
 def test_take_does_not_read_the_record_word(fn):
     bodies = function_bodies(KVPOOL)
     assert fn in bodies, f"{fn} not found in {KVPOOL}"

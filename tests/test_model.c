@@ -1205,7 +1205,7 @@ static const mcfg g_cfgs[] = {
     {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1},
     {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0},
     {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0},
-    /* Nothing hooked, so takes run the fast path (pool.c, take), which
+    /* Nothing hooked, so takes run the fast path (take.c), which
      * the configurations above, all with an eviction callback, never do. */
     {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0},
     {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0},

@@ -9,7 +9,7 @@
  * reference goes, the owner table growing to many owners, and
  * kvp_take_hinted with good, wrong, stale and garbage hints.
  *
- * Pending references (pool.c, take_to_owner): the fast take leaves the
+ * Pending references (defer.c): the fast take leaves the
  * block's record unwritten until another call settles it; the tests look
  * inside the pool (kvp_internal.h) to see what is pending, and compare
  * every outcome with a hooked twin pool, whose takes write records at once.
@@ -639,7 +639,7 @@ static void free_both(kvp_pool *lazy, kvp_pool *eager, kvp_owner o)
     kvptest_check(lazy);
 }
 
-/* Make the takes that follow defer (pool.c, take_to_owner): a run long
+/* Make the takes that follow defer (defer.c): a run long
  * enough, a scratch owner taking one block of stream s and freeing it
  * KVP__DEFER_AFTER times, on both twins (eager may be NULL). */
 static void start_run(kvp_pool *lazy, kvp_pool *eager, kvp_stream s)
@@ -699,7 +699,7 @@ static void test_pending_take_free(void **state)
 
 /* Any other call sees the pending blocks as in use by their owner, in
  * allocation order: block info, owner_blocks, a single free; and it ends
- * the run of takes (pool.c, take_to_owner). */
+ * the run of takes (defer.c). */
 static void test_pending_settled_on_read(void **state)
 {
     (void)state;

@@ -250,8 +250,8 @@ static void test_null_block_stats(void **state)
 }
 
 /* The take's fast path (nothing hooked, the LIFO stack's array not empty)
- * counts its blocks in one tally that the next call folds in (pool.c,
- * tally).  The counters must read as if counted at once: the same as a
+ * counts its blocks in one tally that the next call folds in
+ * (defer.c).  The counters must read as if counted at once: the same as a
  * twin pool with an eviction callback, which is hooked and never takes
  * that path, after every call.  In a one-stream pool fast takes draw only
  * blocks used before, so they raise the peak only after kvp_stats_reset
