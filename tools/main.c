@@ -6,6 +6,7 @@
  * flags, outputs) reads in one place.
  */
 #include "common.h"
+#include "curve.h"
 #include "events.h"
 
 #include <kvpool.h>
@@ -21,6 +22,8 @@ static const char usage_main[] =
     "        replay a Mooncake trace through a prefix-caching pool\n"
     "  sweep TRACE [TRACE...] --capacities A,B,C [--csv FILE] [--plot FILE]\n"
     "        replay at several capacities: hit-rate table, CSV, plot\n"
+    "  curve TRACE [TRACE...] [--csv FILE] [--plot FILE] [--target S] [--optimal]\n"
+    "        the LRU hit rate at every capacity in one pass, and the optimal bound\n"
     "  bench [--workload churn|prefix|scale|all] [--quick] [--json]\n"
     "        the built-in workloads and their floors\n"
     "  events ENDPOINT [--topic T] [--json]\n"
@@ -80,6 +83,49 @@ static const char usage_sweep[] =
     "                      by the extension.  Without gnuplot a hint to install it\n"
     "                      (apt-get install gnuplot-nox) is printed, and the rest of\n"
     "                      the command still succeeds.  Capacity 0 is not plotted.\n";
+
+static const char usage_curve[] =
+    "usage: kvpool curve TRACE [TRACE...] [--csv FILE] [--json] [--plot FILE]\n"
+    "                    [--mark A,B,C] [--target S | --target-rate R] [--optimal]\n"
+    "                    [--all-capacities] [--sample RATE [--sample-check]]\n"
+    "\n"
+    "The hit rate `kvpool replay --capacity C` would report, at every capacity C from\n"
+    "the largest request to the trace's distinct block count, in one pass: the LRU\n"
+    "cache of C blocks holds the C most recently freed distinct blocks, so a block\n"
+    "hits at C exactly when its reuse distance (distinct blocks freed since its last\n"
+    "use), and every one of its prefix's, is below C.  Exact when every hash id has\n"
+    "one parent (a prefix tree, as in the Mooncake traces; checked, and said when\n"
+    "not).  Below the largest request a replay rejects the longer requests, so\n"
+    "those capacities need one pass per request length (--all-capacities).  Prints\n"
+    "a summary and a table at 1-2-5 steps, the ends and the marks.\n"
+    "\n"
+    "  --csv FILE        every capacity: capacity,blocks_hit,hit_rate,tokens_hit,\n"
+    "                    tokens_hit_rate (a first column trace with several TRACEs)\n"
+    "  --json            one object per trace: trace, requests, blocks_requested,\n"
+    "                    tokens_requested, distinct_blocks, largest_request,\n"
+    "                    prefix_tree, exact, sample_rate, from_capacity,\n"
+    "                    to_capacity, unlimited {blocks_hit, hit_rate, tokens_hit,\n"
+    "                    tokens_hit_rate}, seconds (the passes), load_seconds, points\n"
+    "                    (the table's rows: capacity, blocks_hit, hit_rate,\n"
+    "                    tokens_hit, tokens_hit_rate, optimal {same four}), and\n"
+    "                    optimal_seconds, sample_error, target when asked\n"
+    "  --plot FILE       hit rate against capacity (log scale) with the unlimited\n"
+    "                    ceiling, the marks and the optimal points; PNG or SVG\n"
+    "  --mark A,B,C      capacities to show in the table and on the plot (exact at\n"
+    "                    any capacity, by their own pass below the largest request)\n"
+    "  --target S        the smallest capacity reaching share S of the unlimited hit\n"
+    "                    rate (e.g. 0.9)\n"
+    "  --target-rate R   the smallest capacity reaching block hit rate R\n"
+    "  --optimal         also the clairvoyant policy (evict the block used again\n"
+    "                    farthest in the future, never a prefix before its blocks)\n"
+    "                    simulated at each table capacity from the largest request:\n"
+    "                    on a prefix tree no eviction policy hits more blocks\n"
+    "  --all-capacities  the CSV and the target search start at capacity 1\n"
+    "  --sample RATE     track only the blocks whose hash falls in a RATE share\n"
+    "                    (SHARDS): memory and time shrink by about RATE, figures are\n"
+    "                    estimates\n"
+    "  --sample-check    with --sample, also run the exact pass and report the\n"
+    "                    largest and mean absolute error of the block hit rate\n";
 
 static const char usage_bench[] =
     "usage: kvpool bench [--workload churn|prefix|scale|all] [--quick] [--json]\n"
@@ -163,6 +209,8 @@ void kvpt_usage(FILE *out, const char *cmd)
         text = usage_replay;
     else if (cmd && strcmp(cmd, "sweep") == 0)
         text = usage_sweep;
+    else if (cmd && strcmp(cmd, "curve") == 0)
+        text = usage_curve;
     else if (cmd && strcmp(cmd, "bench") == 0)
         text = usage_bench;
     else if (cmd && strcmp(cmd, "events") == 0)
@@ -184,6 +232,8 @@ int main(int argc, char **argv)
         return kvpt_cmd_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "sweep") == 0)
         return kvpt_cmd_sweep(argc - 1, argv + 1);
+    if (strcmp(cmd, "curve") == 0)
+        return kvpt_cmd_curve(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0)
         return kvpt_cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "events") == 0)

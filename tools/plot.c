@@ -77,7 +77,7 @@ static void gp_string(FILE *gp, const char *s)
 
 /* See plot.h. */
 int kvpt_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
-              const kvpt_series *series, size_t n_series)
+              double ymax, const kvpt_series *series, size_t n_series)
 {
     if (!on_path("gnuplot")) {
         fprintf(stderr, "kvpool: gnuplot not found on PATH, so no plot was drawn; install it "
@@ -98,10 +98,12 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
     gp_string(gp, xlabel);
     fputs("\nset ylabel ", gp);
     gp_string(gp, ylabel);
-    fputs("\nset logscale x 10\nset yrange [0:1]\nset grid\nset key top left\nplot ", gp);
+    fprintf(gp, "\nset logscale x 10\nset yrange [0:%.17g]\nset grid\nset key top left\nplot ",
+            ymax);
     for (size_t i = 0; i < n_series; i++) {
         fputs(i ? ", " : "", gp);
-        fputs("'-' using 1:2 with linespoints title ", gp);
+        fprintf(gp, "'-' using 1:2 with %s title ",
+                series[i].style ? series[i].style : "linespoints");
         gp_string(gp, series[i].title);
     }
     fputc('\n', gp);

@@ -440,10 +440,10 @@ static int plot_sweep(const sweep *s, const char *path)
             y[i * s->n_caps + j] = kvpt_hit_rate(&s->res[i * s->n_caps + j]);
         }
         series[i] = (kvpt_series){base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
-                                  y + i * s->n_caps};
+                                  y + i * s->n_caps, NULL};
     }
     rc = kvpt_plot(path, "Prefix-cache hit rate by capacity",
-                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", series,
+                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", 1.0, series,
                    s->n_traces) < 0
              ? KVPT_EXIT_ERROR
              : KVPT_EXIT_OK;
