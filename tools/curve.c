@@ -17,7 +17,11 @@
  *
  * Sampling (SHARDS, Waldspurger et al., FAST'15): only ids whose hash falls
  * below rate x 2^24 are tracked; a sampled depth d stands for d / rate
- * blocks and each sampled block for 1 / rate blocks.
+ * blocks and each sampled block for 1 / rate blocks.  A few very hot ids
+ * (a system prompt's blocks) falling in or out of the sample sway the
+ * number of sampled uses far from rate x uses, so the estimate counts
+ * misses rather than hits (SHARDS-adj): hits(C) = uses - misses(C) / rate,
+ * the difference going to the smallest distance.
  */
 #define _GNU_SOURCE /* getopt_long, strtok_r */
 
@@ -228,6 +232,8 @@ typedef struct pass {
     uint64_t *hits, *toks;
     uint64_t n, cap;        /* buckets used / allocated */
     uint64_t distinct;      /* ids tracked */
+    uint64_t uses, use_tokens;        /* blocks and tokens of the admitted requests */
+    uint64_t sampled, sampled_tokens; /* of those, tracked */
     int tree;               /* no tracked id had two parents */
     size_t bad_request;     /* the first request giving one a second parent */
 } pass;
@@ -300,6 +306,8 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
         uint64_t n = t->offset[q + 1] - t->offset[q], k = 0, deepest = 0;
         if (n > max_len)
             continue;
+        p->uses += n;
+        p->use_tokens += t->input_length[q];
         if (map_reserve(&m, n)) /* the slots below stay put until the next request */
             goto out;
         /* depths first: the cache as it was before this request */
@@ -321,6 +329,8 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
             if (k == 0 || d > deepest)
                 deepest = d;
             uint64_t tok = block_tokens(t, q, i, n);
+            p->sampled++;
+            p->sampled_tokens += tok;
             if (deepest != UINT64_MAX && pass_count(p, deepest, 1, tok))
                 goto out;
             slots[k++] = s;
@@ -394,15 +404,18 @@ static void result_free(result *r)
     free(r->opt_tokens);
 }
 
-/* A sampled count scaled back to the whole trace. */
-static uint64_t scaled(uint64_t count, uint32_t threshold)
+/* The whole trace's hits from `count` sampled hits below some capacity >=
+ * 1 (SHARDS-adj: uses minus the scaled misses; see the file comment). */
+static uint64_t scaled(uint64_t count, uint64_t sampled, uint64_t uses, uint32_t threshold)
 {
-    return threshold == SAMPLE_ALL ? count
-                                   : (uint64_t)llround((double)count * SAMPLE_ALL / threshold);
+    if (threshold == SAMPLE_ALL)
+        return count;
+    double miss = (double)(sampled - count) * SAMPLE_ALL / threshold;
+    return miss >= (double)uses ? 0 : uses - (uint64_t)llround(miss);
 }
 
-/* Fill blocks[C], tokens[C] for C in [c0, c1] from pass p (cumulative
- * buckets below C), scaled. */
+/* Fill blocks[C], tokens[C] for C in [c0, c1] (c0 >= 1) from pass p
+ * (cumulative buckets below C), scaled. */
 static void fill_from_pass(result *r, const pass *p, uint64_t c0, uint64_t c1, uint32_t threshold)
 {
     uint64_t b = 0, k = 0;
@@ -411,12 +424,12 @@ static void fill_from_pass(result *r, const pass *p, uint64_t c0, uint64_t c1, u
         k += p->toks[i];
     }
     for (uint64_t c = c0; c <= c1; c++) {
-        if (c >= 1 && c - 1 < p->n) {
+        if (c - 1 < p->n) {
             b += p->hits[c - 1];
             k += p->toks[c - 1];
         }
-        r->blocks[c] = scaled(b, threshold);
-        r->tokens[c] = scaled(k, threshold);
+        r->blocks[c] = scaled(b, p->sampled, p->uses, threshold);
+        r->tokens[c] = scaled(k, p->sampled_tokens, p->use_tokens, threshold);
     }
 }
 
@@ -433,9 +446,9 @@ static int hits_below(const kvpt_trace *t, uint64_t c, uint32_t threshold, uint6
         b += p.hits[i];
         k += p.toks[i];
     }
+    *blocks = scaled(b, p.sampled, p.uses, threshold);
+    *tokens = scaled(k, p.sampled_tokens, p.use_tokens, threshold);
     pass_free(&p);
-    *blocks = scaled(b, threshold);
-    *tokens = scaled(k, threshold);
     return 0;
 }
 
@@ -593,7 +606,9 @@ static int curve_one(const char *path, const opts *o, result *r)
         goto out;
     r->tree = p.tree;
     r->bad_request = p.bad_request;
-    r->distinct = scaled(p.distinct, o->threshold);
+    r->distinct = o->threshold == SAMPLE_ALL
+                      ? p.distinct
+                      : (uint64_t)llround((double)p.distinct * SAMPLE_ALL / o->threshold);
     r->hi = r->distinct > r->lo ? r->distinct : r->lo;
     if (p.n > r->hi)
         r->hi = p.n;
