@@ -1,14 +1,13 @@
 /*
  * trace.c — loading Mooncake JSON Lines traces (see trace.h).
  *
- * Two parts.  The reader reads the file descriptor once, front to back, in
- * chunks (so a pipe loses nothing), inflates it when its first two bytes are
- * the gzip magic, and hands out one line at a time from a window of bounded
- * size; a line longer than KVPT_TRACE_MAX_LINE is refused before it is
- * buffered further.  The line parser, kvpt_trace_add_line, turns one line
- * into one request with jansson and appends it to the flat arrays; it is the
- * only place that knows the JSON library, so another parser can replace it
- * without touching the reader.
+ * The reader reads the file descriptor once, front to back, in chunks (so a
+ * pipe loses nothing), inflates it when its first two bytes are the gzip
+ * magic, and hands out one line at a time from a window of bounded size; a
+ * line longer than KVPT_TRACE_MAX_LINE is refused before it is buffered
+ * further.  Each line goes to kvpt_trace_add_line (trace_json.cpp), the
+ * only place that knows the JSON library, which turns it into one request
+ * on the flat arrays.
  *
  * gzip: consecutive members are one stream, as RFC 1952 and gzip -d have
  * it (`cat a.gz b.gz`); bytes after a member that do not start another one
@@ -23,7 +22,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -257,160 +255,6 @@ static int next_line(reader *r, const char **line, size_t *len)
     }
 }
 
-/* Make room for one more request and `n_ids` more ids.  Returns -1 when
- * memory runs out (the trace is unchanged but for capacity). */
-static int reserve(kvpt_trace *t, size_t n_ids)
-{
-    if (t->n_requests == t->req_cap) {
-        size_t cap = t->req_cap ? 2 * t->req_cap : 1024;
-        uint64_t *off = realloc(t->offset, (cap + 1) * sizeof *off);
-        if (!off)
-            return -1;
-        if (!t->offset)
-            off[0] = 0;
-        t->offset = off;
-        uint64_t *inl = realloc(t->input_length, cap * sizeof *inl);
-        if (!inl)
-            return -1;
-        t->input_length = inl;
-        t->req_cap = cap;
-    }
-    size_t need = (size_t)t->total_blocks + n_ids;
-    if (need > t->ids_cap) {
-        size_t cap = t->ids_cap ? t->ids_cap : 16384;
-        while (cap < need)
-            cap *= 2;
-        uint64_t *ids = realloc(t->ids, cap * sizeof *ids);
-        if (!ids)
-            return -1;
-        t->ids = ids;
-        t->ids_cap = cap;
-    }
-    return 0;
-}
-
-/* Fetch the non-negative integer field `name` of `obj` into *out, or describe
- * what is wrong with it in `err` (returns -1). */
-static int get_count(json_t *obj, const char *name, uint64_t *out, char *err, size_t cap)
-{
-    json_t *v = json_object_get(obj, name);
-    if (!v) {
-        snprintf(err, cap, "missing field \"%s\"", name);
-        return -1;
-    }
-    if (!json_is_integer(v)) {
-        snprintf(err, cap, "field \"%s\" must be an integer", name);
-        return -1;
-    }
-    json_int_t x = json_integer_value(v);
-    if (x < 0) {
-        snprintf(err, cap, "negative %s (%lld)", name, (long long)x);
-        return -1;
-    }
-    *out = (uint64_t)x;
-    return 0;
-}
-
-/* Check the fields of one parsed line and append its request to *t; on
- * error *t's requests and totals are unchanged. */
-static int add_request(kvpt_trace *t, json_t *obj, char *err, size_t cap)
-{
-    uint64_t timestamp, input_length, output_length;
-    json_t *hashes;
-    if (!json_is_object(obj)) {
-        snprintf(err, cap, "not a JSON object");
-        return -1;
-    }
-    if (get_count(obj, "timestamp", &timestamp, err, cap) ||
-        get_count(obj, "input_length", &input_length, err, cap) ||
-        get_count(obj, "output_length", &output_length, err, cap))
-        return -1;
-    if (!(hashes = json_object_get(obj, "hash_ids"))) {
-        snprintf(err, cap, "missing field \"hash_ids\"");
-        return -1;
-    }
-    if (!json_is_array(hashes)) {
-        snprintf(err, cap, "field \"hash_ids\" must be an array");
-        return -1;
-    }
-    size_t n = json_array_size(hashes);
-    if (n == 0) {
-        snprintf(err, cap, "empty hash_ids");
-        return -1;
-    }
-    if (reserve(t, n)) {
-        snprintf(err, cap, "out of memory");
-        return -1;
-    }
-    uint64_t *dst = t->ids + t->total_blocks;
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(hashes, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0) {
-            snprintf(err, cap, "hash_ids[%zu] must be a non-negative integer", i);
-            return -1;
-        }
-        dst[i] = (uint64_t)json_integer_value(v);
-    }
-    uint64_t blocks = input_length / KVPT_TRACE_BLOCK_TOKENS +
-                      (input_length % KVPT_TRACE_BLOCK_TOKENS != 0);
-    if (blocks != n) {
-        snprintf(err, cap, "input_length %llu needs %llu hash ids (one per %u tokens), "
-                 "hash_ids has %zu", (unsigned long long)input_length,
-                 (unsigned long long)blocks, KVPT_TRACE_BLOCK_TOKENS, n);
-        return -1;
-    }
-    if (t->total_input > UINT64_MAX - input_length) {
-        snprintf(err, cap, "the total input_length of the trace overflows 64 bits");
-        return -1;
-    }
-    t->input_length[t->n_requests] = input_length;
-    t->total_input += input_length;
-    t->total_blocks += n;
-    if (n > t->max_blocks)
-        t->max_blocks = n;
-    t->n_requests++;
-    t->offset[t->n_requests] = t->total_blocks;
-    return 0;
-}
-
-/* Replace every byte of the string `s` that is not printable ASCII by '?':
- * jansson quotes the offending input in its messages, and an error must
- * stay one readable line. */
-static void make_printable(char *s)
-{
-    for (; *s; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            *s = '?';
-}
-
-/* Parse with jansson (keys may not repeat), then check and append; see
- * trace.h.  jansson reports most allocation failures as an empty error
- * (column -1) rather than by its out-of-memory code; malloc sets errno to
- * ENOMEM on every failure, so that tells running out of memory apart from
- * bad JSON. */
-int kvpt_trace_add_line(kvpt_trace *t, const char *line, size_t len, char *err, size_t errcap)
-{
-    if (len > KVPT_TRACE_MAX_LINE) {
-        snprintf(err, errcap, "line longer than %u bytes", KVPT_TRACE_MAX_LINE);
-        return -1;
-    }
-    json_error_t jerr;
-    errno = 0;
-    json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!obj) {
-        if (errno == ENOMEM || json_error_code(&jerr) == json_error_out_of_memory)
-            snprintf(err, errcap, "out of memory");
-        else {
-            snprintf(err, errcap, "bad JSON: %s (column %d)", jerr.text, jerr.column);
-            make_printable(err);
-        }
-        return -1;
-    }
-    int rc = add_request(t, obj, err, errcap);
-    json_decref(obj);
-    return rc;
-}
-
 /* Whether the line holds nothing but spaces, tabs and CRs. */
 static int is_blank(const char *line, size_t len)
 {
@@ -457,6 +301,7 @@ int kvpt_trace_load(const char *path, kvpt_trace *t)
 /* Free the arrays and zero the struct. */
 void kvpt_trace_free(kvpt_trace *t)
 {
+    kvpt_trace_json_free(t->json);
     free(t->offset);
     free(t->ids);
     free(t->input_length);
