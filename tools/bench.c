@@ -1,7 +1,8 @@
 /*
  * bench.c — `kvpool bench`: the churn and scale workloads of BENCH.md, the
  * shared harness (generator, repetitions, memory readings, output) and the
- * command itself.  The prefix workload is in bench_prefix.c.
+ * command itself.  The prefix workload is in bench_prefix.c, the load
+ * workload in bench_load.c.
  *
  * churn and scale share one driver: the operation sequence (which live
  * sequence gets the next block, and whether that block completes it) is
@@ -605,17 +606,19 @@ static int bench_scale(bench_out *out, unsigned scale)
 
 /* ---- command ------------------------------------------------------------ */
 
-/* `kvpool bench [--workload churn|prefix|scale|all] [--quick] [--json]`. */
+/* `kvpool bench [--workload churn|prefix|scale|load|all] [--quick] [--json]
+ * [--trace FILE]`. */
 int kvpt_cmd_bench(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"workload", required_argument, NULL, 'w'},
         {"quick", no_argument, NULL, 'q'},
         {"json", no_argument, NULL, 'j'},
+        {"trace", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *workload = "all";
+    const char *workload = "all", *trace = "data/mooncake_fast25_conversation_trace.jsonl.gz";
     unsigned scale = 1;
     bench_out out = {0, NULL};
     int c;
@@ -631,6 +634,9 @@ int kvpt_cmd_bench(int argc, char **argv)
         case 'j':
             out.json = 1;
             break;
+        case 't':
+            trace = optarg;
+            break;
         case 'h':
             kvpt_usage(stdout, "bench");
             return KVPT_EXIT_OK;
@@ -645,9 +651,10 @@ int kvpt_cmd_bench(int argc, char **argv)
     int churn_on = all || strcmp(workload, "churn") == 0;
     int prefix_on = all || strcmp(workload, "prefix") == 0;
     int scale_on = all || strcmp(workload, "scale") == 0;
-    if (!churn_on && !prefix_on && !scale_on)
-        return kvpt_usage_error("bench", "--workload: expected churn, prefix, scale or all, "
-                                         "got '%s'", workload);
+    int load_on = strcmp(workload, "load") == 0; /* needs a trace file: asked by name */
+    if (!churn_on && !prefix_on && !scale_on && !load_on)
+        return kvpt_usage_error("bench", "--workload: expected churn, prefix, scale, load or "
+                                         "all, got '%s'", workload);
 
     /* Fixed threshold: every large allocation is its own mapping, returned
      * on free, so resident growth around a pool is that pool's. */
@@ -663,6 +670,8 @@ int kvpt_cmd_bench(int argc, char **argv)
         rc = bench_prefix(&out, scale);
     if (rc == 0 && scale_on)
         rc = bench_scale(&out, scale);
+    if (rc == 0 && load_on)
+        rc = bench_load(&out, trace);
     if (out.table) {
         if (rc == 0) {
             kvpt_table_print(out.table, stdout);

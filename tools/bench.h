@@ -56,6 +56,10 @@ typedef struct bench_out {
  * table's descriptive columns.  Returns -1 when output fails. */
 int bench_emit(bench_out *out, json_t *obj, const char *config, const char *details);
 
+/* The load workload (bench_load.c): loading the trace at `path` against
+ * reading it, zcat, Python and a replay.  Returns -1 when a run fails. */
+int bench_load(bench_out *out, const char *path);
+
 /* The prefix workload (bench_prefix.c); `scale` divides the request count. */
 int bench_prefix(bench_out *out, unsigned scale);
 

@@ -4,11 +4,14 @@
  * points beside it (belady.h), spatial sampling for traces too large to
  * track every block, and the planner's answers (--target).
  *
- * The pass keeps, per hash id seen, the time of its last touch, and one
- * mark per id at that time in a Fenwick tree, so the number of marks after
- * a time is the id's stack depth.  Times are handed out one per touch; when
- * they run out the live marks (one per id) are renumbered 1..k in order, so
- * memory follows the distinct ids, not the length of the trace.  A request's
+ * The pass keeps, per hash id seen, the time of its last touch.  Times are
+ * handed out one per touch, so the times after an id's last touch that are
+ * still some id's last touch (live) count the distinct ids touched since:
+ * its stack depth.  A Fenwick tree counts the dead times (a touch makes the
+ * id's previous time dead: one update per touch, one query per depth).
+ * When times run out the live ones are renumbered 1..k in order and the
+ * tree cleared, so memory follows the distinct ids, not the length of the
+ * trace.  A request's
  * depths are all read before any of its blocks is touched again (the cache
  * a request sees is the one before it), then its blocks are touched tail
  * first so that its first block ends on top.  Block j counts as a hit at
@@ -41,7 +44,9 @@
 /* ---- id map --------------------------------------------------------------- */
 
 /* Open addressing with linear probing, keys stored as id + 1 (0: empty; a
- * trace id is below 2^63, so id + 1 never wraps).  At most half full. */
+ * trace id is below 2^63, so id + 1 never wraps).  At most half full.  When
+ * the ids are small (below `direct`, as when a trace numbers its blocks
+ * densely), slot id is id's own slot and nothing is hashed. */
 typedef struct slot {
     uint64_t key;
     uint64_t value;  /* pass: last touch time (0: none); dense: the new id */
@@ -52,6 +57,7 @@ typedef struct slot {
 typedef struct idmap {
     slot *s;
     uint64_t mask, n;
+    uint64_t direct;  /* > 0: s has this many slots, indexed by id */
 } idmap;
 
 /* splitmix64's finaliser: the map's hash and the sampling hash. */
@@ -72,6 +78,7 @@ static int map_init(idmap *m, uint64_t expect)
     m->s = calloc(cap, sizeof *m->s);
     m->mask = cap - 1;
     m->n = 0;
+    m->direct = 0;
     return m->s ? 0 : -1;
 }
 
@@ -80,7 +87,7 @@ static int map_init(idmap *m, uint64_t expect)
  * (the map is unchanged). */
 static int map_reserve(idmap *m, uint64_t extra)
 {
-    if (2 * (m->n + extra) <= m->mask + 1)
+    if (m->direct || 2 * (m->n + extra) <= m->mask + 1)
         return 0;
     idmap big;
     if (map_init(&big, m->n + extra))
@@ -103,6 +110,12 @@ static int map_reserve(idmap *m, uint64_t extra)
 static slot *map_get(idmap *m, uint64_t id, int *fresh)
 {
     uint64_t key = id + 1;
+    if (m->direct) {
+        slot *s = &m->s[id];
+        *fresh = s->key == 0;
+        s->key = key;
+        return s;
+    }
     for (uint64_t i = mix(key) & m->mask;; i = (i + 1) & m->mask) {
         if (m->s[i].key == key) {
             *fresh = 0;
@@ -164,22 +177,25 @@ void kvpt_dense_free(kvpt_dense *d)
 /* owner[] value of a time whose mark was removed. */
 #define DEAD UINT64_MAX
 
-/* The Fenwick tree over touch times 1..cap and, per time, the id whose
- * live mark it is (or DEAD). */
+/* Touch times 1..cap: a Fenwick tree of the dead ones and, per time, the
+ * id whose last touch it is (or DEAD). */
 typedef struct clock {
     uint32_t *tree;
     uint64_t *owner;
-    uint64_t cap, now, marks; /* now: the next time to hand out */
+    uint64_t cap, now;  /* now: the next time to hand out */
+    uint64_t live, dead; /* times handed out = live + dead; live = ids */
 } clock;
 
-/* Add `delta` at time i. */
-static inline void fw_add(clock *c, uint64_t i, uint32_t delta)
+/* Mark time i dead. */
+static inline void fw_kill(clock *c, uint64_t i)
 {
+    c->owner[i] = DEAD;
+    c->dead++;
     for (; i <= c->cap; i += i & (~i + 1))
-        c->tree[i] += delta;
+        c->tree[i]++;
 }
 
-/* Marks at times 1..i. */
+/* Dead times among 1..i. */
 static inline uint64_t fw_prefix(const clock *c, uint64_t i)
 {
     uint64_t sum = 0;
@@ -188,10 +204,10 @@ static inline uint64_t fw_prefix(const clock *c, uint64_t i)
     return sum;
 }
 
-/* Renumber the live marks 1..k in time order (each id's slot follows),
- * doubling the capacity until they fill at most half of it with room for
- * `need` more times, and rebuild the tree in O(cap).  Returns -1 when memory
- * runs out. */
+/* Renumber the live times 1..k in order (each id's slot follows), doubling
+ * the capacity until they fill at most half of it with room for `need` more
+ * times, and clear the tree (no time is dead).  O(cap).  Returns -1 when
+ * memory runs out. */
 static int clock_compact(clock *c, idmap *m, uint64_t need)
 {
     uint64_t k = 0;
@@ -216,13 +232,8 @@ static int clock_compact(clock *c, idmap *m, uint64_t need)
         c->cap = cap;
     }
     memset(c->tree, 0, (c->cap + 1) * sizeof *c->tree);
-    for (uint64_t i = 1; i <= c->cap; i++) { /* linear build: each node adds to its parent */
-        c->tree[i] += i <= k;
-        uint64_t p = i + (i & (~i + 1));
-        if (p <= c->cap)
-            c->tree[p] += c->tree[i];
-    }
     c->now = k + 1;
+    c->dead = 0;
     return 0;
 }
 
@@ -299,7 +310,17 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
     c.tree = calloc(c.cap + 1, sizeof *c.tree);
     c.owner = malloc((c.cap + 1) * sizeof *c.owner);
     int rc = -1;
-    if (!slots || !c.tree || !c.owner || map_init(&m, 1u << 16))
+    /* every id tracked and none far beyond the count of ids: index by id */
+    uint64_t top = 0;
+    for (uint64_t k = 0; threshold == SAMPLE_ALL && k < t->total_blocks; k++)
+        top = t->ids[k] > top ? t->ids[k] : top;
+    if (threshold == SAMPLE_ALL && top < 2 * t->total_blocks + 1024) {
+        m.direct = top + 1;
+        m.s = calloc(m.direct, sizeof *m.s);
+    } else if (map_init(&m, 1u << 16)) {
+        m.s = NULL;
+    }
+    if (!slots || !c.tree || !c.owner || !m.s)
         goto out;
     for (size_t q = 0; q < t->n_requests; q++) {
         const uint64_t *ids = t->ids + t->offset[q];
@@ -323,7 +344,9 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
                 p->tree = 0;
                 p->bad_request = q;
             }
-            uint64_t d = s->value ? c.marks - fw_prefix(&c, s->value) : UINT64_MAX;
+            /* live times after s->value: those handed out after it, less the dead */
+            uint64_t d = s->value ? (c.now - 1 - s->value) - (c.dead - fw_prefix(&c, s->value))
+                                  : UINT64_MAX;
             if (d != UINT64_MAX && threshold != SAMPLE_ALL)
                 d = (uint64_t)((double)d * SAMPLE_ALL / threshold);
             if (k == 0 || d > deepest)
@@ -340,18 +363,15 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
             goto out;
         for (uint64_t j = k; j-- > 0;) {
             slot *s = slots[j];
-            if (s->value) {
-                fw_add(&c, s->value, (uint32_t)-1);
-                c.owner[s->value] = DEAD;
-            } else {
-                c.marks++;
-            }
+            if (s->value)
+                fw_kill(&c, s->value);
+            else
+                c.live++;
             s->value = c.now++;
             c.owner[s->value] = s->key - 1;
-            fw_add(&c, s->value, 1);
         }
     }
-    p->distinct = c.marks;
+    p->distinct = c.live;
     rc = 0;
 out:
     if (rc)

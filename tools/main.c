@@ -24,7 +24,7 @@ static const char usage_main[] =
     "        replay at several capacities: hit-rate table, CSV, plot\n"
     "  curve TRACE [TRACE...] [--csv FILE] [--plot FILE] [--target S] [--optimal]\n"
     "        the LRU hit rate at every capacity in one pass, and the optimal bound\n"
-    "  bench [--workload churn|prefix|scale|all] [--quick] [--json]\n"
+    "  bench [--workload churn|prefix|scale|load|all] [--quick] [--json]\n"
     "        the built-in workloads and their floors\n"
     "  events ENDPOINT [--topic T] [--json]\n"
     "        subscribe to KV-cache events (vLLM wire format) and print them\n"
@@ -128,7 +128,8 @@ static const char usage_curve[] =
     "                    largest and mean absolute error of the block hit rate\n";
 
 static const char usage_bench[] =
-    "usage: kvpool bench [--workload churn|prefix|scale|all] [--quick] [--json]\n"
+    "usage: kvpool bench [--workload churn|prefix|scale|load|all] [--quick] [--json]\n"
+    "                    [--trace FILE]\n"
     "\n"
     "Run the workloads of BENCH.md (block size 16, splitmix64 seeded with 42,\n"
     "operations generated before timing) and, right after each, its floor: the same\n"
@@ -150,8 +151,14 @@ static const char usage_bench[] =
     "  scale   churn at 1,024 blocks (8 sequences, [16, 256] tokens), 65,536 and\n"
     "          1,048,576 blocks (4,096 sequences): ns per block, pool creation\n"
     "          time, resident bytes per block\n"
+    "  load    (only when asked) loading --trace FILE (default the bundled\n"
+    "          data/mooncake_fast25_conversation_trace.jsonl.gz) against its floor,\n"
+    "          reading and inflating it without parsing; beside them `zcat`,\n"
+    "          Python's gzip + json.loads per line (timed in the interpreter) and\n"
+    "          one replay at 10,000 blocks\n"
     "\n"
-    "  --workload W  churn, prefix, scale or all (default all)\n"
+    "  --workload W  churn, prefix, scale, load or all (default all: not load)\n"
+    "  --trace FILE  the trace of the load workload\n"
     "  --quick       1/50 of the operations (same pool sizes), for tests\n"
     "  --json        one JSON object per workload and configuration per line:\n"
     "                workload, ns_per_block, floor_ns_per_block, ratio_to_floor;\n"
@@ -164,7 +171,9 @@ static const char usage_bench[] =
     "                single_ns_per_block and single_ratio_to_floor\n"
     "                (kvp_take_hinted), lookup_ns_per_block and\n"
     "                lookup_ratio_to_floor (plain kvp_take), call and\n"
-    "                peak_rss_kb\n";
+    "                peak_rss_kb; load adds bytes, requests, hash_ids, load_ms,\n"
+    "                floor_ms, zcat_ms, python_ms, python_ratio (python_ms over\n"
+    "                load_ms) and replay_10000_ms\n";
 
 /* ---- KV-cache events (tools/events.c; docs/EVENTS.md) ---- */
 static const char usage_events[] =

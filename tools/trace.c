@@ -298,6 +298,24 @@ int kvpt_trace_load(const char *path, kvpt_trace *t)
     return 0;
 }
 
+/* Cut the input into lines as kvpt_trace_load does, parsing nothing; see
+ * trace.h. */
+int kvpt_trace_scan(const char *path, uint64_t *lines, uint64_t *bytes)
+{
+    reader r;
+    *lines = *bytes = 0;
+    if (reader_open(&r, path))
+        return -1;
+    const char *line;
+    size_t len;
+    int got;
+    while ((got = next_line(&r, &line, &len)) > 0)
+        *bytes += len + 1;
+    *lines = r.lineno;
+    reader_close(&r);
+    return got;
+}
+
 /* Free the arrays and zero the struct. */
 void kvpt_trace_free(kvpt_trace *t)
 {

@@ -89,6 +89,15 @@ int kvpt_trace_load(const char *path, kvpt_trace *t);
  */
 int kvpt_trace_add_line(kvpt_trace *t, const char *line, size_t len, char *err, size_t errcap);
 
+/*
+ * Read `path` exactly as kvpt_trace_load does (same reader, gzip and line
+ * bound) and cut it into lines, but parse nothing: the floor of a load, for
+ * `kvpool bench --workload load`.  *lines and *bytes receive the number of
+ * lines and of bytes with their newlines.  Returns 0, or -1 with the error
+ * printed as kvpt_trace_load prints it.
+ */
+int kvpt_trace_scan(const char *path, uint64_t *lines, uint64_t *bytes);
+
 /* Release what kvpt_trace_load or kvpt_trace_add_line allocated; *t becomes
  * empty (zeroed). */
 void kvpt_trace_free(kvpt_trace *t);
