@@ -9,6 +9,8 @@ capacity from 1 to past the distinct block count, with --all-capacities
 covering the capacities below the largest request, where replays reject
 requests).  The optimal column is checked to be at least LRU everywhere and
 equal to the best of every possible eviction choice on small random traces.
+When an AddressSanitizer build exists (build-asan/kvpool), the curve side of
+the random-trace, optimal and bad-input cases runs under it too.
 """
 import csv
 import functools
@@ -27,6 +29,7 @@ BUILD = Path(os.environ.get("KVP_BUILD_DIR", ROOT / "build"))
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 KVPOOL = BUILD / "kvpool"
+ASAN_KVPOOL = ROOT / "build-asan" / "kvpool"
 BUNDLED = ROOT / "data" / "mooncake_fast25_conversation_trace.jsonl.gz"
 BLOCK = 512
 CSV_HEADER = "capacity,blocks_hit,hit_rate,tokens_hit,tokens_hit_rate"
@@ -34,16 +37,21 @@ CSV_HEADER = "capacity,blocks_hit,hit_rate,tokens_hit,tokens_hit_rate"
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
 
 
-def run(*args, timeout=120):
+def binaries():
+    """The kvpool builds to run the curve with: normal, and ASan when built."""
+    return [KVPOOL] + ([ASAN_KVPOOL] if ASAN_KVPOOL.exists() else [])
+
+
+def run(*args, binary=KVPOOL, timeout=120):
     """Run kvpool; returns the CompletedProcess (text mode)."""
-    return subprocess.run([str(KVPOOL), *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def ok(*args):
-    """Run kvpool and insist on success; returns stdout."""
-    p = run(*args)
-    assert p.returncode == 0, p.stderr
+def ok(*args, binary=KVPOOL):
+    """Run kvpool and insist on success (no sanitizer report); returns stdout."""
+    p = run(*args, binary=binary)
+    assert p.returncode == 0 and "Sanitizer" not in p.stderr, p.stderr
     return p.stdout
 
 
@@ -99,9 +107,9 @@ def replay(trace, cap):
     return json.loads(ok("replay", trace, "--capacity", cap, "--json"))
 
 
-def curve_json(*args):
+def curve_json(*args, binary=KVPOOL):
     """The JSON objects `kvpool curve --json` prints, one per trace."""
-    return [json.loads(line) for line in ok("curve", *args, "--json").splitlines()]
+    return [json.loads(line) for line in ok("curve", *args, "--json", binary=binary).splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -137,14 +145,15 @@ def test_bundled_target_is_the_smallest_capacity(bundled_curve):
     assert rows[c][0] >= need and rows[c - 1][0] < need
 
 
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
 @pytest.mark.parametrize("seed", range(6))
-def test_random_tree_traces_equal_replays_at_every_capacity(tmp_path, seed):
+def test_random_tree_traces_equal_replays_at_every_capacity(tmp_path, seed, binary):
     rng = random.Random(seed)
     reqs = tree_trace(rng, nodes=rng.randint(60, 200), requests=rng.randint(80, 200),
                       max_depth=rng.randint(3, 25))
     trace = write_trace(tmp_path / "t.jsonl", reqs)
     out = tmp_path / "c.csv"
-    (s,) = curve_json(trace, "--csv", out, "--all-capacities")
+    (s,) = curve_json(trace, "--csv", out, "--all-capacities", binary=binary)
     rows = read_csv(out)
     distinct = len({i for _, ids in reqs for i in ids})
     assert s["exact"] and s["distinct_blocks"] == distinct
@@ -207,14 +216,15 @@ def best_of_every_policy(reqs, cap):
     return best(0, frozenset())
 
 
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
 @pytest.mark.parametrize("seed", range(12))
-def test_optimal_equals_exhaustive_search_on_small_traces(tmp_path, seed):
+def test_optimal_equals_exhaustive_search_on_small_traces(tmp_path, seed, binary):
     rng = random.Random(100 + seed)
     reqs = tree_trace(rng, nodes=rng.randint(5, 7), requests=rng.randint(6, 9), max_depth=3)
     trace = write_trace(tmp_path / "t.jsonl", reqs)
     largest = max(len(ids) for _, ids in reqs)
     caps = list(range(largest, largest + 3))
-    (s,) = curve_json(trace, "--optimal", "--mark", ",".join(map(str, caps)))
+    (s,) = curve_json(trace, "--optimal", "--mark", ",".join(map(str, caps)), binary=binary)
     got = {p["capacity"]: p for p in s["points"]}
     for c in caps:
         assert got[c]["optimal"]["blocks_hit"] == best_of_every_policy(reqs, c), c
@@ -279,9 +289,11 @@ def test_bad_command_lines_exit_2(args, message):
     assert p.returncode == 2 and message in p.stderr and p.stdout == ""
 
 
-def test_bad_trace_names_file_and_line(tmp_path):
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
+def test_bad_trace_names_file_and_line(tmp_path, binary):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1,
                                "hash_ids": [1]}) + "\n{\n")
-    p = run("curve", bad)
+    p = run("curve", bad, binary=binary)
     assert p.returncode == 1 and f"{bad}:2: bad JSON" in p.stderr
+    assert "Sanitizer" not in p.stderr and p.stdout == ""

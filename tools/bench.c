@@ -56,8 +56,8 @@ double bench_rng_unit(bench_rng *r)
 
 /* ---- harness ------------------------------------------------------------ */
 
-/* Sort ascending and return the middle value (BENCH_REPS is odd). */
-static double median(double *v, size_t n)
+/* See bench.h. */
+double bench_median(double *v, size_t n)
 {
     for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
@@ -82,8 +82,8 @@ int bench_reps(bench_fn lib, bench_fn floor_fn, void *ctx, double *lib_s, double
             f[rep] = b;
         }
     }
-    *lib_s = median(l, BENCH_REPS);
-    *floor_s = median(f, BENCH_REPS);
+    *lib_s = bench_median(l, BENCH_REPS);
+    *floor_s = bench_median(f, BENCH_REPS);
     return 0;
 }
 
@@ -513,7 +513,7 @@ static int time_create(const churn_spec *sp, double *ms)
         }
         kvp_pool_destroy(pool);
     }
-    *ms = median(t, BENCH_REPS);
+    *ms = bench_median(t, BENCH_REPS);
     return 0;
 }
 

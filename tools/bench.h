@@ -41,6 +41,9 @@ typedef double (*bench_fn)(void *ctx);
  * *floor_s receive the median seconds.  Returns -1 when a run fails. */
 int bench_reps(bench_fn lib, bench_fn floor_fn, void *ctx, double *lib_s, double *floor_s);
 
+/* Sort v[0 .. n) ascending and return its middle value (n odd). */
+double bench_median(double *v, size_t n);
+
 /* VmRSS and VmHWM of this process in KiB (0 when unreadable). */
 uint64_t bench_rss_kb(void);
 uint64_t bench_peak_rss_kb(void);

@@ -103,18 +103,6 @@ static double run_child(char *const argv[], char *out, size_t cap)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? s : -1;
 }
 
-/* Sort ascending and return the middle value. */
-static double middle(double *v, size_t n)
-{
-    for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double tmp = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = tmp;
-        }
-    return v[n / 2];
-}
-
 /* `zcat -f FILE > /dev/null`: seconds, or -1 without zcat. */
 static double zcat_once(const char *path)
 {
@@ -165,7 +153,7 @@ int bench_load(bench_out *out, const char *path)
             v[k][rep] = x[k];
     }
     for (int k = 0; k < N_TIMED; k++) {
-        m[k] = middle(v[k], BENCH_REPS);
+        m[k] = bench_median(v[k], BENCH_REPS);
         if (v[k][0] < 0) /* zcat or Python missing: not measured */
             m[k] = -1;
     }
