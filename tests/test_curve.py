@@ -257,12 +257,13 @@ def test_sampling_estimates_the_curve(bundled_curve):
 def test_several_traces_get_a_trace_column(tmp_path):
     rng = random.Random(3)
     a = write_trace(tmp_path / "a.jsonl", tree_trace(rng, 30, 40, 6))
-    b = write_trace(tmp_path / "b.jsonl", tree_trace(rng, 30, 40, 6))
+    b = write_trace(tmp_path / 'b,"x".jsonl', tree_trace(rng, 30, 40, 6))  # quoted in CSV
     out = tmp_path / "c.csv"
     assert len(curve_json(a, b, "--csv", out)) == 2
     lines = out.read_text().splitlines()
     assert lines[0] == "trace," + CSV_HEADER
-    assert {line.split(",")[0] for line in lines[1:]} == {str(a), str(b)}
+    rows = list(csv.reader(lines[1:]))
+    assert {r[0] for r in rows} == {str(a), str(b)} and {len(r) for r in rows} == {6}
 
 
 @pytest.mark.skipif(not shutil.which("gnuplot"), reason="gnuplot not installed")

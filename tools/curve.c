@@ -683,13 +683,6 @@ static double rate(uint64_t hit, uint64_t of)
     return of ? (double)hit / (double)of : 0.0;
 }
 
-/* The part of `path` after its last '/'. */
-static const char *base_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 /* Print one trace's summary and table. */
 static void print_text(const result *r, const opts *o)
 {
@@ -806,8 +799,10 @@ static int write_csv(const result *rs, size_t n, const char *path)
     for (size_t i = 0; i < n; i++) {
         const result *r = &rs[i];
         for (uint64_t c = r->from; c <= r->hi; c++) {
-            if (n > 1)
-                fprintf(f, "%s,", r->path);
+            if (n > 1) {
+                kvpt_csv_field(f, r->path);
+                fputc(',', f);
+            }
             fprintf(f, "%llu,%llu,%.6f,%llu,%.6f\n", (unsigned long long)c,
                     (unsigned long long)r->blocks[c], rate(r->blocks[c], r->blocks_requested),
                     (unsigned long long)r->tokens[c], rate(r->tokens[c], r->tokens_requested));
@@ -850,7 +845,7 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
             py[k++] = rate(r->blocks[c], r->blocks_requested);
             last = c;
         }
-        const char *name = base_name(r->path);
+        const char *name = kvpt_base_name(r->path);
         snprintf(titles[ns], sizeof titles[ns], "LRU: %s", name);
         series[ns] = (kvpt_series){titles[ns], k, px, py, "lines lw 2"};
         ns++;

@@ -338,29 +338,6 @@ static size_t parse_capacities(const char *list, uint64_t **out)
     return k;
 }
 
-/* Write `s` as one CSV field (RFC 4180 quoting only when needed). */
-static void csv_field(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-/* The part of `path` after its last '/'. */
-static const char *base_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 /* Results of a sweep: n_traces x n_caps replays, row-major by trace. */
 typedef struct sweep {
     char **paths;
@@ -381,7 +358,7 @@ static int write_csv(const sweep *s, const char *path)
     for (size_t i = 0; i < s->n_traces; i++) {
         for (size_t j = 0; j < s->n_caps; j++) {
             const kvpt_replay_result *r = &s->res[i * s->n_caps + j];
-            csv_field(f, s->paths[i]);
+            kvpt_csv_field(f, s->paths[i]);
             fprintf(f, ",%llu,%llu,%llu,%llu,%.6f,%.6f,%llu\n", (unsigned long long)s->caps[j],
                     (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
                     (unsigned long long)r->blocks_hit, kvpt_hit_rate(r),
@@ -406,7 +383,7 @@ static void print_sweep_table(const sweep *s)
     for (size_t i = 0; i < s->n_traces; i++) {
         for (size_t j = 0; j < s->n_caps; j++) {
             const kvpt_replay_result *r = &s->res[i * s->n_caps + j];
-            kvpt_table_cell(tab, "%s", base_name(s->paths[i]));
+            kvpt_table_cell(tab, "%s", kvpt_base_name(s->paths[i]));
             kvpt_table_cell(tab, "%llu", (unsigned long long)s->caps[j]);
             kvpt_table_cell(tab, "%llu", (unsigned long long)r->requests);
             kvpt_table_cell(tab, "%llu", (unsigned long long)r->rejected);
@@ -439,7 +416,7 @@ static int plot_sweep(const sweep *s, const char *path)
             x[i * s->n_caps + j] = (double)s->caps[j];
             y[i * s->n_caps + j] = kvpt_hit_rate(&s->res[i * s->n_caps + j]);
         }
-        series[i] = (kvpt_series){base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
+        series[i] = (kvpt_series){kvpt_base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
                                   y + i * s->n_caps, NULL};
     }
     rc = kvpt_plot(path, "Prefix-cache hit rate by capacity",
@@ -510,7 +487,7 @@ int kvpt_cmd_sweep(int argc, char **argv)
         if (kvpt_trace_load(s.paths[i], &t))
             goto out;
         kvpt_progress prog;
-        kvpt_progress_start(&prog, base_name(s.paths[i]), t.n_requests * s.n_caps);
+        kvpt_progress_start(&prog, kvpt_base_name(s.paths[i]), t.n_requests * s.n_caps);
         int failed = 0;
         for (size_t j = 0; j < s.n_caps && !failed; j++)
             failed = kvpt_replay(&t, s.caps[j], &prog, j * t.n_requests,
