@@ -5,7 +5,13 @@
  * pipe loses nothing), inflates it when its first two bytes are the gzip
  * magic, and hands out one line at a time from a window of bounded size; a
  * line longer than KVPT_TRACE_MAX_LINE is refused before it is buffered
- * further.  Each line goes to kvpt_trace_add_line (trace_json.cpp), the
+ * further.  Reading and inflating run on a thread of their own, a few
+ * fills ahead of the lines (N_FILLS buffers of FILL_CHUNK bytes), so that
+ * inflating one part of the file overlaps parsing the part before; an error
+ * the thread meets waits in its fill and is printed when the lines reach
+ * it, exactly where a single thread would have met it.  To stop early the
+ * thread is told to (it waits for input at most STOP_POLL_MS at a time
+ * before looking) and joined.  Each line goes to kvpt_trace_add_line (trace_json.cpp), the
  * only place that knows the JSON library, which turns it into one request
  * on the flat arrays.
  *
@@ -22,6 +28,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,9 +44,25 @@
 /* The window holds one unfinished line of up to KVPT_TRACE_MAX_LINE bytes
  * plus a fill. */
 #define WINDOW_SIZE ((size_t)KVPT_TRACE_MAX_LINE + 1 + FILL_CHUNK)
+/* Fills the reading thread may be ahead of the lines. */
+#define N_FILLS 4
+/* The longest the reading thread waits for input before it looks whether
+ * it was told to stop. */
+#define STOP_POLL_MS 100
 
-/* One input being read.  Invariants: the z.avail_in bytes at z.next_in
- * (inside `in`) were read but not yet used, plain or gzip alike;
+/* Text the reading thread produced: len bytes, or the end of the text
+ * (status 1), or an error (status -1, the message in the reader's err). */
+typedef struct fill {
+    char *data;             /* FILL_CHUNK bytes */
+    size_t len;
+    int status;
+} fill;
+
+/* One input being read.  The reading thread owns fd, z, in, eof,
+ * member_done and consumed once it runs; the caller owns the window and
+ * the lines; fills[head % N_FILLS .. tail % N_FILLS) are produced and not
+ * yet used up, head and tail under mu.  Invariants: the z.avail_in bytes at
+ * z.next_in (inside `in`) were read but not yet used, plain or gzip alike;
  * win[start .. end) is text not yet handed out; gzip: `consumed` counts the
  * input bytes inflate has used, so it is the offset of the next one. */
 typedef struct reader {
@@ -53,7 +79,26 @@ typedef struct reader {
     char *win;              /* WINDOW_SIZE bytes */
     size_t start, end;
     size_t lineno;          /* lines handed out so far */
+    char err[512];          /* the reading side's error, "NAME: what" */
+    fill fills[N_FILLS];
+    unsigned head, tail;    /* fills used up / produced, ever */
+    size_t used;            /* bytes of fills[head] already in the window */
+    int threaded;           /* the thread runs: stop and join it at the end */
+    atomic_int stop;        /* the lines are no longer wanted */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } reader;
+
+/* Format the reading side's error into r->err; returns -1. */
+__attribute__((format(printf, 2, 3))) static int reader_fail(reader *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
 /* Whether `path` ends with `suffix`. */
 static int ends_with(const char *path, const char *suffix)
@@ -64,13 +109,17 @@ static int ends_with(const char *path, const char *suffix)
 
 /* Append more bytes of the file after the unconsumed input (moved to the
  * front of `in`); sets r->eof at the end of the file.  Returns 0, or -1 with
- * the error printed. */
+ * the error in r->err. */
 static int read_more(reader *r)
 {
     if (r->z.avail_in && r->z.next_in != r->in)
         memmove(r->in, r->z.next_in, r->z.avail_in);
     r->z.next_in = r->in;
     for (;;) {
+        struct pollfd pf = {r->fd, POLLIN, 0};
+        while (poll(&pf, 1, STOP_POLL_MS) == 0) /* no input yet: a pipe or FIFO */
+            if (atomic_load(&r->stop))
+                return reader_fail(r, "%s: stopped", r->name);
         ssize_t got = read(r->fd, r->in + r->z.avail_in, READ_CHUNK - r->z.avail_in);
         if (got > 0) {
             r->z.avail_in += (unsigned)got;
@@ -80,15 +129,13 @@ static int read_more(reader *r)
             r->eof = 1;
             return 0;
         }
-        if (errno != EINTR) {
-            kvpt_error("%s: %s", r->name, strerror(errno));
-            return -1;
-        }
+        if (errno != EINTR)
+            return reader_fail(r, "%s: %s", r->name, strerror(errno));
     }
 }
 
 /* Make at least `want` (at most READ_CHUNK) unconsumed input bytes
- * available, fewer only at the end of the file.  Returns 0 or -1 (printed). */
+ * available, fewer only at the end of the file.  Returns 0 or -1 (r->err). */
 static int need_input(reader *r, unsigned want)
 {
     while (r->z.avail_in < want && !r->eof)
@@ -103,9 +150,21 @@ static int at_gzip_magic(const reader *r)
     return r->z.avail_in >= 2 && r->z.next_in[0] == 0x1f && r->z.next_in[1] == 0x8b;
 }
 
-/* Release what the reader holds. */
+/* Stop the reading thread (waiting for a free fill, or for input for at
+ * most STOP_POLL_MS) and release what the reader holds. */
 static void reader_close(reader *r)
 {
+    if (r->threaded) {
+        pthread_mutex_lock(&r->mu);
+        atomic_store(&r->stop, 1);
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+    }
+    for (int i = 0; i < N_FILLS; i++)
+        free(r->fills[i].data);
     if (r->z_live)
         inflateEnd(&r->z);
     if (r->own_fd)
@@ -113,6 +172,8 @@ static void reader_close(reader *r)
     free(r->in);
     free(r->win);
 }
+
+static int reader_start(reader *r);
 
 /* Open `path` ("-": standard input), allocate the buffers and tell gzip
  * from plain by the first two bytes.  Returns 0, or -1 with the error
@@ -130,13 +191,18 @@ static int reader_open(reader *r, const char *path)
     r->own_fd = !is_stdin;
     r->in = malloc(READ_CHUNK);
     r->win = malloc(WINDOW_SIZE);
-    if (!r->in || !r->win) {
+    int fills_ok = 1;
+    for (int i = 0; i < N_FILLS; i++)
+        fills_ok &= (r->fills[i].data = malloc(FILL_CHUNK)) != NULL;
+    if (!r->in || !r->win || !fills_ok) {
         kvpt_error("%s: out of memory", r->name);
         goto fail;
     }
     r->z.next_in = r->in;
-    if (need_input(r, 2))
+    if (need_input(r, 2)) {
+        kvpt_error("%s", r->err);
         goto fail;
+    }
     r->gzip = at_gzip_magic(r);
     if (!r->gzip && ends_with(path, ".gz")) {
         kvpt_error("%s: not a gzip file (the name ends in .gz but the content does not "
@@ -151,6 +217,10 @@ static int reader_open(reader *r, const char *path)
         }
         r->z_live = 1;
     }
+    if (reader_start(r)) {
+        kvpt_error("%s: cannot start the reading thread", r->name);
+        goto fail;
+    }
     return 0;
 fail:
     reader_close(r);
@@ -158,7 +228,7 @@ fail:
 }
 
 /* Put up to `room` (> 0) bytes of plain text at `dst`; *got = 0 means the
- * input has ended.  Returns 0 or -1 (printed). */
+ * input has ended.  Returns 0 or -1 (r->err). */
 static int read_plain(reader *r, char *dst, size_t room, size_t *got)
 {
     if (need_input(r, 1))
@@ -173,7 +243,7 @@ static int read_plain(reader *r, char *dst, size_t room, size_t *got)
 
 /* Put up to `room` (> 0) bytes of decompressed text at `dst`; *got = 0
  * means the last member ended at the end of the file.  Returns 0, or -1
- * (printed) on corrupt or truncated data or data after the last member. */
+ * (r->err) on corrupt or truncated data or data after the last member. */
 static int read_gzip(reader *r, char *dst, size_t room, size_t *got)
 {
     for (;;) {
@@ -184,21 +254,17 @@ static int read_gzip(reader *r, char *dst, size_t room, size_t *got)
                 *got = 0;
                 return 0;
             }
-            if (!at_gzip_magic(r)) {
-                kvpt_error("%s: data after the end of the gzip stream (at byte %llu)",
-                           r->name, (unsigned long long)r->consumed);
-                return -1;
-            }
+            if (!at_gzip_magic(r))
+                return reader_fail(r, "%s: data after the end of the gzip stream (at byte %llu)",
+                                   r->name, (unsigned long long)r->consumed);
             inflateReset(&r->z);
             r->member_done = 0;
         }
         if (need_input(r, 1))
             return -1;
-        if (r->z.avail_in == 0) {
-            kvpt_error("%s: corrupt gzip data: the file ends inside the gzip stream "
-                       "(truncated?)", r->name);
-            return -1;
-        }
+        if (r->z.avail_in == 0)
+            return reader_fail(r, "%s: corrupt gzip data: the file ends inside the gzip stream "
+                                  "(truncated?)", r->name);
         unsigned before = r->z.avail_in;
         r->z.next_out = (unsigned char *)dst;
         r->z.avail_out = (unsigned)room;
@@ -207,17 +273,86 @@ static int read_gzip(reader *r, char *dst, size_t room, size_t *got)
         *got = room - r->z.avail_out;
         if (rc == Z_STREAM_END)
             r->member_done = 1;
-        else if (rc == Z_MEM_ERROR) {
-            kvpt_error("%s: out of memory", r->name);
-            return -1;
-        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-            kvpt_error("%s: corrupt gzip data: %s", r->name,
-                       r->z.msg ? r->z.msg : "inflate failed");
-            return -1;
-        }
+        else if (rc == Z_MEM_ERROR)
+            return reader_fail(r, "%s: out of memory", r->name);
+        else if (rc != Z_OK && rc != Z_BUF_ERROR)
+            return reader_fail(r, "%s: corrupt gzip data: %s", r->name,
+                               r->z.msg ? r->z.msg : "inflate failed");
         if (*got)
             return 0;
     }
+}
+
+/* The reading thread: fill after fill of text, until the end of the text,
+ * an error or being told to stop, never more than N_FILLS ahead. */
+static void *produce(void *arg)
+{
+    reader *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while (r->tail - r->head == N_FILLS && !atomic_load(&r->stop))
+            pthread_cond_wait(&r->cv, &r->mu);
+        pthread_mutex_unlock(&r->mu);
+        if (atomic_load(&r->stop))
+            return NULL;
+        fill *f = &r->fills[r->tail % N_FILLS];
+        size_t got = 0;
+        int rc = (r->gzip ? read_gzip : read_plain)(r, f->data, FILL_CHUNK, &got);
+        f->len = got;
+        f->status = rc < 0 ? -1 : got == 0;
+        pthread_mutex_lock(&r->mu);
+        r->tail++;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        if (f->status)
+            return NULL;
+    }
+}
+
+/* Start the reading thread.  Returns 0 or -1. */
+static int reader_start(reader *r)
+{
+    if (pthread_mutex_init(&r->mu, NULL))
+        return -1;
+    if (pthread_cond_init(&r->cv, NULL)) {
+        pthread_mutex_destroy(&r->mu);
+        return -1;
+    }
+    if (pthread_create(&r->thread, NULL, produce, r)) {
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        return -1;
+    }
+    r->threaded = 1;
+    return 0;
+}
+
+/* Put up to `room` (> 0) bytes of the produced text at `dst`; *got = 0
+ * means the text has ended.  Returns 0, or -1 with the reading side's
+ * error printed. */
+static int take_text(reader *r, char *dst, size_t room, size_t *got)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->tail == r->head)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    fill *f = &r->fills[r->head % N_FILLS];
+    if (f->status < 0) {
+        kvpt_error("%s", r->err);
+        return -1;
+    }
+    size_t n = f->len - r->used < room ? f->len - r->used : room;
+    memcpy(dst, f->data + r->used, n);
+    r->used += n;
+    *got = n;
+    if (f->status == 0 && r->used == f->len) { /* used up: hand it back */
+        r->used = 0;
+        pthread_mutex_lock(&r->mu);
+        r->head++;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return 0;
 }
 
 /* Hand out the next line (without its newline) in *line / *len, valid until
@@ -248,7 +383,7 @@ static int next_line(reader *r, const char **line, size_t *len)
         r->start = 0;
         r->end = scanned = keep;
         size_t got;
-        if ((r->gzip ? read_gzip : read_plain)(r, r->win + r->end, WINDOW_SIZE - r->end, &got))
+        if (take_text(r, r->win + r->end, WINDOW_SIZE - r->end, &got))
             return -1;
         r->end += got;
         r->text_done = got == 0;

@@ -6,9 +6,9 @@
  * checked completely before anything runs: per request its input length and
  * its hash ids, all requests' ids in one array indexed by an offset table.
  * Memory is those arrays (8 bytes per hash id, 16 per request) plus one
- * window of at most KVPT_TRACE_MAX_LINE bytes and the parser's buffers for
- * the longest line (simdjson: about 14 bytes per byte of line); never the
- * whole file.
+ * window of at most KVPT_TRACE_MAX_LINE bytes, 1 MiB of text read ahead,
+ * and the parser's buffers for the longest line (simdjson: about 14 bytes
+ * per byte of line); never the whole file.
  *
  * What a trace line must be (kvpt_trace_add_line enforces it):
  *   - one JSON object of at most KVPT_TRACE_MAX_LINE bytes, no key twice;
@@ -61,6 +61,7 @@ typedef struct kvpt_trace {
  * Read and validate the trace at `path` ("-": standard input) into *t.  The
  * input is read once, front to back, so pipes, FIFOs and /dev/stdin work; it
  * is gzip when it starts with the gzip magic bytes, plain text otherwise.
+ * Reading and inflating run on a second thread, ended before the return.
  * Several gzip members one after the other are one stream (as gzip -d reads
  * them); anything else after the last member is refused.  On error prints
  * one line "kvpool: FILE[:LINE]: what is wrong" on stderr (FILE is "standard
