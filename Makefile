@@ -43,7 +43,7 @@ FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
 # tools/trace.c; common.c needs the library for kvp_strerror).
 FUZZ_SRCS_trace := tools/trace.c tools/common.c $(wildcard src/*.c)
 FUZZ_CXXSRCS_trace := tools/trace_json.cpp
-FUZZ_LIBS_trace := -lsimdjson -lz -lcrypto -lxxhash -lpthread
+FUZZ_LIBS_trace := -lsimdjson -lisal -lcrypto -lxxhash -lpthread
 FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h \
                   tools/trace.h tools/common.h
 # C++ parts of a target (FUZZ_CXXSRCS_NAME) are compiled by clang++ with the

@@ -3,13 +3,14 @@
  * reading it, against Python, and against replaying it.
  *
  * The row times kvpt_trace_load (read, inflate, cut into lines, parse and
- * check with simdjson) and, back to back, its floor kvpt_trace_scan (the
- * same reader with no parsing: what the disk and zlib cost); beside them,
- * each the median of BENCH_REPS runs: `zcat FILE > /dev/null` as a separate
- * process, Python's gzip + json.loads per line on the same file (timed
- * inside the interpreter, start-up excluded), and one replay of the loaded
- * trace at 10,000 blocks (the load should cost less).  The trace is the
- * bundled Mooncake trace unless --trace names another.
+ * check with simdjson) and its floor kvpt_trace_scan (the same reader with
+ * no parsing: what the disk and igzip cost); beside them `zcat FILE >
+ * /dev/null` as a separate process, Python's gzip + json.loads per line on
+ * the same file (timed inside the interpreter, start-up excluded), and one
+ * replay of the loaded trace at 10,000 blocks (the load should cost less).
+ * Each repetition runs all five in turn, so a busy machine slows them alike;
+ * the figures are the medians of BENCH_REPS repetitions after a warm-up.
+ * The trace is the bundled Mooncake trace unless --trace names another.
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -2,7 +2,8 @@
  * trace.c — loading Mooncake JSON Lines traces (see trace.h).
  *
  * The reader reads the file descriptor once, front to back, in chunks (so a
- * pipe loses nothing), inflates it when its first two bytes are the gzip
+ * pipe loses nothing), inflates it (ISA-L's igzip, streaming, with the
+ * gzip header and CRC checked) when its first two bytes are the gzip
  * magic, and hands out one line at a time from a window of bounded size; a
  * line longer than KVPT_TRACE_MAX_LINE is refused before it is buffered
  * further.  Reading and inflating run on a thread of their own, a few
@@ -17,7 +18,7 @@
  *
  * gzip: consecutive members are one stream, as RFC 1952 and gzip -d have
  * it (`cat a.gz b.gz`); bytes after a member that do not start another one
- * are refused, since zlib's gzread would drop them silently.  Every problem
+ * are refused (zlib's gzread, for one, would drop them silently).  Every problem
  * is reported with the file name and, for content, the line number.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -28,6 +29,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <isa-l/igzip_lib.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -35,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* Bytes asked of read() at a time, and decompressed bytes added to the
  * window at a time. */
@@ -46,6 +47,10 @@
 #define WINDOW_SIZE ((size_t)KVPT_TRACE_MAX_LINE + 1 + FILL_CHUNK)
 /* Fills the reading thread may be ahead of the lines. */
 #define N_FILLS 4
+/* Bytes igzip may hand back when a member ends (its bit buffer's read-ahead,
+ * possibly read in an earlier call): read_more keeps that many used bytes
+ * in front of the unused ones. */
+#define HANDBACK 8
 /* The longest the reading thread waits for input before it looks whether
  * it was told to stop. */
 #define STOP_POLL_MS 100
@@ -61,8 +66,8 @@ typedef struct fill {
 /* One input being read.  The reading thread owns fd, z, in, eof,
  * member_done and consumed once it runs; the caller owns the window and
  * the lines; fills[head % N_FILLS .. tail % N_FILLS) are produced and not
- * yet used up, head and tail under mu.  Invariants: the z.avail_in bytes at
- * z.next_in (inside `in`) were read but not yet used, plain or gzip alike;
+ * yet used up, head and tail under mu.  Invariants: the avail_in bytes at
+ * next_in (inside `in`) were read but not yet used, plain or gzip alike;
  * win[start .. end) is text not yet handed out; gzip: `consumed` counts the
  * input bytes inflate has used, so it is the offset of the next one. */
 typedef struct reader {
@@ -70,10 +75,12 @@ typedef struct reader {
     int fd, own_fd;         /* own_fd: close it at the end */
     int eof;                /* read() returned 0 */
     int gzip;               /* the input starts with the gzip magic */
-    int z_live;             /* z was initialised */
+
     int member_done;        /* gzip: the current member has ended */
     int text_done;          /* no more text will come */
-    z_stream z;
+    struct inflate_state *z; /* gzip: the inflater */
+    unsigned char *next_in;
+    unsigned avail_in;
     unsigned char *in;      /* READ_CHUNK bytes */
     uint64_t consumed;
     char *win;              /* WINDOW_SIZE bytes */
@@ -108,21 +115,22 @@ static int ends_with(const char *path, const char *suffix)
 }
 
 /* Append more bytes of the file after the unconsumed input (moved to the
- * front of `in`); sets r->eof at the end of the file.  Returns 0, or -1 with
- * the error in r->err. */
+ * front of `in`, behind the last HANDBACK bytes used); sets r->eof at the
+ * end of the file.  Returns 0, or -1 with the error in r->err. */
 static int read_more(reader *r)
 {
-    if (r->z.avail_in && r->z.next_in != r->in)
-        memmove(r->in, r->z.next_in, r->z.avail_in);
-    r->z.next_in = r->in;
+    size_t used = (size_t)(r->next_in - r->in), keep = used < HANDBACK ? used : HANDBACK;
+    if (used > keep)
+        memmove(r->in, r->next_in - keep, keep + r->avail_in);
+    r->next_in = r->in + keep;
     for (;;) {
         struct pollfd pf = {r->fd, POLLIN, 0};
         while (poll(&pf, 1, STOP_POLL_MS) == 0) /* no input yet: a pipe or FIFO */
             if (atomic_load(&r->stop))
                 return reader_fail(r, "%s: stopped", r->name);
-        ssize_t got = read(r->fd, r->in + r->z.avail_in, READ_CHUNK - r->z.avail_in);
+        ssize_t got = read(r->fd, r->next_in + r->avail_in, READ_CHUNK - keep - r->avail_in);
         if (got > 0) {
-            r->z.avail_in += (unsigned)got;
+            r->avail_in += (unsigned)got;
             return 0;
         }
         if (got == 0) {
@@ -138,7 +146,7 @@ static int read_more(reader *r)
  * available, fewer only at the end of the file.  Returns 0 or -1 (r->err). */
 static int need_input(reader *r, unsigned want)
 {
-    while (r->z.avail_in < want && !r->eof)
+    while (r->avail_in < want && !r->eof)
         if (read_more(r))
             return -1;
     return 0;
@@ -147,7 +155,7 @@ static int need_input(reader *r, unsigned want)
 /* Whether the unconsumed input starts with the gzip magic (1f 8b). */
 static int at_gzip_magic(const reader *r)
 {
-    return r->z.avail_in >= 2 && r->z.next_in[0] == 0x1f && r->z.next_in[1] == 0x8b;
+    return r->avail_in >= 2 && r->next_in[0] == 0x1f && r->next_in[1] == 0x8b;
 }
 
 /* Stop the reading thread (waiting for a free fill, or for input for at
@@ -165,8 +173,7 @@ static void reader_close(reader *r)
     }
     for (int i = 0; i < N_FILLS; i++)
         free(r->fills[i].data);
-    if (r->z_live)
-        inflateEnd(&r->z);
+    free(r->z);
     if (r->own_fd)
         close(r->fd);
     free(r->in);
@@ -198,7 +205,7 @@ static int reader_open(reader *r, const char *path)
         kvpt_error("%s: out of memory", r->name);
         goto fail;
     }
-    r->z.next_in = r->in;
+    r->next_in = r->in;
     if (need_input(r, 2)) {
         kvpt_error("%s", r->err);
         goto fail;
@@ -210,12 +217,12 @@ static int reader_open(reader *r, const char *path)
         goto fail;
     }
     if (r->gzip) {
-        int rc = inflateInit2(&r->z, 16 + MAX_WBITS); /* gzip wrapper only */
-        if (rc != Z_OK) {
-            kvpt_error("%s: %s", r->name, rc == Z_MEM_ERROR ? "out of memory" : "zlib failed");
+        if (!(r->z = malloc(sizeof *r->z))) {
+            kvpt_error("%s: out of memory", r->name);
             goto fail;
         }
-        r->z_live = 1;
+        isal_inflate_init(r->z);
+        r->z->crc_flag = ISAL_GZIP; /* parse the header, check CRC and length */
     }
     if (reader_start(r)) {
         kvpt_error("%s: cannot start the reading thread", r->name);
@@ -233,12 +240,35 @@ static int read_plain(reader *r, char *dst, size_t room, size_t *got)
 {
     if (need_input(r, 1))
         return -1;
-    size_t n = r->z.avail_in < room ? r->z.avail_in : room;
-    memcpy(dst, r->z.next_in, n);
-    r->z.next_in += n;
-    r->z.avail_in -= (unsigned)n;
+    size_t n = r->avail_in < room ? r->avail_in : room;
+    memcpy(dst, r->next_in, n);
+    r->next_in += n;
+    r->avail_in -= (unsigned)n;
     *got = n;
     return 0;
+}
+
+/* What an igzip error code means. */
+static const char *isal_error(int rc)
+{
+    switch (rc) {
+    case ISAL_INVALID_BLOCK:
+        return "invalid deflate block";
+    case ISAL_INVALID_SYMBOL:
+        return "invalid deflate symbol";
+    case ISAL_INVALID_LOOKBACK:
+        return "invalid distance too far back";
+    case ISAL_INVALID_WRAPPER:
+        return "invalid gzip header";
+    case ISAL_UNSUPPORTED_METHOD:
+        return "unknown compression method";
+    case ISAL_INCORRECT_CHECKSUM:
+        return "incorrect data check (CRC or length)";
+    case ISAL_NEED_DICT:
+        return "needs a preset dictionary";
+    default:
+        return "inflate failed";
+    }
 }
 
 /* Put up to `room` (> 0) bytes of decompressed text at `dst`; *got = 0
@@ -250,36 +280,50 @@ static int read_gzip(reader *r, char *dst, size_t room, size_t *got)
         if (r->member_done) {
             if (need_input(r, 2))
                 return -1;
-            if (r->z.avail_in == 0) {
+            if (r->avail_in == 0) {
                 *got = 0;
                 return 0;
             }
             if (!at_gzip_magic(r))
                 return reader_fail(r, "%s: data after the end of the gzip stream (at byte %llu)",
                                    r->name, (unsigned long long)r->consumed);
-            inflateReset(&r->z);
+            isal_inflate_reset(r->z);
+            r->z->crc_flag = ISAL_GZIP;
             r->member_done = 0;
         }
         if (need_input(r, 1))
             return -1;
-        if (r->z.avail_in == 0)
+        if (r->avail_in == 0)
             return reader_fail(r, "%s: corrupt gzip data: the file ends inside the gzip stream "
                                   "(truncated?)", r->name);
-        unsigned before = r->z.avail_in;
-        r->z.next_out = (unsigned char *)dst;
-        r->z.avail_out = (unsigned)room;
-        int rc = inflate(&r->z, Z_NO_FLUSH);
-        r->consumed += before - r->z.avail_in;
-        *got = room - r->z.avail_out;
-        if (rc == Z_STREAM_END)
+        struct inflate_state *z = r->z;
+        z->next_in = r->next_in;
+        z->avail_in = r->avail_in;
+        z->next_out = (unsigned char *)dst;
+        z->avail_out = (uint32_t)room;
+        int rc = isal_inflate(z);
+        /* a member's end may hand back up to HANDBACK bytes read before */
+        r->consumed = r->consumed + r->avail_in - z->avail_in;
+        int moved = z->next_in != r->next_in;
+        r->next_in = z->next_in;
+        r->avail_in = z->avail_in;
+        *got = room - z->avail_out;
+        if (rc < 0 || rc == ISAL_NEED_DICT)
+            return reader_fail(r, "%s: corrupt gzip data: %s", r->name, isal_error(rc));
+        if (z->block_state == ISAL_BLOCK_FINISH)
             r->member_done = 1;
-        else if (rc == Z_MEM_ERROR)
-            return reader_fail(r, "%s: out of memory", r->name);
-        else if (rc != Z_OK && rc != Z_BUF_ERROR)
-            return reader_fail(r, "%s: corrupt gzip data: %s", r->name,
-                               r->z.msg ? r->z.msg : "inflate failed");
         if (*got)
             return 0;
+        /* nothing out and nothing taken: it needs more input than there is */
+        if (!moved && !r->member_done) {
+            if (r->eof)
+                return reader_fail(r, "%s: corrupt gzip data: the file ends inside the gzip "
+                                      "stream (truncated?)", r->name);
+            if (r->avail_in + HANDBACK >= READ_CHUNK)
+                return reader_fail(r, "%s: corrupt gzip data: inflate failed", r->name);
+            if (read_more(r))
+                return -1;
+        }
     }
 }
 
