@@ -168,6 +168,20 @@ def test_random_tree_traces_equal_replays_at_every_capacity(tmp_path, seed, bina
             assert (r["blocks_hit"], r["tokens_hit"]) == rows.get(c, rows[max(rows)]), c
 
 
+def test_target_rate_is_the_smallest_capacity_reaching_it(tmp_path):
+    rng = random.Random(5)
+    trace = write_trace(tmp_path / "t.jsonl", tree_trace(rng, 150, 300, 12))
+    out = tmp_path / "c.csv"
+    (s,) = curve_json(trace, "--csv", out, "--target-rate", "0.2")
+    rows = read_csv(out)
+    need = 0.2 * s["blocks_requested"]
+    c = s["target"]["capacity"]
+    assert c is not None and rows[c][0] >= need
+    assert all(rows[k][0] < need for k in rows if k < c)
+    (s,) = curve_json(trace, "--target-rate", "1")  # nothing hits the first use of a block
+    assert s["target"]["capacity"] is None
+
+
 def test_marks_below_the_largest_request_are_exact(tmp_path):
     rng = random.Random(11)
     trace = write_trace(tmp_path / "t.jsonl", tree_trace(rng, 120, 150, 20))
