@@ -11,10 +11,9 @@
  * id's previous time dead: one update per touch, one query per depth).
  * When times run out the live ones are renumbered 1..k in order and the
  * tree cleared, so memory follows the distinct ids, not the length of the
- * trace.  A request's
- * depths are all read before any of its blocks is touched again (the cache
- * a request sees is the one before it), then its blocks are touched tail
- * first so that its first block ends on top.  Block j counts as a hit at
+ * trace.  A request's depths are all read before any of its blocks is
+ * touched again (the cache a request sees is the one before it), then its
+ * blocks are touched tail first so that its first block ends on top.  Block j counts as a hit at
  * every capacity above the largest depth among blocks 0..j: the prefix rule
  * (for a prefix tree that largest depth is block j's own).
  *
@@ -26,7 +25,7 @@
  * misses rather than hits (SHARDS-adj): hits(C) = uses - misses(C) / rate,
  * the difference going to the smallest distance.
  */
-#define _GNU_SOURCE /* getopt_long, strtok_r */
+#define _GNU_SOURCE /* getopt_long */
 
 #include "curve.h"
 
@@ -153,6 +152,12 @@ int kvpt_dense_build(const kvpt_trace *t, kvpt_dense *d)
             return -1;
         }
         slot *s = map_get(&m, t->ids[k], &fresh);
+        if (fresh && d->n_distinct == UINT32_MAX) {
+            free(m.s);
+            kvpt_dense_free(d);
+            kvpt_error("more than %u distinct hash ids", UINT32_MAX - 1);
+            return -1;
+        }
         if (fresh)
             s->value = d->n_distinct++;
         d->id[k] = (uint32_t)s->value;
@@ -179,15 +184,15 @@ void kvpt_dense_free(kvpt_dense *d)
 
 /* Touch times 1..cap: a Fenwick tree of the dead ones and, per time, the
  * id whose last touch it is (or DEAD). */
-typedef struct clock {
+typedef struct timeline {
     uint32_t *tree;
     uint64_t *owner;
     uint64_t cap, now;  /* now: the next time to hand out */
     uint64_t live, dead; /* times handed out = live + dead; live = ids */
-} clock;
+} timeline;
 
 /* Mark time i dead. */
-static inline void fw_kill(clock *c, uint64_t i)
+static inline void fw_kill(timeline *c, uint64_t i)
 {
     c->owner[i] = DEAD;
     c->dead++;
@@ -196,7 +201,7 @@ static inline void fw_kill(clock *c, uint64_t i)
 }
 
 /* Dead times among 1..i. */
-static inline uint64_t fw_prefix(const clock *c, uint64_t i)
+static inline uint64_t fw_prefix(const timeline *c, uint64_t i)
 {
     uint64_t sum = 0;
     for (; i; i -= i & (~i + 1))
@@ -208,7 +213,7 @@ static inline uint64_t fw_prefix(const clock *c, uint64_t i)
  * the capacity until they fill at most half of it with room for `need` more
  * times, and clear the tree (no time is dead).  O(cap).  Returns -1 when
  * memory runs out. */
-static int clock_compact(clock *c, idmap *m, uint64_t need)
+static int clock_compact(timeline *c, idmap *m, uint64_t need)
 {
     uint64_t k = 0;
     for (uint64_t i = 1; i < c->now; i++)
@@ -303,7 +308,7 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
     memset(p, 0, sizeof *p);
     p->tree = 1;
     idmap m = {0};
-    clock c = {0};
+    timeline c = {0};
     slot **slots = malloc((t->max_blocks ? t->max_blocks : 1) * sizeof *slots);
     c.cap = 1u << 16;
     c.now = 1;

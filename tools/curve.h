@@ -38,8 +38,9 @@ typedef struct kvpt_dense {
 } kvpt_dense;
 
 /*
- * Rename the hash ids of `t` into *d (see kvpt_dense).  Returns 0, or -1 with "out of memory" printed (then *d
- * is empty).  O(total_blocks) expected time and memory.
+ * Rename the hash ids of `t` into *d (see kvpt_dense).  Returns 0, or -1
+ * with the error printed (then *d is empty): out of memory, or 2^32 - 1
+ * distinct ids or more.  O(total_blocks) expected time and memory.
  */
 int kvpt_dense_build(const kvpt_trace *t, kvpt_dense *d);
 
