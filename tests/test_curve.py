@@ -168,6 +168,35 @@ def test_random_tree_traces_equal_replays_at_every_capacity(tmp_path, seed, bina
             assert (r["blocks_hit"], r["tokens_hit"]) == rows.get(c, rows[max(rows)]), c
 
 
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
+def test_sparse_ids_equal_replays(tmp_path, binary):
+    """Ids spread over 63 bits take the hashed map instead of the direct
+    table, and more than 65,536 of them make it grow."""
+    rng = random.Random(21)
+    paths, fresh = [], iter(range(10, 10 ** 9))
+    for _ in range(25000):  # conversations: a prompt root, then turns of fresh ids
+        base = rng.choice(paths) if paths and rng.random() < 0.5 else [rng.randrange(10)]
+        path = (base if len(base) < 40 else base[:1]) + [next(fresh) for _ in range(rng.randint(1, 6))]
+        paths.append(path)
+    reqs = [((len(p) - 1) * BLOCK + rng.randint(1, BLOCK), p) for p in paths]
+    spread = {}
+    for _, ids in reqs:
+        for i in ids:
+            spread.setdefault(i, rng.getrandbits(63))
+    reqs = [(inp, [spread[i] for i in ids]) for inp, ids in reqs]
+    trace = write_trace(tmp_path / "t.jsonl", reqs)
+    out = tmp_path / "c.csv"
+    (s,) = curve_json(trace, "--csv", out, binary=binary)
+    rows = read_csv(out)
+    assert s["exact"] and s["distinct_blocks"] == len(spread) > 65536
+    caps = sorted({s["largest_request"], 100, 1000, 5000, 20000, 50000, s["distinct_blocks"]}
+                  | {rng.randint(s["largest_request"], s["distinct_blocks"]) for _ in range(5)})
+    swept = sweep_hits(trace, caps, tmp_path)
+    for c in caps:
+        if c in rows:
+            assert rows[c][0] == swept[c], c
+
+
 def test_target_rate_is_the_smallest_capacity_reaching_it(tmp_path):
     rng = random.Random(5)
     trace = write_trace(tmp_path / "t.jsonl", tree_trace(rng, 150, 300, 12))
