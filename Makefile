@@ -7,8 +7,9 @@
 #   make stress       long thread stress under TSan (KVP_STRESS_OPS ops/thread)
 #   make coverage     build-cov/ (gcc --coverage): unit, model, misuse, failalloc
 #                     tests + fuzz corpus replay; gcovr line coverage of src/
-#   make demo         build, replay the bundled Mooncake trace at three
-#                     capacities, then a quick benchmark
+#   make demo         build (quietly), replay the bundled Mooncake trace at three
+#                     capacities, run the engine example with prefix caching on
+#                     and off, then a quick benchmark
 #   make install      cmake --install build --prefix $(PREFIX)
 #   make clean        rm -rf build build-*
 #
@@ -36,7 +37,7 @@ FUZZ_CFLAGS    := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanit
 # Fuzz targets: build-fuzz/fuzz_NAME from fuzz/fuzz_NAME.c plus
 # FUZZ_SRCS_NAME, linked with FUZZ_LIBS_NAME.  fuzz_pool is the differential
 # model fuzzer; the others feed a decoder the bytes a peer or a file controls.
-FUZZ_TARGETS   := pool trace
+FUZZ_TARGETS   := pool trace events
 FUZZ_SRCS_pool := $(wildcard src/*.c) tests/support/model.c
 FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
 # fuzz_trace: the CLI's trace line parser (tools/trace_json.cpp, simdjson;
@@ -44,8 +45,11 @@ FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
 FUZZ_SRCS_trace := tools/trace.c tools/common.c $(wildcard src/*.c)
 FUZZ_CXXSRCS_trace := tools/trace_json.cpp
 FUZZ_LIBS_trace := -lsimdjson -lisal -lcrypto -lxxhash -lpthread
+# fuzz_events: the subscriber's decoder of event batches (network bytes).
+FUZZ_SRCS_events := tools/event_decode.c
+FUZZ_LIBS_events := -lmsgpackc -ljansson -lm
 FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h \
-                  tools/trace.h tools/common.h
+                  tools/trace.h tools/common.h tools/event_decode.h
 # C++ parts of a target (FUZZ_CXXSRCS_NAME) are compiled by clang++ with the
 # same sanitizers (the vptr check aside: it needs a C++ link) and linked in.
 FUZZ_CXX       ?= clang++
@@ -146,10 +150,24 @@ coverage: bootstrap
 
 DEMO_TRACE     := data/mooncake_fast25_conversation_trace.jsonl.gz
 
-demo: all
-	./$(BUILD_DIR)/kvpool sweep $(DEMO_TRACE) --capacities 1000,10000,100000
+# make demo prints results only: the bootstrap and the build go to a log,
+# shown when they fail.
+DEMO_LOG       := $(BUILD_DIR)/demo-build.log
+
+demo:
+	@echo "== installing what is missing and building (log: $(DEMO_LOG))"
+	@mkdir -p $(BUILD_DIR); $(MAKE) all > $(DEMO_LOG) 2>&1 || { tail -n 40 $(DEMO_LOG); exit 1; }
+	@echo "== kvpool sweep: prefix-cache hit rate of the bundled Mooncake trace by capacity"
+	@./$(BUILD_DIR)/kvpool sweep $(DEMO_TRACE) --capacities 1000,10000,100000
 	@echo
-	./$(BUILD_DIR)/kvpool bench --quick
+	@echo "== the engine example (examples/engine): paged attention over kvpool's blocks"
+	@scripts/engine-demo $(BUILD_DIR)
+	@echo
+	@echo "== kvpool bench --quick: ns per block beside the floor (the same work on the"
+	@echo "   simplest structure that could do it); ratio_to_floor is the figure to watch."
+	@echo "   Targets: churn <= 2, prefix <= 1.5, scale 1M within 1.5x of 1K."
+	@echo "   --quick runs 1/50 of the work: the scale rows are mostly warm-up there."
+	@./$(BUILD_DIR)/kvpool bench --quick
 
 install: all
 	$(CMAKE) --install $(BUILD_DIR) --prefix "$(PREFIX)"

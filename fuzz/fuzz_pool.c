@@ -19,7 +19,9 @@
  * must leave kvp_pool_fingerprint unchanged, kvp_pool_check must pass, and
  * the eviction callbacks, every counter, every block (kvp_block_get), every
  * owner's reference list, every sequence's block table and every lookup of
- * the hash alphabet must match the model.  A mismatch prints the
+ * the hash alphabet must match the model.  With KV events on (bit 5 of the
+ * fourth byte), a subscriber's view built from the events taken after each
+ * operation must equal the set of indexed hashes (cmp_subscriber).  A mismatch prints the
  * configuration, the operation and both values, then aborts (libFuzzer
  * reports it as a crash and saves the input).
  *
@@ -142,6 +144,7 @@ typedef struct run {
     mcfg c;
     int ts;
     int cb; /* the eviction callback attached (compared in cmp_events) */
+    msub sub; /* with c.events: what a router knows (cmp_subscriber) */
     kvp_pool *p;
     evlog lg;
     kvp_seq *seq[MSEQ];            /* handle per model slot */
@@ -196,10 +199,10 @@ __attribute__((noreturn, format(printf, 1, 2))) static void bad(const char *fmt,
 {
     va_list ap;
     fprintf(stderr,
-            "\nFUZZ MISMATCH config reuse=%d sep=%d null=%d grow=%d prefix=%d ts=%d bs=%" PRIu32
-            " blocks=%" PRIu32 " max=%" PRIu32 "\n  op #%zu: %s\n  ",
-            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.bs,
-            g_r.c.nblocks, g_r.c.maxb, g_r.op_index, g_r.op);
+            "\nFUZZ MISMATCH config reuse=%d sep=%d null=%d grow=%d prefix=%d ts=%d events=%d"
+            " bs=%" PRIu32 " blocks=%" PRIu32 " max=%" PRIu32 "\n  op #%zu: %s\n  ",
+            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.events,
+            g_r.c.bs, g_r.c.nblocks, g_r.c.maxb, g_r.op_index, g_r.op);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -255,6 +258,18 @@ static void cmp_events(void)
         if (m->ev_hash[i] != g_r.lg.hash[i] || m->ev_block[i] != g_r.lg.block[i])
             bad("eviction callback %d: expected (h%d, b%" PRIu32 "), got (h%d, b%" PRIu32 ")",
                 i, m->ev_hash[i], m->ev_block[i], g_r.lg.hash[i], g_r.lg.block[i]);
+}
+
+/* Take the events queued since the last comparison and apply them as a
+ * router would; its view must equal the model's index (mdl_events_diff),
+ * which cmp_block holds equal to the pool's.  Nothing may be dropped: the
+ * queue (4096 hashes) holds far more than the operations between two
+ * comparisons make. */
+static void cmp_subscriber(void)
+{
+    char msg[256];
+    if (mdl_events_diff(&g_m, &g_r.sub, g_r.p, g_content, msg, sizeof msg))
+        bad("events: %s", msg);
 }
 
 static void stat_mismatch(void *user, const char *field, uint64_t exp, uint64_t got)
@@ -423,6 +438,8 @@ static void check_all(void)
         cmp_owner(oi);
     cmp_seqs();
     cmp_lookups();
+    if (g_r.c.events)
+        cmp_subscriber();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -525,7 +542,7 @@ enum {
     OP_ALLOC, OP_TAKE, OP_TAKE_ID, OP_FREE, OP_FREE2, OP_FREE_OWNER, OP_REGISTER, OP_RELEASE,
     OP_SET_FILL, OP_CLAIM, OP_PUBLISH, OP_LOOKUP_CLAIM, OP_UNPUBLISH, OP_EVICT, OP_ENSURE,
     OP_EXTEND, OP_SHRINK, OP_RETIRE_TOP, OP_OWNER_BLOCKS, OP_SEQ_CREATE, OP_SEQ_ADMIT,
-    OP_SEQ_APPEND, OP_SEQ_APPEND2, OP_SEQ_FORK, OP_SEQ_DESTROY, OP_RARE, NOPS
+    OP_SEQ_APPEND, OP_SEQ_APPEND2, OP_SEQ_FORK, OP_SEQ_DESTROY, OP_RARE, OP_SEQ_TRUNCATE, NOPS
 };
 
 static kvp_status do_free(rd *r)
@@ -667,12 +684,22 @@ static void do_seq(rd *r, int op)
         static int h[MSEQB];
         if (!chain_ids(m->sq[q].extra, t, len, 0, len / m->c.bs, h))
             return;
-        size_t ec = 0, gc = 99;
+        size_t ec = 0, gc = 99, pc = 0, pn = 0;
+        uint32_t nfree = 0;
         OPF("seq_admit(%" PRIu64 ", n=%" PRIu32 ", family=%" PRIu32 ")", id, len, fam);
+        /* kvp_seq_probe first: it changes nothing (the model is not told)
+         * and predicts the admission. */
+        kvp_status ps = kvp_seq_probe(g_r.seq[q], t, len, &pc, &pn);
+        kvp_status fs = kvp_free_count(p, KVP_STREAM_SHARED, &nfree);
         es = mdl_seq_admit(m, q, len, h, &ec);
         gs = kvp_seq_admit(g_r.seq[q], t, len, &gc);
         cmp_status("kvp_seq_admit", gs, es, fp);
+        if (es == KVP_OK || es == KVP_EEXHAUSTED)
+            cmp_status("kvp_seq_probe", ps, KVP_OK, fp);
+        if (ps == KVP_OK && fs == KVP_OK && !m->c.grow)
+            cmp_status("kvp_seq_admit as probed", gs, pn <= nfree ? KVP_OK : KVP_EEXHAUSTED, fp);
         if (es == KVP_OK) {
+            cmp_u64("seq_admit cached_tokens as probed", pc, gc);
             cmp_u64("seq_admit cached_tokens", ec, gc);
             memcpy(g_r.tok[q], t, len * sizeof t[0]);
         }
@@ -720,6 +747,17 @@ static void do_seq(rd *r, int op)
             g_r.seq[slot] = h;
             memcpy(g_r.tok[slot], g_r.tok[q], sizeof g_r.tok[q]);
         }
+        break;
+    }
+    case OP_SEQ_TRUNCATE: {
+        if (q < 0)
+            return;
+        size_t have = m->sq[q].ntokens, cut = u8(r) % (m->c.bs * 3 + 2);
+        size_t n = cut > have ? have + 1 : have - cut; /* now and then one too many */
+        OPF("seq_truncate(%" PRIu64 ", %zu) of %zu tokens", id, n, have);
+        es = mdl_seq_truncate(m, q, n);
+        gs = kvp_seq_truncate(g_r.seq[q], g_r.tok[q], n);
+        cmp_status("kvp_seq_truncate", gs, es, fp);
         break;
     }
     case OP_SEQ_DESTROY:
@@ -1105,6 +1143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c.nullb && c.nblocks == 0)
         c.nblocks = 1;
     c.maxb = (c.grow || (b2 & 1)) ? c.nblocks + 1 + (b2 >> 1) % 100 : 0;
+    c.events = (b3 >> 5) & 1;
     g_inputs++;
     memset(&g_r, 0, sizeof g_r);
     g_r.c = c;
@@ -1131,6 +1170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.history_len = (b3 >> 1) & 1 ? 4 : 0;
     cfg.history_every_call = (b3 >> 2) & 1;
     cfg.hash_alg = (b3 >> 3) & 1 ? KVP_HASH_XXH3_128 : KVP_HASH_SHA256;
+    cfg.events = c.events;
     if (g_r.cb) {
         cfg.on_evict = on_evict;
         cfg.evict_user = &g_r.lg;

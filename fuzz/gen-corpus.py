@@ -4,11 +4,14 @@
 Why a script: the seeds are reproducible and reviewable.  Each seed is a
 4-byte configuration header (see LLVMFuzzerTestOneInput: reuse order,
 separate K/V, null block, growth, prefix caching, block size, pool size,
-cap, locking, history, hash, eviction callback) followed by operation bytes from a fixed-seed PRNG.  The
-48 seeds cover every reuse order x shared/separate lists x null block x
-growth, with block sizes 1..16 and a few op mixes (general, sequence-heavy,
-owner/free-heavy), so libFuzzer starts from inputs that already reach every
-call.  Run: python3 fuzz/gen-corpus.py [DIR]   (default fuzz/corpus)
+cap, locking, history, hash, eviction callback, KV events) followed by
+operation bytes from a fixed-seed PRNG.  The 48 seeds cover every reuse
+order x shared/separate lists x null block x growth, with block sizes 1..16
+and a few op mixes (general, sequence-heavy, owner/free-heavy), so libFuzzer
+starts from inputs that already reach every call.  The 12 seed-ev-NN seeds
+turn KV events on (bit 5 of the fourth byte), shared and separate lists,
+with sequence-heavy and general mixes, for the subscriber check.
+Run: python3 fuzz/gen-corpus.py [DIR]   (default fuzz/corpus)
 """
 import os
 import random
@@ -18,6 +21,7 @@ NOPS = 26          # opcode count in fuzz_pool.c (op = (byte & 0x7f) % NOPS)
 QUIET = 0x80       # opcode bit: run a take or an owner free quietly
 SEQ_OPS = [19, 20, 21, 22, 23, 24]   # create, admit, append, append2, fork, destroy
 OWNER_OPS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 18]
+EVENTS = 0x20      # fourth byte: KV events on
 
 
 def seed(rng, b0, b1, b2, b3, mix, n_ops):
@@ -66,6 +70,17 @@ def main():
                         with open(os.path.join(d, "seed-%02d" % i), "wb") as f:
                             f.write(data)
                         i += 1
+    rng = random.Random(20261201)  # a stream of its own: the seeds above stay as they are
+    for k in range(12):
+        sep = k & 1
+        b0 = k % 3 | sep << 2 | (k >> 2 & 1) << 4 | (1 + k % 3) << 5
+        b1 = rng.randrange(4) | rng.randrange(8, 48) << 2
+        b3 = EVENTS | rng.randrange(16) & 0x0e | 0x10 * (k >> 3 & 1)
+        data = seed(rng, b0, b1, rng.randrange(256), b3, "any" if sep else "seq",
+                    rng.randrange(60, 120))
+        with open(os.path.join(d, "seed-ev-%02d" % k), "wb") as f:
+            f.write(data)
+        i += 1
     print("wrote %d seeds to %s" % (i, d))
 
 

@@ -285,7 +285,10 @@ typedef struct kvp_config {
      * stream s (index 0: shared or K, 1: V).  With host_arena, kvpool
      * allocates an aligned arena (huge pages when the system gives them) and
      * kvp_block_ptr returns addresses in it; otherwise, when copy is set,
-     * kvpool calls it to move bytes it cannot touch (device memory). */
+     * kvpool calls it to move bytes it cannot touch (device memory).  An
+     * arena may grow to block_bytes[s] x the growth cap (max_blocks, or
+     * KVP_MAX_BLOCKS when 0), which must fit in size_t: with host_arena,
+     * block_bytes[s] is at most SIZE_MAX / that cap. */
     size_t block_bytes[2];
     int host_arena;             /* default 0 */
     kvp_copy_fn copy;           /* default NULL */
@@ -295,7 +298,8 @@ typedef struct kvp_config {
     int events;                 /* record events (default 0: nothing is
                                    recorded and nothing is paid) */
     uint32_t event_capacity;    /* block hashes the queue holds between two
-                                   kvp_events_take calls (default 4096).
+                                   kvp_events_take calls (default 4096; at
+                                   most UINT32_MAX - 1).
                                    Reserved at creation for two buffers:
                                    about 2 x capacity x (4 x block_size + 150)
                                    bytes, tokens included */
@@ -316,8 +320,9 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
  * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
- * order; allocator missing a function), KVP_ENOMEM.  *out is set only on
- * success.
+ * order; allocator missing a function; with host_arena, a block_bytes[s]
+ * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
+ * KVP_ENOMEM.  *out is set only on success.
  */
 KVP_API kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out);
 
@@ -553,9 +558,10 @@ KVP_API kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *o
  * Take a share of block `id` for the content it holds, for `owner` (or
  * KVP_ANON).  A block in use gets one more reference; a cached free block
  * leaves the free list with its content (O(1)).  Errors: KVP_EINVAL (NULL
- * pool, the null block), KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it
- * holds no content to share), KVP_ENOMEM (a second owner's reference needs
- * memory), KVP_EBUSY.  O(1).
+ * pool, the null block, a block already holding UINT32_MAX references),
+ * KVP_ERANGE, KVP_ENOTFOUND (the block is vacant: it holds no content to
+ * share), KVP_ENOMEM (a second owner's reference needs memory), KVP_EBUSY.
+ * O(1).
  */
 KVP_API kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner);
 
@@ -688,10 +694,11 @@ KVP_API kvp_status kvp_retire_top(kvp_pool *pool, kvp_block *retired, kvp_block 
  * absolute token position `start` (a multiple of block_size), child of
  * `parent` (NULL: the root seed, and then start must be 0).  Pure: reads the
  * pool's configuration only.  Errors: KVP_EINVAL (NULL pool/tokens/out; n !=
- * block_size; start not a multiple of it; parent NULL with start != 0; a
- * span with end < start), or what a custom hash function returns.  Thread
- * rules: callable concurrently, also on a pool without locking, as long as
- * the pool is not destroyed meanwhile.  O(n + spans).
+ * block_size; start not a multiple of it; start + n above UINT64_MAX;
+ * parent NULL with start != 0; a span with end < start), or what a custom
+ * hash function returns.  Thread rules: callable concurrently, also on a
+ * pool without locking, as long as the pool is not destroyed meanwhile.
+ * O(n + spans).
  */
 KVP_API kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent,
                                   const uint32_t *tokens, size_t n, uint64_t start,
@@ -799,8 +806,10 @@ KVP_API kvp_status kvp_seq_destroy(kvp_seq *seq);
  * that were not cached, and report in *cached_tokens how many prompt tokens
  * were served from cache.  At least one token is always left to compute: the
  * hit covers at most the first n-1 tokens, in whole blocks.  Blocks matched
- * here are never evicted to make room for this admission.  Counts prefix
- * queries and hits (blocks and tokens).  All or nothing.
+ * here are never evicted to make room for this admission.  A matching block
+ * that could not take one more reference without passing UINT32_MAX
+ * references counts as a miss.  Counts prefix queries and hits (blocks and
+ * tokens).  All or nothing.
  * Errors: KVP_EINVAL (NULL seq/tokens, n == 0, n needing more than
  * KVP_MAX_BLOCKS blocks), KVP_EBUSY (the sequence
  * already has tokens; or from a callback), KVP_EEXHAUSTED, KVP_ENOMEM.
@@ -808,6 +817,26 @@ KVP_API kvp_status kvp_seq_destroy(kvp_seq *seq);
  */
 KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
                                  size_t *cached_tokens);
+
+/*
+ * What kvp_seq_admit(seq, tokens, n) would do now, without doing it:
+ * *cached_tokens receives the prompt tokens it would serve from cache (the
+ * same longest-prefix rule, verified with verify_hits), *blocks_needed the
+ * free blocks it would take: the blocks after the cached prefix plus the
+ * matched blocks that are cached (free) now.  The admission succeeds without
+ * growth exactly when *blocks_needed <= kvp_free_count, as long as nothing
+ * changes the pool in between.  An engine uses it to admit a long prompt in
+ * chunks: admit tokens[0..cached + chunk) (the same prefix is found, since it
+ * leaves a token to compute), compute, then kvp_seq_append the next chunk.
+ * Changes nothing and counts nothing (no prefix queries or hits).
+ * Errors: as kvp_seq_admit without KVP_EEXHAUSTED: KVP_EINVAL (NULL
+ * seq/tokens/cached_tokens/blocks_needed, n == 0, n needing more than
+ * KVP_MAX_BLOCKS blocks), KVP_EBUSY (the sequence already has tokens; or
+ * from a callback), KVP_ENOMEM (room for the sequence's hashes).  O(n) plus
+ * O(1) per block.
+ */
+KVP_API kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                 size_t *cached_tokens, size_t *blocks_needed);
 
 /*
  * Append tokens[0..n) (generated tokens, or a prompt's continuation) to a
@@ -822,8 +851,32 @@ KVP_API kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
 KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n);
 
 /*
+ * Keep only the first n tokens of a sequence (n <= its token count): the
+ * rollback of rejected speculative tokens, or a prompt cut back.  Blocks
+ * past the first ceil(n / block_size) are dropped, last first (a published
+ * one stays cached: its content is still right for its hash).  When n ends
+ * inside a block that another sequence also holds or that is published,
+ * that block keeps its content for the others and the sequence continues in
+ * a fresh copy of it (through the storage hook, counted in cow_copies; both
+ * are in use while it is made, as peak_in_use shows), so later writes never
+ * land in bytes others read; otherwise the block's fill
+ * becomes n % block_size.  tokens[0..n) are the sequence's tokens as the
+ * caller keeps them; only the n % block_size tokens of the new partial
+ * block are read (the sequence keeps no tokens of full blocks), and when
+ * the cut lies in the current partial block they must match the ones it
+ * holds.  n == the token count changes nothing.  All or nothing.
+ * Errors: KVP_EINVAL (NULL seq; n above the token count; NULL tokens with
+ * n % block_size != 0; tokens that differ from those of the current partial
+ * block), KVP_EEXHAUSTED (a copy is needed and no block is free, counting
+ * the blocks the truncation frees), KVP_ENOMEM, KVP_EBUSY.  O(dropped
+ * blocks + block_size).
+ */
+KVP_API kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n);
+
+/*
  * Fork: create sequence `child_id` sharing every block of `parent` (one more
- * reference each), with the same tokens and extra keys.  Errors: KVP_EINVAL,
+ * reference each), with the same tokens and extra keys.  Errors: KVP_EINVAL
+ * (NULL argument; a block that would pass UINT32_MAX references),
  * KVP_EOWNERACTIVE (child_id exists), KVP_ENOMEM, KVP_EBUSY.  O(blocks +
  * tokens).
  */
@@ -832,7 +885,7 @@ KVP_API kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **ch
 /*
  * The block table, in logical order, without copying: *ids points into the
  * sequence and stays valid until the next call that changes this sequence
- * (admit, append, destroy) or relocates a block (kvp_retire_top), or
+ * (admit, append, truncate, destroy) or relocates a block (kvp_retire_top), or
  * kvp_pool_clear.  *n_tokens (may be NULL) receives the token count.
  * Errors: KVP_EINVAL.  O(1).
  */
@@ -869,17 +922,26 @@ KVP_API kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out);
  *   shrink of a cached block).
  * - KVP_EVENT_ALL_CLEARED: the whole index was dropped (kvp_clear_index,
  *   kvp_reset_prefix_cache, kvp_pool_clear), or events were lost (below).
- * A hash is announced when its first copy enters the index and removed when
- * its last copy leaves; a parent named in an event was announced earlier and
- * not removed since (a block whose parent cannot be named that way is not
- * announced, and neither are its descendants).
+ * Events are per hash, not per stream (a router keys blocks by hash alone):
+ * a hash is announced when a copy enters the index, in any stream, while no
+ * copy is announced, and removed when its last copy leaves every stream;
+ * copies in between, in the same or the other list, say nothing.  Unless
+ * events were dropped, applying every event (STORED adds, REMOVED removes,
+ * ALL_CLEARED empties) gives exactly the set of hashes in the index.
+ * A parent is the hash the block was chained from.  A subscriber knows it,
+ * except when it was told to forget it: a sequence that keeps running after
+ * kvp_clear_index names a parent no longer indexed, or a drop lost the
+ * parent's announcement.  Such a block is announced all the same; a router
+ * that follows chains treats it as it treats a block after a gap.
  * Hashes in events are external: the last 8 bytes of the kvp_hash read
  * big-endian as an unsigned integer, with 0 replaced by 1 (0 is never sent).
  * The queue is bounded by event_capacity hashes.  When an event does not
  * fit it is dropped and counted, an ALL_CLEARED event takes a slot kept for
  * it, and every further event is dropped until the next take, so a
  * subscriber never keeps a stale view: it sees the cache as empty and
- * learns it again.
+ * learns it again, each hash when a copy of it is next published (a hash
+ * indexed before the drop and not published since stays unannounced until
+ * the index empties).
  */
 typedef enum kvp_event_kind {
     KVP_EVENT_STORED = 1,
@@ -938,17 +1000,19 @@ typedef struct kvp_stats {
     uint64_t owners;           /* active owners */
     uint64_t peak_in_use;      /* high-water mark of in_use; reset to in_use */
     uint64_t alloc_calls;      /* rate: successful kvp_alloc/kvp_take/take_id,
-                                  and admissions/appends that took blocks */
+                                  and admissions/appends/truncations that
+                                  took blocks */
     uint64_t blocks_allocated; /* rate */
     uint64_t free_calls;       /* rate: successful kvp_free (n > 0),
                                   kvp_free_owner, kvp_seq_destroy of a
-                                  sequence holding blocks */
+                                  sequence holding blocks, kvp_seq_truncate
+                                  dropping references */
     uint64_t blocks_freed;     /* rate: references dropped */
     uint64_t reused;           /* rate: blocks handed out for fresh content that
                                   had been handed out before (claims of
                                   content do not count) */
     uint64_t exhausted;        /* rate: allocation attempts (alloc, take,
-                                  admission, append) refused for lack of
+                                  admission, append, truncate) refused for lack of
                                   blocks; kvp_ensure_free and kvp_retire_top
                                   failures do not count */
     uint64_t grown;            /* rate: blocks added by growth on exhaustion */
@@ -1005,9 +1069,11 @@ KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t 
 
 /*
  * Walk the whole pool (blocks, free lists and sets, reference counts, owner
- * records, the index, every counter) and verify every invariant.  On the first
- * broken one returns KVP_ECORRUPT and writes a message naming it into
- * msg[0..cap) (msg may be NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
+ * records, the index, every counter; with events on, that each indexed hash
+ * is announced once unless events were dropped since the index last
+ * emptied) and verify every invariant.  On the first broken one returns
+ * KVP_ECORRUPT and writes a message naming it into msg[0..cap) (msg may be
+ * NULL).  Errors: KVP_EINVAL (NULL pool), KVP_EBUSY.
  * It checks deferred take bookkeeping (kvp_take) as it stands and leaves it
  * deferred, so that tests can check between takes and kvp_free_owner.
  * O(size of the pool + owners): for tests and debugging, never hot paths.

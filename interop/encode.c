@@ -58,10 +58,19 @@ double kvpi_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* msgpack counts an array's elements and a string's bytes in 32 bits;
+ * msgpack-c truncates a larger count into the header, which would leave
+ * the elements that follow misread, so such an array or string is refused
+ * (the batch is malformed) before anything of it is written. */
+static int pack_array(msgpack_packer *pk, size_t n)
+{
+    return n > UINT32_MAX ? -1 : msgpack_pack_array(pk, n);
+}
+
 static int pack_cstr(msgpack_packer *pk, const char *s)
 {
     size_t len = strlen(s);
-    return msgpack_pack_str(pk, len) || msgpack_pack_str_body(pk, s, len);
+    return len > UINT32_MAX ? -1 : msgpack_pack_str(pk, len) || msgpack_pack_str_body(pk, s, len);
 }
 
 static int pack_cstr_or_nil(msgpack_packer *pk, const char *s)
@@ -73,7 +82,7 @@ static int pack_hashes(msgpack_packer *pk, const uint64_t *h, size_t n)
 {
     if (n && !h)
         return -1;
-    int rc = msgpack_pack_array(pk, n);
+    int rc = pack_array(pk, n);
     for (size_t i = 0; i < n && !rc; i++)
         rc = msgpack_pack_uint64(pk, h[i]);
     return rc;
@@ -101,7 +110,7 @@ static int pack_extra_keys(msgpack_packer *pk, const kvp_event *e)
         return msgpack_pack_nil(pk);
     if (!e->mm || !e->mm_per_block)
         return -1;
-    int rc = msgpack_pack_array(pk, e->n_hashes);
+    int rc = pack_array(pk, e->n_hashes);
     size_t at = 0;
     for (size_t b = 0; b < e->n_hashes && !rc; b++) {
         uint32_t k = e->mm_per_block[b];
@@ -122,7 +131,7 @@ static int pack_stored(msgpack_packer *pk, const kvp_event *e)
     int rc = msgpack_pack_array(pk, 12) || pack_cstr(pk, "BlockStored") ||
              pack_hashes(pk, e->hashes, e->n_hashes) ||
              (e->has_parent ? msgpack_pack_uint64(pk, e->parent) : msgpack_pack_nil(pk)) ||
-             msgpack_pack_array(pk, e->n_tokens);
+             pack_array(pk, e->n_tokens);
     for (size_t i = 0; i < e->n_tokens && !rc; i++)
         rc = msgpack_pack_uint32(pk, e->tokens[i]);
     return rc || msgpack_pack_uint32(pk, e->block_size) ||
@@ -149,7 +158,7 @@ int kvpi_encode_batch(const kvp_event *events, size_t n, double timestamp, int64
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, buf_write);
     int rc = msgpack_pack_array(&pk, 3) || msgpack_pack_double(&pk, timestamp) ||
-             msgpack_pack_array(&pk, n);
+             pack_array(&pk, n);
     for (size_t i = 0; i < n && !rc; i++) {
         const kvp_event *e = &events[i];
         switch (e->kind) {

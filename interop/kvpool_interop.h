@@ -16,8 +16,9 @@
  * the wire format, topics, endpoints, replay and the hash mode.
  *
  * Thread rules: a publisher is used by one thread at a time (the caller's);
- * it may run one internal thread of its own to answer replay requests.  The
- * encoder and the hash function are pure and thread-safe.
+ * it runs one internal service thread of its own, which sends the batches,
+ * reads subscriptions and answers replay requests.  The encoder,
+ * kvpi_endpoint_check and the hash function are pure and thread-safe.
  */
 #ifndef KVPOOL_INTEROP_H
 #define KVPOOL_INTEROP_H
@@ -60,7 +61,8 @@ void kvpi_buf_free(kvpi_buf *b);
  * group_idx 0, the two kv_cache_spec fields nil; extra_keys nil unless the
  * event names multimodal inputs (docs/EVENTS.md gives that encoding).
  * `dp_rank` KVPI_NO_DP_RANK encodes nil.  Replaces out's contents.
- * Returns 0, or -1 when memory runs out or an event is malformed.
+ * Returns 0, or -1 when memory runs out or an event is malformed (also: more
+ * than UINT32_MAX events, hashes or tokens, the most a msgpack array holds).
  */
 int kvpi_encode_batch(const kvp_event *events, size_t n, double timestamp, int64_t dp_rank,
                       kvpi_buf *out);
@@ -72,15 +74,28 @@ double kvpi_now(void);
 /* Publisher                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* The llm-d convention for topics is "kv@<pod address>@<model name>", and
- * the engine binds its PUB socket on port 5557 of every interface
- * (KVPI_DEFAULT_ENDPOINT). */
-#define KVPI_DEFAULT_ENDPOINT "tcp://*:5557"
+/* The llm-d convention for topics is "kv@<pod address>@<model name>".  The
+ * engine binds its PUB socket and subscribers connect; the default binds
+ * port 5557 of the loopback interface only (a deployment that routes across
+ * hosts binds port 5557 of a pod address, or of every interface with the
+ * host "*", explicitly). */
+#define KVPI_DEFAULT_ENDPOINT "tcp://127.0.0.1:5557"
+
+/* Bounds on what the publisher accepts from peers (ZMQ_MAXMSGSIZE: a peer
+ * that sends a longer frame is disconnected before the frame is stored).
+ * A subscription frame is 1 byte plus the filter; a filter longer than the
+ * topic can never match it, so the bound is the larger of the topic length
+ * + 1 and KVPI_MAX_SUBSCRIPTION.  A replay request frame is at most 8
+ * bytes (the ROUTER's own identity frame is not received from the peer). */
+#define KVPI_MAX_SUBSCRIPTION 256
+#define KVPI_MAX_REPLAY_REQUEST 64
 
 typedef struct kvpi_publisher_config {
-    const char *endpoint;        /* PUB endpoint.  Containing '*': bound;
-                                    otherwise connected to (the subscriber
-                                    binds).  NULL: KVPI_DEFAULT_ENDPOINT */
+    const char *endpoint;        /* PUB endpoint; NULL: KVPI_DEFAULT_ENDPOINT
+                                    (checked by kvpi_endpoint_check) */
+    int connect;                 /* 0 (default): bind `endpoint`, as vLLM
+                                    does; 1: connect to it (the subscriber
+                                    binds) */
     const char *replay_endpoint; /* ROUTER endpoint for replay, always bound;
                                     NULL: no replay */
     const char *topic;           /* first frame of every message; NULL: "" */
@@ -95,21 +110,38 @@ typedef struct kvpi_publisher_config {
 
 typedef struct kvpi_publisher kvpi_publisher;
 
-/* Fill *cfg with the defaults above (all endpoints NULL). */
+/* Fill *cfg with the defaults above (all endpoints NULL, bind). */
 void kvpi_publisher_config_default(kvpi_publisher_config *cfg);
 
 /*
- * Create a publisher: open the PUB socket (an XPUB, so that subscriptions
- * can be seen) and, when configured, bind the replay ROUTER socket and start
- * the thread that answers it.  On failure returns -1 and writes a message
- * into err[0..errcap) (err may be NULL).
+ * Check a ZeroMQ endpoint before binding (bind != 0) or connecting to it.
+ * tcp endpoints must read tcp://HOST:PORT with PORT 1..65535, or "*" (a port
+ * chosen by the system) when binding; HOST "*" (every interface) only when
+ * binding; a HOST to connect to must resolve (getaddrinfo, so the wait is
+ * bounded by the system resolver's timeout; ZeroMQ itself would retry an
+ * unresolvable name forever).  Other transports (ipc://, inproc://) pass
+ * unchecked.  Returns 0, or -1 with a message in err[0..errcap) (err may be
+ * NULL).  Thread-safe; changes nothing.
+ */
+int kvpi_endpoint_check(const char *endpoint, int bind, char *err, size_t errcap);
+
+/*
+ * Create a publisher: check the endpoints (kvpi_endpoint_check), open the
+ * PUB socket (an XPUB, so that subscriptions can be seen), bind or connect
+ * it, bind the replay ROUTER socket when configured, and start the service
+ * thread that sends the batches, reads subscriptions and answers replay
+ * requests (it alone uses those sockets and the replay ring).  Every
+ * socket that receives bounds its frames (KVPI_MAX_SUBSCRIPTION,
+ * KVPI_MAX_REPLAY_REQUEST).  On failure returns -1, leaves *out unchanged
+ * and writes a message into err[0..errcap) (err may be NULL).
  */
 int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out, char *err,
                           size_t errcap);
 
 /*
- * Flush queued messages (for up to the configured linger), stop the replay
- * thread, close the sockets.  NULL is ignored.
+ * Stop the service thread once it has sent every batch handed to it, flush
+ * queued messages (for up to the configured linger), close the sockets.
+ * NULL is ignored.
  */
 void kvpi_publisher_destroy(kvpi_publisher *pub);
 
@@ -122,7 +154,9 @@ const char *kvpi_publisher_replay_endpoint(const kvpi_publisher *pub);
 /*
  * Wait up to timeout_ms (0: just look; -1: forever) until a subscriber whose
  * filter matches the topic has subscribed.  Returns 1 when one has, 0 on
- * timeout.  Subscriptions seen earlier count.
+ * timeout.  Subscriptions seen earlier count (so 0 at the end of a run
+ * means no subscriber ever received anything).  The service thread reads
+ * subscriptions; this call only looks at what it has seen.
  */
 int kvpi_publisher_wait_subscriber(kvpi_publisher *pub, int timeout_ms);
 
@@ -130,8 +164,15 @@ int kvpi_publisher_wait_subscriber(kvpi_publisher *pub, int timeout_ms);
  * Send one batch of events as one message (topic, sequence number, payload),
  * keep it for replay, and number it: the first batch is 0, every batch sent
  * gets the next number, an empty batch (n == 0) is not sent and takes no
- * number.  timestamp < 0: now.  Returns 0, or -1 (encoding or socket
- * failure; the number is not used).
+ * number.  timestamp < 0: now.  Returns 0, or -1 (encoding failure, out
+ * of memory, or `sndhwm` batches still waiting for the service thread; the
+ * number is not used).
+ * Never waits for peers or for the service thread: the call encodes the
+ * batch, copies it into one reference-counted buffer (shared by the
+ * subscribers' message and the replay ring) and hands it to the service
+ * thread through a lock-free, non-blocking inproc pipe; it shares no lock
+ * with that thread.  O(n), whatever subscribers and replay clients do; a
+ * slow subscriber loses messages at its high-water mark instead.
  */
 int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n,
                         double timestamp);
@@ -165,7 +206,8 @@ uint64_t kvpi_publisher_events_dropped(const kvpi_publisher *pub);
  * (identifier: the mm hash as 64 lowercase hex digits; offset: span start
  * minus block start, may be negative), then the cache salt (as text, first
  * block only).  A kvp_hash_fn: pass as kvp_config.hash_fn with
- * KVP_HASH_CUSTOM (hash_user unused).
+ * KVP_HASH_CUSTOM (hash_user unused).  Returns KVP_EINVAL for NULL
+ * arguments and for start + n above UINT64_MAX.
  */
 kvp_status kvpi_vllm_hash_fn(void *user, const kvp_hash *parent, const uint32_t *tokens,
                              size_t n, uint64_t start, const kvp_extra_keys *extra,

@@ -19,6 +19,8 @@
  */
 #include "kvpool_interop.h"
 
+#include "../src/kvp_checked.h" /* a leaf: standard headers only */
+
 #include <cbor.h>
 #include <openssl/evp.h>
 #include <string.h>
@@ -154,7 +156,8 @@ kvp_status kvpi_vllm_hash_fn(void *user, const kvp_hash *parent, const uint32_t 
                              kvp_hash *out)
 {
     (void)user;
-    if (!parent || (n && !tokens) || !out)
+    uint64_t end; /* the block's end, start + n, is computed (overlaps): it must fit */
+    if (!parent || (n && !tokens) || !out || !kvp__add_u64(start, n, &end))
         return KVP_EINVAL;
     hasher h;
     if (begin(&h)) {

@@ -2,13 +2,14 @@
  * check.c — the invariant checker and the state fingerprint.
  *
  * kvp_pool_check recomputes every count and walks every structure from
- * scratch (blocks, free lists, id sets, index chains, owner lists, xrefs,
- * gauges) and compares it with what the pool keeps incrementally.  It shares
- * no bookkeeping code with the paths it checks, so a bug in one does not hide
- * in the other.  Tests and fuzzers call it after every step; it is O(size of
- * the pool + owners) and never used on a hot path.  It reads the fast
- * take's pending references as they are (mark_pending), without settling
- * them, so that a test can check between takes and kvp_free_owner.
+ * scratch (blocks, free lists, id sets, index chains, events' announced
+ * marks, owner lists, xrefs, gauges) and compares it with what the pool
+ * keeps incrementally.  It shares no bookkeeping code with the paths it
+ * checks, so a bug in one does not hide in the other.  Tests and fuzzers
+ * call it after every step; it is O(size of the pool + owners) and never
+ * used on a hot path.  It reads the fast take's pending references as they
+ * are (mark_pending), without settling them, so that a test can check
+ * between takes and kvp_free_owner.
  *
  * kvp_pool_fingerprint digests the logical state only: things a caller can
  * observe (states, references, owners, fills, hashes, reuse and eviction
@@ -335,6 +336,31 @@ static kvp_status check_index(kvp_pool *p, ctx *c)
     return KVP_OK;
 }
 
+/* Events: announced marks sit on indexed blocks only, at most one per hash
+ * over every stream (the subscriber's view), and every indexed hash has one
+ * unless an event was dropped since the index last emptied. */
+static kvp_status check_announced(kvp_pool *p, ctx *c)
+{
+    bool lossy = kvp__ev_lossy(p);
+    for (uint32_t b = 0; b < p->top; b++) {
+        uint8_t f = p->blocks[b].flags;
+        CHECK(!(f & KVP__F_ANNOUNCED) || (p->evq && (f & KVP__F_PUBLISHED)),
+              "block %u announced but not indexed, or events off", b);
+        if (!p->evq || !(f & KVP__F_PUBLISHED))
+            continue;
+        const kvp_hash *h = &p->hashes[b];
+        uint32_t marks = 0;
+        for (int s = 0; s < p->nstreams; s++)
+            for (uint32_t d = kvp__chain_first(p, kvp__bucket_of(p, s, h)); d != KVP__NONE;
+                 d = kvp__chain_next(p, d))
+                marks += p->blocks[d].stream == s && (p->blocks[d].flags & KVP__F_ANNOUNCED) &&
+                         memcmp(p->hashes[d].b, h->b, sizeof h->b) == 0;
+        CHECK(marks <= 1, "the hash of block %u is announced by %u copies", b, marks);
+        CHECK(marks == 1 || lossy, "block %u is indexed, its hash not announced", b);
+    }
+    return KVP_OK;
+}
+
 static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
 {
     uint32_t active = 0, refs = 0, mapped = 0;
@@ -399,6 +425,8 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
         rc = check_lists(p, c);
     if (!rc)
         rc = check_index(p, c);
+    if (!rc)
+        rc = check_announced(p, c);
     if (!rc)
         rc = check_owners(p, c, owned);
     unmark_pending(p);

@@ -3,14 +3,24 @@
  *
  * What it owns: two event buffers (one filling, one handed to the caller by
  * kvp_events_take), the "announced" mark on indexed blocks, interned LoRA
- * names, and the drop counter.
+ * names, the drop counter and the "lossy" state.
  *
  * The index calls in here at the exact points it changes (index.c), so the
- * stream can never disagree with the index: a hash is announced when its
- * first copy enters and removed when its last copy leaves.  Exactly one
- * indexed copy of an announced hash carries KVP__F_ANNOUNCED; when it leaves,
- * the mark moves to another copy if there is one, otherwise a REMOVED event
- * goes out.
+ * stream can never disagree with the index.  Events are per hash, whatever
+ * stream (K or V list) holds it: a hash is announced when a copy enters and
+ * no copy is announced, and removed when its last copy leaves.  The
+ * subscriber's view (every event applied) is exactly the set of hashes with
+ * a copy carrying KVP__F_ANNOUNCED, one copy per hash; when it leaves, the
+ * mark moves to another copy if there is one, otherwise a REMOVED event goes
+ * out.  Until an event is dropped that view is the whole index.  After a
+ * drop (lossy) the view is empty (ALL_CLEARED) and fills again as copies of
+ * hashes are published, so each indexed hash is announced again at its next
+ * publish; the index emptying ends the lossy state.
+ *
+ * A stored block names the hash it was chained from as its parent, even
+ * when the subscriber does not know it (kvp_clear_index took it out of the
+ * index while its sequence ran, or a drop lost it): its own hash is in the
+ * index, so it is announced (kvpool.h "Events").
  *
  * Events made during one call coalesce: consecutive stored blocks that chain
  * (each one's parent is the previous one) share one STORED event, removals
@@ -42,6 +52,8 @@ struct kvp__evq {
     uint32_t cap;   /* hashes, multimodal hashes and blocks of tokens */
     bool open;      /* the newest event may still grow (same call) */
     bool full;      /* the kept slot is used: drop until the next take */
+    bool lossy;     /* a drop since the index was last emptied: hashes may be
+                       indexed unannounced (see kvp__ev_lossy) */
     uint64_t dropped;
     char *medium;
     size_t medium_bytes;
@@ -151,30 +163,19 @@ uint64_t kvp_hash_external(const kvp_hash *h)
     return x ? x : 1;
 }
 
-/* Another indexed copy of b's (stream, hash), skipping b; NONE if none. */
-static uint32_t other_copy(const kvp_pool *p, uint32_t b)
+/* An indexed copy of b's hash other than b, in any stream, carrying all of
+ * `flags` (0: any copy); NONE if there is none.  Events are per hash, not
+ * per stream: a router has no notion of kvpool's K and V lists. */
+static uint32_t copy_of(const kvp_pool *p, uint32_t b, uint8_t flags)
 {
-    int s = p->blocks[b].stream;
-    for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, &p->hashes[b])); c != KVP__NONE;
-         c = kvp__chain_next(p, c))
-        if (c != b && p->blocks[c].stream == s &&
-            memcmp(p->hashes[c].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0)
-            return c;
+    const kvp_hash *h = &p->hashes[b];
+    for (int s = 0; s < p->nstreams; s++)
+        for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, h)); c != KVP__NONE;
+             c = kvp__chain_next(p, c))
+            if (c != b && (p->blocks[c].flags & flags) == flags && p->blocks[c].stream == s &&
+                memcmp(p->hashes[c].b, h->b, sizeof h->b) == 0)
+                return c;
     return KVP__NONE;
-}
-
-/* Is b's hash announced (by b or another copy)? */
-static bool announced(const kvp_pool *p, uint32_t b)
-{
-    if (p->blocks[b].flags & KVP__F_ANNOUNCED)
-        return true;
-    int s = p->blocks[b].stream;
-    for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, &p->hashes[b])); c != KVP__NONE;
-         c = kvp__chain_next(p, c))
-        if ((p->blocks[c].flags & KVP__F_ANNOUNCED) && p->blocks[c].stream == s &&
-            memcmp(p->hashes[c].b, p->hashes[b].b, sizeof p->hashes[b].b) == 0)
-            return true;
-    return false;
 }
 
 static kvp_event *new_event(kvp__evq *q, evbuf *b, kvp_event_kind kind)
@@ -191,14 +192,18 @@ static kvp_event *new_event(kvp__evq *q, evbuf *b, kvp_event_kind kind)
     return e;
 }
 
-/* The queue cannot take an event: count it, announce nothing until the next
- * take, and tell subscribers to forget everything (in the kept slot). */
+/* An event is lost: count it.  The index may now hold hashes no subscriber
+ * knows of, until a copy of each is published again or the index empties. */
 static void drop(kvp_pool *p, kvp__evq *q)
 {
+    q->lossy = true;
     q->dropped++;
     p->ctr.events_dropped++;
 }
 
+/* The queue cannot take an event: drop it, take every mark off (nothing is
+ * announced now), tell subscribers to forget everything (in the kept slot),
+ * and drop every further event until the next take. */
 static void overflow(kvp_pool *p, kvp__evq *q)
 {
     drop(p, q);
@@ -214,11 +219,9 @@ static void overflow(kvp_pool *p, kvp__evq *q)
 void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 {
     kvp__evq *q = p->evq;
-    if (!q || other_copy(p, b) != KVP__NONE)
-        return; /* off, or the hash is already known (or deliberately not) */
-    uint32_t parent = info ? info->parent : KVP__NONE;
-    if (parent != KVP__NONE && !announced(p, parent))
-        return; /* the parent cannot be named: neither can this block */
+    if (!q || copy_of(p, b, KVP__F_ANNOUNCED) != KVP__NONE)
+        return; /* off, or the hash is announced already */
+    const kvp_hash *parent = info ? info->parent_hash : NULL;
     if (q->full) {
         drop(p, q);
         return;
@@ -234,8 +237,8 @@ void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
     const char *lora = x && x->has_lora && x->lora_name ? intern(p, q, x->lora_name) : NULL;
 
     kvp_event *e = buf->nev ? &buf->ev[buf->nev - 1] : NULL;
-    bool extend = q->open && e && e->kind == KVP_EVENT_STORED && parent != KVP__NONE &&
-                  e->hashes[e->n_hashes - 1] == kvp_hash_external(&p->hashes[parent]) &&
+    bool extend = q->open && e && e->kind == KVP_EVENT_STORED && parent &&
+                  e->hashes[e->n_hashes - 1] == kvp_hash_external(parent) &&
                   (e->n_tokens > 0) == (tokens != NULL) && e->lora_name == lora;
     if ((!extend && buf->nev >= q->cap) || buf->nh >= q->cap || buf->nmm + k > q->cap ||
         (tokens && buf->ntok + bs > tokcap(p, q))) {
@@ -246,9 +249,9 @@ void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
         e = new_event(q, buf, KVP_EVENT_STORED);
         e->block_size = (uint32_t)bs;
         e->lora_name = lora;
-        if (parent != KVP__NONE) {
+        if (parent) {
             e->has_parent = 1;
-            e->parent = kvp_hash_external(&p->hashes[parent]);
+            e->parent = kvp_hash_external(parent);
         }
     }
     buf->mmc[buf->nh] = k;
@@ -273,7 +276,7 @@ void kvp__ev_removed(kvp_pool *p, uint32_t b)
     if (!q || !(p->blocks[b].flags & KVP__F_ANNOUNCED))
         return;
     p->blocks[b].flags &= (uint8_t)~KVP__F_ANNOUNCED;
-    uint32_t c = other_copy(p, b);
+    uint32_t c = copy_of(p, b, 0);
     if (c != KVP__NONE) { /* the hash stays: another copy carries the mark */
         p->blocks[c].flags |= KVP__F_ANNOUNCED;
         return;
@@ -295,15 +298,24 @@ void kvp__ev_removed(kvp_pool *p, uint32_t b)
     e->n_hashes++;
 }
 
-/* The index emptied (its blocks' marks are gone with their PUBLISHED flag). */
+/* The index emptied (its blocks' marks are gone with their PUBLISHED flag):
+ * whatever was lost, the subscriber's view (empty) is the index again. */
 void kvp__ev_cleared(kvp_pool *p)
 {
     kvp__evq *q = p->evq;
-    if (!q || q->full)
+    if (!q)
+        return;
+    q->lossy = false;
+    if (q->full)
         return;
     evbuf *buf = &q->buf[q->cur];
     new_event(q, buf, KVP_EVENT_ALL_CLEARED);
     q->full = buf->nev > q->cap; /* it took the kept slot */
+}
+
+bool kvp__ev_lossy(const kvp_pool *p)
+{
+    return p->evq && p->evq->lossy;
 }
 
 /* A call ends: its events are complete. */

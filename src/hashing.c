@@ -182,8 +182,9 @@ static kvp_status hash_one(const kvp_pool *p, const kvp_hash *parent, const uint
 kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent, const uint32_t *tokens,
                           size_t n, uint64_t start, const kvp_extra_keys *extra, kvp_hash *out)
 {
+    uint64_t end; /* the block's end, start + n, is computed (overlaps): it must fit */
     if (!pool || !tokens || !out || n != pool->cfg.block_size || start % n != 0 ||
-        (!parent && start != 0))
+        !kvp__add_u64(start, n, &end) || (!parent && start != 0))
         return KVP_EINVAL;
     kvp_status rc = kvp__extra_valid(extra);
     return rc ? rc : hash_one(pool, parent, tokens, start, extra, out);

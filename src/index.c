@@ -285,7 +285,9 @@ kvp_status kvp_publish_verified(kvp_pool *pool, kvp_block id, const kvp_hash *ha
     if (!rc && (pool->blocks[id].flags & KVP__F_PUBLISHED))
         rc = KVP_EBUSY;
     if (!rc) {
-        kvp__pubinfo info = {parent == KVP_NO_BLOCK ? KVP__NONE : parent, tokens, NULL, 0};
+        bool first = parent == KVP_NO_BLOCK;
+        kvp__pubinfo info = {first ? KVP__NONE : parent, first ? NULL : &pool->hashes[parent],
+                             tokens, NULL, 0};
         kvp__publish_verified(pool, id, hash, &info);
     }
     kvp__leave(pool, rc == KVP_OK);

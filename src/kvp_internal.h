@@ -36,6 +36,7 @@
 #define _GNU_SOURCE /* getrandom, madvise, MAP_ANONYMOUS */
 #endif
 
+#include "kvp_checked.h"
 #include "kvpool.h"
 
 #include <pthread.h>
@@ -95,11 +96,14 @@
 #define KVP__F_PENDING 0x40u   /* kvp__check's mark on pending references' blocks, set
                                   and cleared inside it */
 
-/* What a publisher knows about a block being indexed (for events): its
- * parent block (NONE if first or unknown), its tokens (or NULL), the
+/* What a publisher knows about a block being indexed (for events and
+ * verified hits): its parent block (NONE if first or unknown) and the hash
+ * the block was chained from (NULL if none; the parent's digest, which the
+ * parent block itself may no longer hold), its tokens (or NULL), the
  * sequence's extra keys (or NULL) and the block's first token position. */
 typedef struct kvp__pubinfo {
     uint32_t parent;
+    const kvp_hash *parent_hash;
     const uint32_t *tokens;
     const kvp_extra_keys *extra;
     uint64_t start;
@@ -493,6 +497,10 @@ void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info);
 void kvp__ev_removed(kvp_pool *p, uint32_t b);
 void kvp__ev_cleared(kvp_pool *p);
 void kvp__ev_close(kvp_pool *p);
+/* Were events dropped since the index was last emptied?  Until then, every
+ * indexed hash has exactly one announced copy (kvp__check); after a drop,
+ * at most one.  False with events off. */
+bool kvp__ev_lossy(const kvp_pool *p);
 
 /* ---- storage (storage.c) ---- */
 kvp_status kvp__storage_init(kvp_pool *p);

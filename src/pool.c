@@ -255,9 +255,16 @@ kvp_status kvp_config_default(kvp_config *cfg)
     return KVP_OK;
 }
 
+/* The growth cap a configuration sets: no array, table or arena of the
+ * pool is ever sized for more ids than this. */
+static uint32_t growth_cap(const kvp_config *c)
+{
+    return c->max_blocks ? c->max_blocks : KVP_MAX_BLOCKS;
+}
+
 uint32_t kvp__max_blocks(const kvp_pool *p)
 {
-    return p->cfg.max_blocks ? p->cfg.max_blocks : KVP_MAX_BLOCKS;
+    return growth_cap(&p->cfg);
 }
 
 /* Blocks of stream s at creation (and after kvp_pool_clear): one stream
@@ -323,6 +330,17 @@ static kvp_status validate_config(const kvp_config *c)
         return KVP_EINVAL;
     if (c->block_bytes[1] && !c->separate_kv)
         return KVP_EINVAL;
+    /* The event queue keeps capacity + 1 records (events.c), counted in 32
+     * bits. */
+    if (c->events && c->event_capacity == UINT32_MAX)
+        return KVP_EINVAL;
+    /* A stream's host arena holds block_bytes[s] for every id up to the
+     * growth cap (storage.c): refused here when that size does not fit
+     * size_t, so no arena size or block address computed later can wrap. */
+    size_t arena;
+    for (int s = 0; s < 2 && c->host_arena; s++)
+        if (!kvp__mul_size(c->block_bytes[s], growth_cap(c), &arena))
+            return KVP_EINVAL;
     return KVP_OK;
 }
 
@@ -1122,6 +1140,10 @@ KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
     int state = rc ? 0 : kvp__state(pool, id);
     if (!rc && state == KVP_BLOCK_VACANT)
         rc = KVP_ENOTFOUND;
+    /* The reference count is 32 bits, and anonymous claims cost no memory
+     * that would run out first: the one past UINT32_MAX is refused. */
+    if (!rc && pool->blocks[id].ref == UINT32_MAX)
+        rc = KVP_EINVAL;
     if (!rc)
         rc = owner_prepare(pool, owner, KVP__NONE, 1, &slot, &create);
     /* A second owner on a block needs an xref node. */

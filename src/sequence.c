@@ -1,5 +1,6 @@
 /*
- * sequence.c — per-request block tables: admit, append, fork, destroy.
+ * sequence.c — per-request block tables: admit, append, truncate, fork,
+ * destroy.
  *
  * What it owns: the sequence registry (request id -> sequence), each
  * sequence's block table, block hashes, the tokens of its partial last block,
@@ -294,8 +295,8 @@ static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tok
     uint32_t b = q->blocks[i];
     if (!p->cfg.prefix_caching || (p->blocks[b].flags & KVP__F_PUBLISHED))
         return;
-    kvp__pubinfo info = {i ? q->blocks[i - 1] : KVP__NONE, tokens, extra_of(q),
-                         i * p->cfg.block_size};
+    kvp__pubinfo info = {i ? q->blocks[i - 1] : KVP__NONE, i ? &q->hashes[i - 1] : NULL, tokens,
+                         extra_of(q), i * p->cfg.block_size};
     if (p->vtok) {
         kvp__publish_verified(p, b, &q->hashes[i], &info);
     } else {
@@ -383,48 +384,72 @@ KVP__FLATTEN kvp_status kvp_seq_destroy(kvp_seq *seq)
     return KVP_OK;
 }
 
-KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
-                                      size_t *cached_tokens)
+/* Start admitting (or probing) tokens[0..n) into seq: the block count, room
+ * in seq's arrays, the full blocks' hashes (pure, so before the lock, into
+ * seq's arrays, which only become meaningful when ntokens does), then the
+ * lock.  A call from a callback is refused first: the outer call owns those
+ * arrays.  On KVP_OK the caller holds the lock. */
+static kvp_status admit_enter(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *nblocks)
 {
     if (!seq || !tokens || n == 0)
         return KVP_EINVAL;
     kvp_pool *p = seq->pool;
     size_t bs = p->cfg.block_size;
-    size_t nfull = n / bs, nblocks = nfull + (n % bs != 0); /* no overflow */
-    if (nblocks > KVP_MAX_BLOCKS)
+    *nblocks = n / bs + (n % bs != 0); /* no overflow */
+    if (*nblocks > KVP_MAX_BLOCKS)
         return KVP_EINVAL;
     if (seq->ntokens || kvp__cb_pool == p)
         return KVP_EBUSY;
-    /* Hashing is pure: done before the lock, into the sequence's arrays,
-     * which only become meaningful when ntokens does.  (A call from a
-     * callback is refused first: the outer call owns those arrays.) */
-    kvp_status rc = seq_reserve(p, seq, nblocks);
+    kvp_status rc = seq_reserve(p, seq, *nblocks);
     if (!rc && p->cfg.prefix_caching)
-        rc = kvp__hash_chain(p, tokens, nfull, extra_of(seq), seq->hashes, 0);
-    if (rc)
-        return rc;
-    if ((rc = kvp__enter(p)))
-        return rc;
+        rc = kvp__hash_chain(p, tokens, n / bs, extra_of(seq), seq->hashes, 0);
+    return rc ? rc : kvp__enter(p);
+}
 
-    /* The longest cached prefix, leaving at least one token to compute. */
+/* Under the lock: the longest cached prefix of tokens[0..n), leaving at least
+ * one token to compute, into seq->blocks[0..k); returns k.  *matched_free
+ * receives how many distinct matched blocks are cached (free): claiming them
+ * takes them off the free list. */
+static size_t match_prefix(kvp_pool *p, kvp_seq *seq, const uint32_t *tokens, size_t n,
+                           uint32_t *matched_free)
+{
+    size_t bs = p->cfg.block_size;
     size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0, k = 0;
     for (uint32_t parent = KVP__NONE; k < max_hit; k++) {
         uint32_t b = p->vtok ? kvp__lookup_verified(p, 0, &seq->hashes[k], parent, tokens + k * bs)
                              : kvp__index_find(p, 0, &seq->hashes[k]);
-        if (b == KVP__NONE)
+        /* A block that could not take one more reference for each time it
+         * may be named here (k earlier matches and this one) without its
+         * 32-bit count wrapping is a miss. */
+        if (b == KVP__NONE || p->blocks[b].ref > UINT32_MAX - 1 - k)
             break;
         seq->blocks[k] = parent = b;
     }
-    /* Matched blocks that are cached will leave the free list when claimed:
-     * count each once (a mark flag catches repeats) against what is free. */
-    uint32_t matched_free = 0;
+    /* Count each cached block once (a mark flag catches repeats). */
+    uint32_t nfree = 0;
     for (size_t i = 0; i < k; i++) {
         kvp__block *blk = &p->blocks[seq->blocks[i]];
-        matched_free += blk->state == KVP_BLOCK_CACHED && !(blk->flags & KVP__F_MARK);
+        nfree += blk->state == KVP_BLOCK_CACHED && !(blk->flags & KVP__F_MARK);
         blk->flags |= KVP__F_MARK;
     }
     for (size_t i = 0; i < k; i++)
         p->blocks[seq->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+    *matched_free = nfree;
+    return k;
+}
+
+KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size_t n,
+                                      size_t *cached_tokens)
+{
+    size_t nblocks;
+    kvp_status rc = admit_enter(seq, tokens, n, &nblocks);
+    if (rc)
+        return rc;
+    kvp_pool *p = seq->pool;
+    size_t bs = p->cfg.block_size, nfull = n / bs;
+    size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0;
+    uint32_t matched_free;
+    size_t k = match_prefix(p, seq, tokens, n, &matched_free);
     uint32_t avail = p->st[0].nvacant + p->st[0].ncached - matched_free;
     rc = kvp__room_for(p, 0, avail, nblocks - k);
     if (!rc) {
@@ -448,6 +473,24 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
     }
     kvp__leave(p, rc == KVP_OK);
     return rc;
+}
+
+kvp_status kvp_seq_probe(kvp_seq *seq, const uint32_t *tokens, size_t n, size_t *cached_tokens,
+                         size_t *blocks_needed)
+{
+    if (!cached_tokens || !blocks_needed)
+        return KVP_EINVAL;
+    size_t nblocks;
+    kvp_status rc = admit_enter(seq, tokens, n, &nblocks);
+    if (rc)
+        return rc;
+    kvp_pool *p = seq->pool;
+    uint32_t matched_free;
+    size_t k = match_prefix(p, seq, tokens, n, &matched_free);
+    *cached_tokens = k * p->cfg.block_size;
+    *blocks_needed = nblocks - k + matched_free;
+    kvp__leave(p, false);
+    return KVP_OK;
 }
 
 /* The tokens of full block `i` of an append: the first one that completes
@@ -534,6 +577,102 @@ KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, siz
     return rc;
 }
 
+/* Would one more sequence reference per appearance in q's table wrap a
+ * block's 32-bit reference count?  Counts the appearances in the blocks'
+ * per-call counters (q's blocks are in use), marking and unmarking them. */
+static bool refs_would_wrap(kvp_pool *p, const kvp_seq *q)
+{
+    bool wrap = false;
+    for (size_t i = 0; i < q->nblocks; i++) {
+        kvp__block *blk = &p->blocks[q->blocks[i]];
+        if (!(blk->flags & KVP__F_MARK)) {
+            blk->flags |= KVP__F_MARK;
+            blk->count = 0;
+        }
+        wrap |= blk->ref > UINT32_MAX - ++blk->count;
+    }
+    for (size_t i = 0; i < q->nblocks; i++)
+        p->blocks[q->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+    return wrap;
+}
+
+/* Blocks of q from index `from` on that only q holds (ref 1): what dropping
+ * them puts back on the free list. */
+static uint32_t sole_blocks(const kvp_pool *p, const kvp_seq *q, size_t from)
+{
+    uint32_t n = 0;
+    for (size_t i = from; i < q->nblocks; i++)
+        n += p->blocks[q->blocks[i]].ref == 1;
+    return n;
+}
+
+kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n)
+{
+    if (!seq)
+        return KVP_EINVAL;
+    kvp_pool *p = seq->pool;
+    size_t bs = p->cfg.block_size, fill = n % bs;
+    if (n > seq->ntokens || (fill && !tokens))
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(p);
+    if (rc)
+        return rc;
+    if (n == seq->ntokens) {
+        kvp__leave(p, false);
+        return KVP_OK;
+    }
+    size_t keep = n / bs + (fill != 0);
+    size_t old_fill = seq->ntokens % bs;
+    /* The cut lies in the old partial block: its tokens are known. */
+    if (fill && old_fill && keep == seq->nblocks &&
+        memcmp(seq->tail, tokens + (n - fill), fill * sizeof *tokens))
+        rc = KVP_EINVAL;
+    /* A new partial last block that others hold or that is published keeps
+     * its content for them: the sequence continues in a copy. */
+    uint32_t last = fill ? seq->blocks[keep - 1] : KVP__NONE;
+    bool copy = fill && (p->blocks[last].ref > 1 || (p->blocks[last].flags & KVP__F_PUBLISHED));
+    if (!rc && copy)
+        rc = kvp__room_for(p, 0, p->st[0].nvacant + p->st[0].ncached + sole_blocks(p, seq, keep),
+                           1);
+    if (!rc) {
+        size_t dropped = seq->nblocks - keep;
+        /* The tail first (its blocks may serve the copy), its free
+         * insertions closed before the take. */
+        kvp__cursor cur = KVP__CURSOR(dropped);
+        for (size_t i = seq->nblocks; i-- > keep;) {
+            uint32_t b = seq->blocks[i];
+            kvp__ref_drop(p, b, KVP__SEQ);
+            if (p->blocks[b].ref == 0)
+                kvp__release_block(p, b, &cur);
+        }
+        kvp__free_end(p, &cur);
+        seq->nblocks = keep;
+        if (copy) {
+            uint32_t b = take_block(p);
+            kvp__storage_copy(p, 0, last, b);
+            set_fill(p, b, (uint32_t)fill);
+            seq->blocks[keep - 1] = b;
+            kvp__cursor one = KVP__CURSOR(1);
+            kvp__ref_drop(p, last, KVP__SEQ);
+            if (p->blocks[last].ref == 0)
+                kvp__release_block(p, last, &one);
+            kvp__free_end(p, &one);
+            p->ctr.cow_copies++;
+            p->ctr.alloc_calls++;
+            dropped++;
+        } else if (fill) {
+            set_fill(p, last, (uint32_t)fill);
+        }
+        p->ctr.free_calls += dropped > 0;
+        p->ctr.blocks_freed += dropped;
+        seq->nhashes = p->cfg.prefix_caching ? n / bs : 0;
+        memmove(seq->tail, tokens ? tokens + (n - fill) : seq->tail, fill * sizeof *seq->tail);
+        seq->ntokens = n;
+    }
+    kvp__leave(p, rc == KVP_OK);
+    return rc;
+}
+
 kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
 {
     if (!parent || !child)
@@ -545,6 +684,8 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
     kvp_seq *q = NULL;
     if (registry_find(p, child_id))
         rc = KVP_EOWNERACTIVE;
+    if (!rc && refs_would_wrap(p, parent))
+        rc = KVP_EINVAL;
     if (!rc)
         rc = registry_reserve(p);
     if (!rc)

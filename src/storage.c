@@ -19,6 +19,10 @@
 
 #include <sys/mman.h>
 
+/* Bytes of stream s's arena for ncap ids.  Exact: ncap never exceeds the
+ * growth cap, and kvp_pool_create refuses a block_bytes whose arena at the
+ * cap would not fit size_t, so this product and every block address below
+ * it (id x block_bytes, id < ncap) are in range. */
 static size_t arena_size(const kvp_pool *p, int s, uint32_t ncap)
 {
     return p->cfg.block_bytes[s] * (size_t)ncap;

@@ -644,15 +644,6 @@ static int stats_equal_but_exhausted(const kvp_stats *a, const kvp_stats *b,
     return 1;
 }
 
-static size_t history_len_of(kvp_pool *p)
-{
-    size_t n = 0;
-    kvp_status st = kvp_stats_history(p, NULL, 0, &n);
-    if (st != KVP_OK && st != KVP_ESPACE)
-        fail_msg("kvp_stats_history returned %d", (int)st);
-    return n;
-}
-
 static void run_table(int which, int thread_safe)
 {
     size_t n_run = 0, n_failed = 0;
@@ -665,7 +656,7 @@ static void run_table(int which, int thread_safe)
         kvp_pool *p = fixture(which, thread_safe);
         uint64_t fp = kvptest_fp(p);
         kvp_stats before = kvptest_stats(p);
-        size_t hist = history_len_of(p);
+        size_t hist = kvptest_history_len(p);
         row_err[0] = '\0';
         kvp_status st = r->fn(p);
         char problem[600];
@@ -692,9 +683,9 @@ static void run_table(int which, int thread_safe)
             else if (r->expected != KVP_OK &&
                      !stats_equal_but_exhausted(&before, &after, what, sizeof what))
                 snprintf(problem, sizeof problem, "refused call changed %s", what);
-            else if (history_len_of(p) != hist)
+            else if (kvptest_history_len(p) != hist)
                 snprintf(problem, sizeof problem, "history length %zu -> %zu", hist,
-                         history_len_of(p));
+                         kvptest_history_len(p));
             else if (r->expected == KVP_EEXHAUSTED && r->fn != row_fn_ensure_free_too_many &&
                      r->fn != row_fn_ensure_free_uint_max &&
                      r->fn != row_fn_ensure_free_v_short &&
@@ -757,8 +748,7 @@ static void test_badinput_retire_edges(void **state)
     kvp_hash h = kvptest_hash(3);
     KVP_ASSERT_REFUSED(q, kvp_publish(q, b, &h), KVP_EINVAL);
     kvptest_check(p);
-    kvptest_check(q);
-    kvp_pool_destroy(q);
+    kvptest_done(q);
     kvp_pool_destroy(p);
 }
 

@@ -225,6 +225,9 @@ BAD_LINES = {
                       '"hash_ids": [0.5]}', "hash_ids[0]"),
     "nul_byte": ('{"timestamp": 0, "input_length": 600,\0 "output_length": 5, '
                  '"hash_ids": [0]}', "bad JSON"),
+    # the two GOOD lines before it hold 1200 tokens: one more than INT64_MAX in all
+    "input_length_far_past_its_blocks": ('{"timestamp": 0, "input_length": %d, "output_length": 5, '
+                                         '"hash_ids": [0]}' % (2**63 - 1200), "input_length"),
 }
 
 
@@ -315,6 +318,47 @@ def test_help():
     assert run("--help").returncode == 0
 
 
+# ---- KV-cache events: endpoints ---------------------------------------------
+
+def have_interop(binary=KVPOOL):
+    return run("events-demo", "--help", binary=binary).returncode == 0
+
+
+def test_events_help_binds_loopback():
+    # examples bind loopback, never every interface
+    if not have_interop():
+        pytest.skip("kvpool built without the interop part")
+    for cmd in ("events", "events-demo", "replay"):
+        p = run(cmd, "--help")
+        assert p.returncode == 0
+        assert "tcp://*" not in p.stdout and "127.0.0.1" in p.stdout, cmd
+
+
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
+@pytest.mark.parametrize("args, why, status", [
+    (["events", "tcp://127.0.0.1:99999"], "port '99999' is not in 1..65535", 2),
+    (["events", "tcp://127.0.0.1:*"], "can only be bound", 2),
+    (["events", "tcp://no-such-host.invalid:5557"], "cannot resolve host", 2),
+    (["events", "tcp://127.0.0.1:0", "--bind"], "port '0' is not in 1..65535", 2),
+    (["events-demo", "tcp://*:99999"], "port '99999' is not in 1..65535", 1),
+    (["events-demo", "tcp://127.0.0.1:70000", "--replay", "tcp://127.0.0.1:*"],
+     "port '70000'", 1),
+    (["events-demo", "tcp://127.0.0.1:*", "--replay", "tcp://127.0.0.1:99999"],
+     "port '99999'", 1),
+    (["events-demo", "tcp://no-such-host.invalid:5557", "--connect"],
+     "cannot resolve host 'no-such-host.invalid'", 1),
+], ids=lambda v: v if isinstance(v, int) else None)
+def test_events_refuse_bad_endpoints(binary, args, why, status):
+    # refused up front with the reason, within a bounded time, nothing sent
+    if not have_interop(binary):
+        pytest.skip("kvpool built without the interop part")
+    extra = ["--timeout", "1"] if args[0] == "events" else ["--events-wait", "0"]
+    p = run(*args, *extra, binary=binary, timeout=60)
+    assert p.returncode == status, (p.returncode, p.stderr)
+    assert why in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
 # ---- sweep, CSV, plot ------------------------------------------------------
 
 def test_sweep_csv(tmp_path):
@@ -353,17 +397,6 @@ def test_sweep_plot_png(tmp_path):
     svg = tmp_path / "curve.svg"
     assert run("sweep", a, "--capacities", "1,4", "--plot", svg).returncode == 0
     assert "<svg" in svg.read_text()
-
-
-def test_sweep_without_gnuplot_still_writes_csv(tmp_path):
-    a = write_trace(tmp_path / "a.jsonl", TAIL_FIRST)
-    out, png = tmp_path / "s.csv", tmp_path / "s.png"
-    env = dict(os.environ, PATH=str(tmp_path / "nowhere"))
-    p = run("sweep", a, "--capacities", "2,4", "--csv", out, "--plot", png, env=env)
-    assert p.returncode == 0, p.stderr
-    assert "apt-get install gnuplot-nox" in p.stderr
-    assert out.read_text().splitlines()[0] == CSV_HEADER
-    assert not png.exists()
 
 
 # ---- bench -----------------------------------------------------------------

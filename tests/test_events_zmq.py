@@ -205,8 +205,8 @@ def test_scenario_and_replay(ctx):
     sub = ctx.socket(zmq.SUB)
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
-    # no '*': the demo connects to us
-    proc = start_demo("tcp://127.0.0.1:%d" % port, "--replay", "tcp://127.0.0.1:*",
+    # --connect: the demo connects to us
+    proc = start_demo("tcp://127.0.0.1:%d" % port, "--connect", "--replay", "tcp://127.0.0.1:*",
                       "--events-wait", "5", "--hold", "30")
     try:
         ready = read_line(proc, socks=[sub])
@@ -270,7 +270,7 @@ def test_scenario_and_replay(ctx):
 
 
 def test_bind_mode_waits_for_subscriber(ctx):
-    # '*' in the endpoint: the demo binds, and waits (XPUB) for us
+    # by default the demo binds, and waits (XPUB) for us
     proc = start_demo("tcp://127.0.0.1:*", "--events-wait", "10", "--topic", "kv@pod@model")
     try:
         ready = read_line(proc)
@@ -293,7 +293,7 @@ def test_small_queue_drops_are_counted(ctx):
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     # a queue of 2 hashes, drained only every 3 steps: the pool must drop
-    proc = start_demo("tcp://127.0.0.1:%d" % port, "--event-capacity", "2",
+    proc = start_demo("tcp://127.0.0.1:%d" % port, "--connect", "--event-capacity", "2",
                       "--drain-every", "3", "--events-wait", "5")
     try:
         read_line(proc, socks=[sub])
@@ -315,7 +315,8 @@ def test_small_queue_drops_are_counted(ctx):
 
 
 def test_events_cli_json(ctx):
-    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:*", "--json", "--topic", "kv@",
+    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:*", "--bind", "--json",
+                           "--topic", "kv@",
                            "--timeout", "10", "--count", "3"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -327,7 +328,7 @@ def test_events_cli_json(ctx):
             if r:
                 line += os.read(ev.stderr.fileno(), 256)
         endpoint = line.split(b"listening on ")[1].split()[0].decode()
-        demo = start_demo(endpoint, "--events-wait", "5")
+        demo = start_demo(endpoint, "--connect", "--events-wait", "5")
         read_line(demo)
         done = read_line(demo)
         finish(demo)
@@ -359,7 +360,8 @@ def test_replay_publishes(ctx, tmp_path):
     port = sub.bind_to_random_port("tcp://127.0.0.1")
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     proc = subprocess.Popen([KVPOOL, "replay", str(trace), "--capacity", "4", "--json",
-                             "--events", "tcp://127.0.0.1:%d" % port, "--topic", "kv@a@b",
+                             "--events", "tcp://127.0.0.1:%d" % port, "--events-connect",
+                             "--topic", "kv@a@b",
                              "--events-wait", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     out = read_line(proc, socks=[sub])  # the replay's JSON result
@@ -381,3 +383,256 @@ def test_replay_publishes(ctx, tmp_path):
     stored = [h for e in model.stored for h in e[1]]
     assert stored[:3] == [2, 3, 4]
     assert model.known <= {2, 3, 4, 5, 6, 7}
+
+
+# ---- hostile peers: every receive is bounded ----------------------------------
+
+def vm_hwm_kb(pid):
+    """Peak resident memory of a live process, in kB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+def zmtp_peer(endpoint, socket_type):
+    """A raw ZMTP 3.0 peer over TCP: greeting and READY, no libzmq (whose own
+    sockets keep every filter they send in a trie)."""
+    import socket
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=5)
+    greeting = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"NULL" + b"\0" * 16 + b"\0" * 32
+    assert len(greeting) == 64
+    s.sendall(greeting)
+    theirs = b""
+    while len(theirs) < 64:  # the peer's greeting first, as ZMTP has it
+        chunk = s.recv(64 - len(theirs))
+        assert chunk, "the publisher closed the connection during the greeting"
+        theirs += chunk
+    body = b"\x05READY" + b"\x0bSocket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    s.sendall(b"\x04" + bytes([len(body)]) + body)
+    return s
+
+
+def send_long_frame(s, body, more=False):
+    """One frame with an 8-byte size; returns False when the publisher hung
+    up on us part way (what it does past its bound)."""
+    try:
+        s.sendall(bytes([0x02 | (1 if more else 0)]) + len(body).to_bytes(8, "big") + body)
+        return True
+    except OSError:
+        return False
+
+
+def hung_up(s, timeout=5.0):
+    """Did the publisher close the connection within `timeout`?"""
+    deadline = time.monotonic() + timeout
+    s.settimeout(0.2)
+    while time.monotonic() < deadline:
+        try:
+            if s.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("target", ["subscription", "replay_request"])
+def test_oversized_frames_are_refused_with_bounded_memory(ctx, target):
+    # the demo binds both sockets on loopback and waits for an honest
+    # subscriber; a hostile peer first sends one oversized frame
+    proc = start_demo("tcp://127.0.0.1:*", "--replay", "tcp://127.0.0.1:*",
+                      "--events-wait", "15", "--hold", "30")
+    try:
+        ready = read_line(proc)
+        before = vm_hwm_kb(proc.pid)
+        if target == "subscription":  # 1 + 8 MiB filter (bound: 256 bytes)
+            s = zmtp_peer(ready["endpoint"], b"SUB")
+            send_long_frame(s, b"\x01" + b"k" * (8 << 20))
+        else:  # a 100 MiB replay request (bound: 64 bytes)
+            s = zmtp_peer(ready["replay_endpoint"], b"DEALER")
+            send_long_frame(s, b"", more=True)
+            send_long_frame(s, b"\0" * (100 << 20))
+        assert hung_up(s), "the publisher kept reading an oversized %s" % target
+        s.close()
+
+        # publishing goes on: an honest subscriber gets every batch, and
+        # replay answers
+        sub = ctx.socket(zmq.SUB)
+        sub.connect(ready["endpoint"])
+        sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        done = read_line(proc, timeout=20)
+        batches = receive_batches(sub, done["batches"])
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(ready["replay_endpoint"])
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        got = []
+        for _ in range(len(batches) + 1):
+            frames = recv_frames(dealer)
+            if int.from_bytes(frames[1], "big", signed=True) == -1:
+                break
+            got.append(frames[2])
+        assert got == [p for _, p, _ in batches]
+        grew = vm_hwm_kb(proc.pid) - before
+        assert grew < 32 * 1024, "peak memory grew by %d kB" % grew
+    finally:
+        finish(proc)
+
+
+def free_loopback_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trace_file(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    with open(trace, "w") as f:
+        for i, ids in enumerate([[1, 2, 3], [1, 2, 4], [5, 6]]):
+            f.write(json.dumps({"timestamp": i, "input_length": 512 * len(ids),
+                                "output_length": 1, "hash_ids": ids}) + "\n")
+    return trace
+
+
+def test_replay_binds_a_fixed_loopback_port(ctx, tmp_path):
+    # a fixed port on loopback is bound (no '*' needed); the subscriber connects
+    port = free_loopback_port()
+    sub = ctx.socket(zmq.SUB)
+    sub.connect("tcp://127.0.0.1:%d" % port)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    proc = subprocess.Popen([KVPOOL, "replay", str(trace_file(tmp_path)), "--capacity", "8",
+                             "--json", "--events", "tcp://127.0.0.1:%d" % port,
+                             "--events-wait", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    try:
+        read_line(proc, timeout=20, socks=[sub])
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode()
+    seqs = []
+    while sub.poll(1000):
+        seqs.append(int.from_bytes(sub.recv_multipart()[1], "big"))
+    assert seqs == [0, 1, 2], err
+    assert "published" in err and "no subscriber" not in err
+
+
+def test_replay_says_when_no_subscriber_connected(tmp_path):
+    # both sides connect (nobody binds): kvpool must not claim success
+    port = free_loopback_port()
+    p = subprocess.run([KVPOOL, "replay", str(trace_file(tmp_path)), "--capacity", "8",
+                        "--events", "tcp://127.0.0.1:%d" % port, "--events-connect",
+                        "--events-wait", "0.2"], capture_output=True, timeout=30)
+    err = p.stderr.decode()
+    assert p.returncode == 0, err
+    assert "no subscriber connected to tcp://127.0.0.1:%d" % port in err
+    assert "reached no one" in err and "published" not in err
+
+
+# ---- the subscriber: safe output whatever the publisher sends -----------------
+
+def no_control_chars(data):
+    """No C0 (but newline), DEL or C1 control character in UTF-8 bytes."""
+    text = data.decode("utf-8")  # strict: raises on invalid UTF-8
+    bad = [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f]
+    assert not bad, "control characters %r in %r" % (bad, text[:200])
+
+
+def reject_constant(name):
+    raise AssertionError("non-JSON constant %s in the output" % name)
+
+
+def hostile_payloads():
+    """(topic, payload) pairs a hostile or buggy publisher might send."""
+    raw_str = msgpack.Packer(use_bin_type=False)  # bytes -> msgpack str
+    stored = ["BlockStored", [1], None, [], 4, None, "GPU\x1b[2J", "\u009b31m\x07lora",
+              None, 0, None, None]
+    return [
+        (b"kv@a", msgpack.packb([float("nan"), [], None])),
+        (b"kv@\xff\x1b[0m", msgpack.packb([float("inf"), [stored], None])),
+        (b"kv@a", raw_str.pack([1.0, [["BlockRemoved", [2], b"\xff\xfe\x80GPU", 0]], None])),
+        (b"kv@a", msgpack.packb([1.0, [["X", {b"\x00\xff": 1, 7: 2, None: [b"\x1b"]}]], None],
+                                use_bin_type=True)),
+        # [1.0, array32 claiming 2^32 - 1 events] in 15 bytes
+        (b"kv@a", b"\x93\xcb" + bytes(8) + b"\xdd\xff\xff\xff\xff"),
+        (b"kv@a", msgpack.packb([2.0, [["AllBlocksCleared"]], None])),
+        # 20 maps, each the key of the next, around a '"': 80 bytes
+        (b"kv@a", b"\x93\xcb" + bytes(8) + b"\x91\x92\xa1X" + b"\x81" * 20 + b'\xa1"'
+         + b"\xc0" * 21),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["json", "text"])
+def test_events_output_is_safe(ctx, mode):
+    xpub = ctx.socket(zmq.XPUB)
+    port = xpub.bind_to_random_port("tcp://127.0.0.1")
+    payloads = hostile_payloads()
+    args = [KVPOOL, "events", "tcp://127.0.0.1:%d" % port, "--count", str(len(payloads)),
+            "--timeout", "10"] + (["--json"] if mode == "json" else [])
+    ev = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert xpub.poll(10000), "kvpool events never subscribed"
+        xpub.recv()
+        for seq, (topic, payload) in enumerate(payloads):
+            xpub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
+        out, err = ev.communicate(timeout=20)
+    finally:
+        if ev.poll() is None:
+            ev.kill()
+    assert ev.returncode == 0, err
+    assert b"batch 4 is not a msgpack batch" in err  # the 2^32 claim, refused
+    no_control_chars(out)
+    if mode == "text":
+        assert out.count(b"batch ") == len(payloads) - 1
+        return
+    lines = [json.loads(x, parse_constant=reject_constant) for x in out.decode().splitlines()]
+    assert [x["seq"] for x in lines] == [0, 1, 2, 3, 5, 6]
+    assert lines[0]["ts"] is None and lines[1]["ts"] is None  # NaN, inf
+    assert lines[1]["topic"] == "kv@\ufffd\x1b[0m"
+    st = lines[1]["events"][0]
+    assert st["medium"] == "GPU\x1b[2J" and st["lora_name"] == "\u009b31m\x07lora"
+    assert lines[2]["events"][0]["medium"] == "\ufffd\ufffd\ufffdGPU"
+    assert lines[3]["events"][0]["raw"][1] == {"00ff": 1, "7": 2, "null": ["1b"]}
+    assert lines[4]["events"] == [{"type": "AllBlocksCleared"}]
+    # a key that is a map is summarised: output stays linear in the input
+    assert lines[5]["events"][0]["raw"][1] == {"map of 1": None}
+    assert len(out.decode().splitlines()[5]) < 48 * len(payloads[6][1]) + 256
+
+
+def test_events_refuses_oversized_frames(ctx):
+    # the subscriber bounds what it accepts (default 16 MiB a frame): a
+    # 64 MiB payload costs it nothing, and the next batches still arrive
+    xpub = ctx.socket(zmq.XPUB)
+    port = xpub.bind_to_random_port("tcp://127.0.0.1")
+    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:%d" % port, "--json",
+                           "--count", "2", "--timeout", "20"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    try:
+        assert xpub.poll(10000), "kvpool events never subscribed"
+        xpub.recv()
+        before = vm_hwm_kb(ev.pid)
+        xpub.send_multipart([b"kv@a", (0).to_bytes(8, "big"), b"\x93" + b"\0" * (64 << 20)])
+        good = msgpack.packb([1.0, [["AllBlocksCleared"]], None])
+        seq, line = 1, None
+        deadline = time.monotonic() + 15
+        while line is None:  # until it has reconnected and printed one
+            assert time.monotonic() < deadline, "no batch after the oversized one"
+            xpub.send_multipart([b"kv@a", seq.to_bytes(8, "big"), good])
+            seq += 1
+            r, _, _ = select.select([ev.stdout], [], [], 0.1)
+            if r:
+                line = read_line(ev)
+        grew = vm_hwm_kb(ev.pid) - before
+        assert line["events"] == [{"type": "AllBlocksCleared"}]
+        xpub.send_multipart([b"kv@a", seq.to_bytes(8, "big"), good])
+        ev.wait(timeout=20)
+    finally:
+        if ev.poll() is None:
+            ev.kill()
+    assert ev.returncode == 0
+    assert grew < 32 * 1024, "peak memory grew by %d kB" % grew

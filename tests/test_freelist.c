@@ -131,8 +131,7 @@ static void test_reuse_fifo(void **state)
     kvptest_free1(pool, 2, 1); /* vacant, freed second */
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0);
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 100);
-    KVP_ASSERT_EQ(rec.block[0], 0);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 100, 0);
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2);
     KVP_ASSERT_EQ(rec.n, 1);
     kvp_pool_destroy(pool);
@@ -166,15 +165,12 @@ static void test_vacant_before_cached(void **state)
         /* Then cached, least recently freed first: 1 was given first. */
         KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 1);
         KVP_ASSERT_EQ(rec.n, 1);
-        KVP_ASSERT_EQ(rec.hash[0], 11);
-        KVP_ASSERT_EQ(rec.block[0], 1);
+        KVPTEST_EXPECT_EVREC(&rec, 0, 11, 1);
         KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 2, 0);
         KVP_ASSERT_EQ(rec.n, 2);
-        KVP_ASSERT_EQ(rec.hash[1], 10);
-        KVP_ASSERT_EQ(rec.block[1], 0);
+        KVPTEST_EXPECT_EVREC(&rec, 1, 10, 0);
         KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 2);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -271,8 +267,7 @@ static void test_lifo_stack_array(void **state)
     KVP_ASSERT_EQ(added, 30);
     kvptest_check(pool);
     KVP_ASSERT_OK(kvp_pool_clear(pool));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

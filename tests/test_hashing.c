@@ -136,8 +136,7 @@ static void test_vectors(void **state)
         }
         /* Hashing is pure. */
         KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
     assert_true(n_sha >= 10);
     assert_true(n_xxh >= 10);
@@ -150,8 +149,7 @@ static void test_salt_first_block_only(void **state)
     for (int alg = 0; alg < 2; alg++) {
         kvp_pool *pool = hash_pool((kvp_hash_alg)alg, 4, NULL);
         uint32_t t[12];
-        for (int i = 0; i < 12; i++)
-            t[i] = (uint32_t)(100 + i);
+        kvptest_tokens(t, 12, 100);
         static const uint8_t salt[] = "tenant";
         kvp_extra_keys xs;
         memset(&xs, 0, sizeof xs);
@@ -270,8 +268,7 @@ static void test_custom_hash_arguments(void **state)
     hrec r;
     kvp_pool *pool = custom_pool(&r, 4, 8);
     uint32_t t[14];
-    for (int i = 0; i < 14; i++)
-        t[i] = (uint32_t)(1000 + i);
+    kvptest_tokens(t, 14, 1000);
     kvp_extra_keys xs;
     memset(&xs, 0, sizeof xs);
     xs.has_lora = 1;
@@ -365,8 +362,7 @@ static void test_custom_hash_error_propagates(void **state)
     KVP_ASSERT_EQ(bi.published, 1);
     assert_memory_equal(bi.hash.b, want[1].b, 32);
     KVP_ASSERT_OK(kvp_seq_destroy(s));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- kvp_hash_tokens: n_known, ESPACE, errors ------------------------- */
@@ -476,14 +472,8 @@ static void test_hash_args(void **state)
     KVP_ASSERT_STATUS(kvp_hash_block(pool, &parent, t, 4, 2, NULL, &out), KVP_EINVAL);
     KVP_ASSERT_STATUS(kvp_hash_block(pool, NULL, t, 4, 4, NULL, &out), KVP_EINVAL);
     KVP_ASSERT_OK(kvp_hash_block(pool, &parent, t, 4, 4, NULL, &out));
-    kvp_mm_span bad;
-    memset(&bad, 0, sizeof bad);
-    bad.start = 5;
-    bad.end = 4;
-    kvp_extra_keys xs;
-    memset(&xs, 0, sizeof xs);
-    xs.mm = &bad;
-    xs.n_mm = 1;
+    kvp_mm_span bad = {.start = 5, .end = 4};
+    kvp_extra_keys xs = {.mm = &bad, .n_mm = 1};
     KVP_ASSERT_STATUS(kvp_hash_block(pool, NULL, t, 4, 0, &xs, &out), KVP_EINVAL);
     /* Even a span far from this block is checked. */
     bad.start = 100;
@@ -580,8 +570,7 @@ static void test_tenant_isolation(void **state)
         cfg.hash_alg = (kvp_hash_alg)alg;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[13];
-        for (int i = 0; i < 13; i++)
-            t[i] = (uint32_t)(50 + i);
+        kvptest_tokens(t, 13, 50);
         /* Salts are copied at create: use stack buffers that change. */
         uint8_t salt_a[3] = {'A', 'A', 'A'}, salt_b[3] = {'B', 'B', 'B'};
         kvp_extra_keys xa, xb;
@@ -643,8 +632,7 @@ static void test_tenant_isolation(void **state)
         KVP_ASSERT_EQ(admit(f, t, 13), 0);
         kvp_seq *g = seq_new(pool, 7, &xa2);
         KVP_ASSERT_EQ(admit(g, t, 13), 12);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 

@@ -21,9 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Lookup in the shared stream; KVP_NO_BLOCK when not found. */
-#define lookup(pool, hv) kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
-
 /* Expect exactly one new per-block callback since `before`. */
 static void expect_evicted_at(const kvptest_evrec *r, size_t before, uint64_t hv,
                               kvp_block b, const char *file, int line)
@@ -63,8 +60,8 @@ static void test_publish_lookup_unpublish(void **state)
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
     kvptest_publish(pool, 1, 500);
-    KVP_ASSERT_EQ(lookup(pool, 500), 1);
-    KVP_ASSERT_EQ(lookup(pool, 501), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 500), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 501), KVP_NO_BLOCK);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.indexed, 1);
     kvp_block_info info = kvptest_info(pool, 1);
@@ -76,8 +73,8 @@ static void test_publish_lookup_unpublish(void **state)
     uint64_t fp = kvptest_fp(pool);
     kvp_stats before = kvptest_stats(pool);
     for (int i = 0; i < 5; i++) {
-        KVP_ASSERT_EQ(lookup(pool, 500), 1);
-        KVP_ASSERT_EQ(lookup(pool, 777), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 500), 1);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 777), KVP_NO_BLOCK);
     }
     KVP_ASSERT_EQ(kvptest_fp(pool), fp);
     kvp_stats after = kvptest_stats(pool);
@@ -104,7 +101,7 @@ static void test_publish_lookup_unpublish(void **state)
     info = kvptest_info(pool, 1);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.published, 0);
-    KVP_ASSERT_EQ(lookup(pool, 500), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 500), KVP_NO_BLOCK);
     KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 1), KVP_ENOTFOUND);
     /* It may now be published under another hash; freed, it is cached. */
     KVP_ASSERT_OK(kvp_publish(pool, 1, &h600));
@@ -126,8 +123,7 @@ static void test_publish_lookup_unpublish(void **state)
     KVP_ASSERT_EQ(rec.n, 3);
     KVP_ASSERT_EQ(rec.n_cleared, 0);
     KVP_ASSERT_EQ(rec.bad, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- lazy eviction ------------------------------------------------------ */
@@ -144,7 +140,7 @@ static void test_lazy_eviction(void **state)
         kvptest_publish(pool, ids[1], 42);
         kvptest_free1(pool, ids[1], 1);
         /* Freed, still findable, no callback yet. */
-        KVP_ASSERT_EQ(lookup(pool, 42), ids[1]);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 42), ids[1]);
         kvp_block_info info = kvptest_info(pool, ids[1]);
         KVP_ASSERT_EQ(info.state, KVP_BLOCK_CACHED);
         KVP_ASSERT_EQ(info.published, 1);
@@ -160,7 +156,7 @@ static void test_lazy_eviction(void **state)
         EXPECT_EVICTED(&rec, 0, 42, ids[1]);
         KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 1);
         KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-        KVP_ASSERT_EQ(lookup(pool, 42), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 42), KVP_NO_BLOCK);
         info = kvptest_info(pool, b);
         KVP_ASSERT_EQ(info.published, 0);
         KVP_ASSERT_EQ(info.owner, 2);
@@ -168,8 +164,7 @@ static void test_lazy_eviction(void **state)
         kvptest_free1(pool, b, 2);
         KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 2), b);
         KVP_ASSERT_EQ(rec.n, 1);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 
     /* Through kvp_alloc, several at once, in LRU order. */
@@ -186,13 +181,11 @@ static void test_lazy_eviction(void **state)
     KVP_ASSERT_EQ(rec.n, 3);
     for (int i = 0; i < 3; i++) {
         KVP_ASSERT_EQ(got[i], order[i]);
-        KVP_ASSERT_EQ(rec.block[i], order[i]);
-        KVP_ASSERT_EQ(rec.hash[i], 10 + order[i] - ids[0]);
+        KVPTEST_EXPECT_EVREC(&rec, i, 10 + order[i] - ids[0], order[i]);
     }
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 3);
-    KVP_ASSERT_EQ(lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 10 + ids[1] - ids[0]), ids[1]);
+    kvptest_done(pool);
 }
 
 /* ---- claim -------------------------------------------------------------- */
@@ -222,7 +215,7 @@ static void test_claim_cached(void **state)
     KVP_ASSERT_EQ(info.owner, 5);
     KVP_ASSERT_EQ(info.published, 1);
     KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 22);
-    KVP_ASSERT_EQ(lookup(pool, 22), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 22), 2);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.cached, 1);
     KVP_ASSERT_EQ(st.indexed, 2);
@@ -236,9 +229,8 @@ static void test_claim_cached(void **state)
     EXPECT_EVICTED(&rec, 0, 33, 3);
     kvp_block b;
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, KVP_STREAM_SHARED, 6, &b), KVP_EEXHAUSTED);
-    KVP_ASSERT_EQ(lookup(pool, 22), 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 22), 2);
+    kvptest_done(pool);
 
     /* A claimed-and-freed block goes to the most recent end of the LRU. */
     pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
@@ -258,8 +250,7 @@ static void test_claim_cached(void **state)
     EXPECT_EVICTED(&rec, 1, 102, 2);
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &ne));
     EXPECT_EVICTED(&rec, 2, 100, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_claim_used_and_vacant(void **state)
@@ -287,8 +278,7 @@ static void test_claim_used_and_vacant(void **state)
     KVP_ASSERT_OK(kvp_unpublish(pool, x));
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, x, 1), KVP_ENOTFOUND);
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 4, 1), KVP_ERANGE);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- duplicates --------------------------------------------------------- */
@@ -306,33 +296,33 @@ static void test_duplicates(void **state)
     kvptest_publish(pool, 2, 5);
     kvptest_publish(pool, 3, 5);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 4);
-    KVP_ASSERT_EQ(lookup(pool, 5), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 1);
     kvptest_check(pool);
     /* Unpublish the first: the next published takes over. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 1));
     EXPECT_EVICTED(&rec, 0, 5, 1);
-    KVP_ASSERT_EQ(lookup(pool, 5), 0);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 0);
     /* Removing a later one leaves the first. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
     EXPECT_EVICTED(&rec, 1, 5, 2);
-    KVP_ASSERT_EQ(lookup(pool, 5), 0);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 0);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     kvptest_check(pool);
     /* Cached block 0 reused for other content: 3 stays findable. */
     kvptest_free1(pool, 0, 1);
-    KVP_ASSERT_EQ(lookup(pool, 5), 0); /* cached copies are findable */
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 0); /* cached copies are findable */
     KVP_ASSERT_OK(kvp_take_id(pool, 0, 1));
     EXPECT_EVICTED(&rec, 2, 5, 0);
-    KVP_ASSERT_EQ(lookup(pool, 5), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 3);
     /* Re-publishing 1 makes it the second copy, after 3. */
     kvptest_publish(pool, 1, 5);
-    KVP_ASSERT_EQ(lookup(pool, 5), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 3);
     kvptest_free1(pool, 3, 1);
     uint32_t ne = 0;
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 8, &ne));
     KVP_ASSERT_EQ(ne, 1);
     EXPECT_EVICTED(&rec, 3, 5, 3);
-    KVP_ASSERT_EQ(lookup(pool, 5), 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 5), 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 4);
     kvptest_check(pool);
@@ -356,8 +346,7 @@ static void test_duplicates(void **state)
     assert_memory_equal(rec.full[before].b, hb.b, 32);
     KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &ha, &out));
     KVP_ASSERT_EQ(out, x);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Many copies of a hash, evicted in random order: the index follows. */
@@ -391,14 +380,13 @@ static void test_duplicates_many(void **state)
                     want = ids[i];
                     break;
                 }
-            KVP_ASSERT_EQ(lookup(pool, hv), want);
+            KVP_ASSERT_EQ(kvptest_lookup(pool, hv), want);
         }
         if (step % 8 == 0)
             kvptest_check(pool);
     }
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- evict, ensure_free ------------------------------------------------- */
@@ -423,10 +411,8 @@ static void test_evict_lru(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 2, &ne));
     KVP_ASSERT_EQ(ne, 2);
     KVP_ASSERT_EQ(rec.n, 2);
-    KVP_ASSERT_EQ(rec.block[0], 5);
-    KVP_ASSERT_EQ(rec.hash[0], 105);
-    KVP_ASSERT_EQ(rec.block[1], 2);
-    KVP_ASSERT_EQ(rec.hash[1], 102);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 105, 5);
+    KVPTEST_EXPECT_EVREC(&rec, 1, 102, 2);
     KVP_ASSERT_EQ(kvptest_info(pool, 5).state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(kvptest_info(pool, 7).state, KVP_BLOCK_CACHED);
     kvp_stats st = kvptest_stats(pool);
@@ -442,7 +428,7 @@ static void test_evict_lru(void **state)
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 3, &ne));
     KVP_ASSERT_EQ(ne, 0);
     /* In-use published blocks are never evicted. */
-    KVP_ASSERT_EQ(lookup(pool, 103), 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 4);
     KVP_ASSERT_EQ(st.cached, 0);
@@ -450,8 +436,7 @@ static void test_evict_lru(void **state)
     /* Evicted blocks are plain vacant blocks (LOWEST: lowest first). */
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 0);
     KVP_ASSERT_EQ(rec.n, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_ensure_free(void **state)
@@ -487,8 +472,7 @@ static void test_ensure_free(void **state)
     KVP_ASSERT_EQ(st.cached, 0);
     KVP_ASSERT_EQ(st.evictions, 4);
     KVP_ASSERT_EQ(st.blocks, 8); /* never grows */
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Even with growth allowed, ensure_free does not grow. */
     kvp_config cfg = kvptest_config(2);
@@ -526,7 +510,7 @@ static void test_clear_index(void **state)
     KVP_ASSERT_EQ(st.in_use, 4);
     KVP_ASSERT_EQ(st.evictions, 0);
     for (uint64_t hv = 300; hv < 305; hv++)
-        KVP_ASSERT_EQ(lookup(pool, hv), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, hv), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_info(pool, 0).state, KVP_BLOCK_VACANT);
     kvp_block_info info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
@@ -536,7 +520,7 @@ static void test_clear_index(void **state)
     /* Blocks in use stay valid and may be published again. */
     KVP_ASSERT_REFUSED(pool, kvp_unpublish(pool, 3), KVP_ENOTFOUND);
     kvptest_publish(pool, 2, 999);
-    KVP_ASSERT_EQ(lookup(pool, 999), 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 999), 2);
     kvptest_free1(pool, 2, 1);
     kvptest_free1(pool, 3, 1);
     KVP_ASSERT_EQ(kvptest_info(pool, 2).state, KVP_BLOCK_CACHED);
@@ -546,8 +530,7 @@ static void test_clear_index(void **state)
     kvp_block got[8];
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 5, 2, got, 8), 5);
     KVP_ASSERT_EQ(rec.n, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_reset_prefix_cache(void **state)
@@ -563,7 +546,7 @@ static void test_reset_prefix_cache(void **state)
     /* One block in use (published): refused, nothing changes. */
     KVP_ASSERT_REFUSED(pool, kvp_reset_prefix_cache(pool), KVP_EBUSY);
     KVP_ASSERT_EQ(rec.n, 0);
-    KVP_ASSERT_EQ(lookup(pool, 400), ids[0]);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 400), ids[0]);
     /* An anonymous, unpublished block in use also blocks it. */
     kvptest_free1(pool, ids[3], 1);
     kvp_block a = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
@@ -579,7 +562,7 @@ static void test_reset_prefix_cache(void **state)
     KVP_ASSERT_EQ(st.vacant, 8);
     KVP_ASSERT_EQ(st.evictions, 0);
     for (uint64_t hv = 400; hv < 404; hv++)
-        KVP_ASSERT_EQ(lookup(pool, hv), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, hv), KVP_NO_BLOCK);
     for (kvp_block b = 0; b < 8; b++) {
         kvp_block_info info = kvptest_info(pool, b);
         KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
@@ -615,8 +598,7 @@ static void test_prefix_caching_off(void **state)
     KVP_ASSERT_EQ(st.vacant, 4);
     KVP_ASSERT_EQ(rec.n, 0);
     KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- callback re-entry -------------------------------------------------- */
@@ -778,8 +760,7 @@ static void run_reentry(int thread_safe)
     /* And the pool works normally afterwards. */
     KVP_ASSERT_OK(kvp_take(pool, KVP_STREAM_SHARED, 3, &b));
     KVP_ASSERT_OK(kvp_free_owner(pool, 1, NULL));
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
     kvp_pool_destroy(r.other);
 }
 
@@ -853,8 +834,7 @@ static void test_bucket_count(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 10000, NULL));
     KVP_ASSERT_EQ(pool->bmask + 1, kvp__bucket_count(pool->cap));
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16), 16);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

@@ -18,6 +18,9 @@
  * eviction callbacks (exact hashes, blocks and order, where attached), every kvp_stats
  * field, every block (kvp_block_get), every owner's block list, and runs
  * kvp_pool_check; a refused call must leave kvp_pool_fingerprint unchanged.
+ * Where a configuration turns KV events on, a router's view replayed from
+ * the events taken after each step must equal the model's index, one
+ * announcement per hash whichever list holds it (mdl_events_diff).
  * Every WHOLE_EVERY steps it also compares every lookup and free count.
  * Pools are small (16..128 blocks) so the O(pool) checks after each step
  * stay cheap.  The step count scales with env KVP_TEST_SCALE (default 1).
@@ -56,18 +59,6 @@
 #define MAXREFB 64      /* owner references per block the test creates */
 
 /* ------------------------------------------------------------------------ */
-/* PRNG: splitmix64                                                          */
-/* ------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Hash alphabet                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -78,14 +69,14 @@ static void init_hashes(void)
     uint64_t s = 12345;
     memset(g_hash, 0, sizeof g_hash);
     for (int i = 0; i < NHASH; i++) {
-        uint64_t v = splitmix64(&s);
+        uint64_t v = kvptest_rand(&s);
         for (int k = 0; k < 8; k++)
             g_hash[i].b[24 + k] = (uint8_t)(v >> (56 - 8 * k));
     }
     /* 6: a full 32-byte value; 7: equal to 0 in the last 8 bytes, differs in
      * the first byte (hashes compare bytewise over all 32 bytes). */
     for (int k = 0; k < 24; k++)
-        g_hash[6].b[k] = (uint8_t)splitmix64(&s);
+        g_hash[6].b[k] = (uint8_t)kvptest_rand(&s);
     g_hash[7] = g_hash[0];
     g_hash[7].b[0] = 0xa5;
 }
@@ -175,6 +166,7 @@ typedef struct ctx {
     uint32_t pre_n;
     kvp_block pre[OREFS];
     uint32_t hint[NOWN]; /* kvp_take_hinted's, kept across pool_clear on purpose */
+    msub sub;            /* with c.events: what a router knows */
     /* Steps left in a quiet run (unhooked configurations): takes and
      * owner frees with nothing between them but kvp_pool_check, which
      * leaves pending references pending (every other call settles them). */
@@ -183,7 +175,7 @@ typedef struct ctx {
 
 static uint32_t rn(ctx *x, uint32_t n)
 {
-    return n ? (uint32_t)(splitmix64(&x->rng) % n) : 0;
+    return kvptest_rand_below(&x->rng, n);
 }
 
 static int chance(ctx *x, unsigned pct)
@@ -510,6 +502,9 @@ static void check_all(ctx *x)
         cmp_owner(x, oi);
     if (x->step % WHOLE_EVERY == 0)
         cmp_whole(x);
+    char msg[256]; /* KV events: a router's view equals the index */
+    if (x->c.events && mdl_events_diff(m, &x->sub, x->p, g_hash, msg, sizeof msg))
+        bad(x, "events: %s", msg);
 }
 
 /* ---- pickers ---- */
@@ -1141,6 +1136,7 @@ static void run_config(const mcfg *c)
     cfg.null_block = c->nullb;
     cfg.prefix_caching = c->prefix;
     cfg.reuse = c->reuse;
+    cfg.events = c->events;
     if (!c->unhooked) {
         cfg.on_evict = on_evict;
         cfg.evict_user = &x->lg;
@@ -1197,27 +1193,27 @@ static void run_config(const mcfg *c)
 #define BASE_STEPS 10000
 
 static const mcfg g_cfgs[] = {
-    /* name                    reuse             sep null grow pfx bs  n    max  seed  steps unhooked decode */
-    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0},
-    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0},
-    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0},
-    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0},
-    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0},
-    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0},
-    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0},
-    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0},
-    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0},
-    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0},
-    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0},
+    /* name, reuse, sep, null, grow, prefix, bs, n, max, seed, steps, unhooked, decode, events */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0, 0},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0, 1},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0, 1},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0, 0},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0, 1},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0, 0},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0, 0},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0, 0},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0},
     /* Nothing hooked, so takes run the fast path (pool.c, take), which
      * the configurations above, all with an eviction callback, never do. */
-    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0},
-    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0},
-    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0},
+    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0},
+    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0},
+    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0, 0},
     /* Decode-like: quiet runs of takes and owner frees, long enough for
      * takes to defer, and nothing that turns the fast path off. */
-    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1},
-    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1},
+    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1, 0},
+    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1, 0},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])

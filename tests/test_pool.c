@@ -63,8 +63,7 @@ static void test_config_defaults(void **state)
     KVP_ASSERT_EQ(st.free, 1024);
     KVP_ASSERT_EQ(st.vacant, 1024);
     KVP_ASSERT_EQ(st.in_use, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_strerror(void **state)
@@ -96,8 +95,6 @@ typedef struct test_alloc {
     size_t bad_release;
 } test_alloc;
 
-#define HDR 16u
-
 static void *ta_alloc(void *user, size_t size)
 {
     test_alloc *t = user;
@@ -105,14 +102,13 @@ static void *ta_alloc(void *user, size_t size)
         return NULL;
     if (t->fail_after > 0)
         t->fail_after--;
-    unsigned char *p = malloc(size + HDR);
+    void *p = kvptest_sized_alloc(size);
     if (p == NULL)
         return NULL;
-    memcpy(p, &size, sizeof size);
     t->live_bytes += size;
     t->live_blocks++;
     t->n_alloc++;
-    return p + HDR;
+    return p;
 }
 
 static void ta_release(void *user, void *ptr, size_t size)
@@ -120,23 +116,31 @@ static void ta_release(void *user, void *ptr, size_t size)
     test_alloc *t = user;
     if (ptr == NULL)
         return;
-    unsigned char *p = (unsigned char *)ptr - HDR;
-    size_t had;
-    memcpy(&had, p, sizeof had);
+    size_t had = kvptest_sized_release(ptr);
     if (had != size)
         t->bad_release++;
     t->live_bytes -= had;
     t->live_blocks--;
-    free(p);
+}
+
+/* A config of n blocks whose allocator hook *al counts into *ta, which
+ * starts empty and lets fail_after allocations through before refusing
+ * every later one (fail_after < 0: never refuses). */
+static kvp_config ta_config(uint32_t n, long fail_after, kvp_allocator *al, test_alloc *ta)
+{
+    *ta = (test_alloc){0, 0, 0, fail_after, 0};
+    *al = (kvp_allocator){ta_alloc, ta_release, ta};
+    kvp_config cfg = kvptest_config(n);
+    cfg.allocator = al;
+    return cfg;
 }
 
 static void test_allocator_hook(void **state)
 {
     (void)state;
-    test_alloc ta = {0, 0, 0, -1, 0};
-    kvp_allocator al = {ta_alloc, ta_release, &ta};
-    kvp_config cfg = kvptest_config(64);
-    cfg.allocator = &al;
+    test_alloc ta;
+    kvp_allocator al;
+    kvp_config cfg = ta_config(64, -1, &al, &ta);
     cfg.grow_on_exhaustion = 1;
     kvp_pool *pool = kvptest_create(&cfg);
     if (ta.n_alloc == 0)
@@ -152,8 +156,7 @@ static void test_allocator_hook(void **state)
         KVP_ASSERT_EQ(n, 5);
         KVP_ASSERT_OK(kvp_publish(pool, ids[0], &h));
     }
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
     KVP_ASSERT_EQ(ta.live_bytes, 0);
     KVP_ASSERT_EQ(ta.live_blocks, 0);
     KVP_ASSERT_EQ(ta.bad_release, 0);
@@ -165,17 +168,15 @@ static void test_create_enomem(void **state)
     (void)state;
     int created = 0;
     for (long k = 0; k < 200 && !created; k++) {
-        test_alloc ta = {0, 0, 0, k, 0};
-        kvp_allocator al = {ta_alloc, ta_release, &ta};
-        kvp_config cfg = kvptest_config(100);
-        cfg.allocator = &al;
+        test_alloc ta;
+        kvp_allocator al;
+        kvp_config cfg = ta_config(100, k, &al, &ta);
         cfg.thread_safe = (int)(k & 1);
         kvp_pool *pool = (kvp_pool *)&ta; /* sentinel */
         kvp_status st = kvp_pool_create(&cfg, &pool);
         if (st == KVP_OK) {
             created = 1;
-            kvptest_check(pool);
-            kvp_pool_destroy(pool);
+            kvptest_done(pool);
         } else {
             KVP_ASSERT_STATUS(st, KVP_ENOMEM);
             if (pool != (kvp_pool *)&ta)
@@ -188,14 +189,26 @@ static void test_create_enomem(void **state)
         fail_msg("kvp_pool_create never succeeded within 200 allocations");
 }
 
+/* expr either succeeds or fails with KVP_ENOMEM leaving the pool's
+ * fingerprint as it was; the pool passes its checker either way. */
+#define OK_OR_CLEAN_ENOMEM(pool, expr)                                                   \
+    do {                                                                                 \
+        uint64_t fp_ = kvptest_fp(pool);                                                 \
+        kvp_status st_ = (expr);                                                         \
+        if (st_ != KVP_OK) {                                                             \
+            kvptest_assert_status(st_, KVP_ENOMEM, #expr, __FILE__, __LINE__);           \
+            kvptest_assert_fp_at((pool), fp_, #expr, __FILE__, __LINE__);                \
+        }                                                                                \
+        kvptest_check(pool);                                                             \
+    } while (0)
+
 /* ENOMEM on growth paths after creation: nothing changes. */
 static void test_growth_enomem(void **state)
 {
     (void)state;
-    test_alloc ta = {0, 0, 0, -1, 0};
-    kvp_allocator al = {ta_alloc, ta_release, &ta};
-    kvp_config cfg = kvptest_config(4);
-    cfg.allocator = &al;
+    test_alloc ta;
+    kvp_allocator al;
+    kvp_config cfg = ta_config(4, -1, &al, &ta);
     cfg.grow_on_exhaustion = 1;
     kvp_pool *pool = kvptest_create(&cfg);
     kvp_block ids[8];
@@ -204,29 +217,11 @@ static void test_growth_enomem(void **state)
     /* Each of these may succeed (capacity reserved) or fail with ENOMEM;
      * a failure must change nothing. */
     for (int round = 0; round < 3; round++) {
-        uint64_t fp = kvptest_fp(pool);
         kvp_block b = KVP_NO_BLOCK;
-        kvp_status st = kvp_take(pool, KVP_STREAM_SHARED, 2, &b);
-        if (st != KVP_OK) {
-            KVP_ASSERT_STATUS(st, KVP_ENOMEM);
-            KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        }
-        kvptest_check(pool);
-        fp = kvptest_fp(pool);
+        OK_OR_CLEAN_ENOMEM(pool, kvp_take(pool, KVP_STREAM_SHARED, 2, &b));
         uint32_t added = 12345;
-        st = kvp_extend(pool, KVP_STREAM_SHARED, 100000, &added);
-        if (st != KVP_OK) {
-            KVP_ASSERT_STATUS(st, KVP_ENOMEM);
-            KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        }
-        kvptest_check(pool);
-        fp = kvptest_fp(pool);
-        st = kvp_owner_register(pool, 1000 + (kvp_owner)round);
-        if (st != KVP_OK) {
-            KVP_ASSERT_STATUS(st, KVP_ENOMEM);
-            KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-        }
-        kvptest_check(pool);
+        OK_OR_CLEAN_ENOMEM(pool, kvp_extend(pool, KVP_STREAM_SHARED, 100000, &added));
+        OK_OR_CLEAN_ENOMEM(pool, kvp_owner_register(pool, 1000 + (kvp_owner)round));
     }
     ta.fail_after = -1;
     kvp_pool_destroy(pool);
@@ -372,8 +367,7 @@ static void test_zero_blocks(void **state)
     KVP_ASSERT_EQ(st.blocks, 3);
     KVP_ASSERT_EQ(st.grown, 3);
     KVP_ASSERT_EQ(st.free, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- clear -------------------------------------------------------------- */
@@ -516,8 +510,7 @@ static void test_pool_clear_variants(void **state)
             KVP_ASSERT_EQ(x, y);
         }
         KVP_ASSERT_EQ(kvptest_fp(pool), kvptest_fp(fresh));
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
         kvp_pool_destroy(fresh);
     }
 }
@@ -571,8 +564,7 @@ static void test_alloc_basic(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_alloc(pool, KVP_STREAM_SHARED, 33, 1, 0, ids, 2, &n),
                        KVP_ESPACE);
     KVP_ASSERT_EQ(n, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_take_basic(void **state)
@@ -603,8 +595,7 @@ static void test_take_basic(void **state)
     KVP_ASSERT_EQ(info.anon_refs, 1);
     KVP_ASSERT_EQ(info.ref_count, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).owners, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_take_id(void **state)
@@ -639,8 +630,7 @@ static void test_take_id(void **state)
     uint64_t ev0 = kvptest_stats(pool).evictions;
     KVP_ASSERT_OK(kvp_take_id(pool, 2, KVP_ANON));
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 77);
-    KVP_ASSERT_EQ(rec.block[0], 2);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 77, 2);
     KVP_ASSERT_EQ(kvptest_stats(pool).evictions, ev0 + 1);
     info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.published, 0);
@@ -653,8 +643,7 @@ static void test_take_id(void **state)
     /* Only block 7 is left. */
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 7);
     KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 8, 1), KVP_ERANGE);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_free_basic(void **state)
@@ -688,8 +677,7 @@ static void test_free_basic(void **state)
     KVP_ASSERT_EQ(st.blocks_freed, 2);
     KVP_ASSERT_EQ(st.in_use, 2);
     KVP_ASSERT_EQ(st.free, 6);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- exhaustion and growth --------------------------------------------- */
@@ -718,8 +706,7 @@ static void test_all_or_nothing(void **state)
     /* Exactly what is left succeeds. */
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16, 3, ids, 4), 1);
     KVP_ASSERT_EQ(ids[0], 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_grow_on_exhaustion(void **state)
@@ -769,8 +756,7 @@ static void test_grow_on_exhaustion(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_alloc(pool, KVP_STREAM_SHARED, 32, 3, 0, ids, 8, &n),
                        KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 7);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Without growth the cap does not matter and nothing grows. */
     cfg = kvptest_config(2);
@@ -792,8 +778,7 @@ static void test_grow_on_exhaustion(void **state)
     KVP_ASSERT_EQ(st.blocks, 8);
     KVP_ASSERT_EQ(st.grown, 6);
     KVP_ASSERT_EQ(st.free, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Growth first refills ids retired by shrink, lowest first. */
@@ -816,8 +801,7 @@ static void test_grow_refills_retired(void **state)
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.grown, 4);
     KVP_ASSERT_EQ(st.blocks, 7);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_reused_counting(void **state)
@@ -840,8 +824,7 @@ static void test_reused_counting(void **state)
     KVP_ASSERT_EQ(st.reused, 4);
     KVP_ASSERT_EQ(st.blocks_allocated, 8);
     KVP_ASSERT_EQ(kvptest_info(pool, 3).ever_allocated, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- null block --------------------------------------------------------- */
@@ -904,8 +887,7 @@ static void test_null_block(void **state)
         st = kvptest_stats(pool);
         KVP_ASSERT_EQ(st.blocks, 1);
         KVP_ASSERT_EQ(st.in_use, 1);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -972,8 +954,7 @@ static void test_separate_kv(void **state)
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 2);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 0);
     KVP_ASSERT_REFUSED(pool, kvp_extend(pool, KVP_STREAM_SHARED, 1, &added), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Growth on exhaustion grows the exhausted stream. */
     cfg = kvptest_config(4);
@@ -986,8 +967,7 @@ static void test_separate_kv(void **state)
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 2);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 0);
     KVP_ASSERT_EQ(kvptest_stats(pool).grown, 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* With one shared list K, V and SHARED all name it. */
@@ -1015,8 +995,7 @@ static void test_shared_stream_aliases(void **state)
     kvp_block b;
     KVP_ASSERT_REFUSED(pool, kvp_free_count(pool, (kvp_stream)3, &cnt), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_take(pool, (kvp_stream)-1, 1, &b), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- fill and fragmentation -------------------------------------------- */
@@ -1068,8 +1047,7 @@ static void test_set_fill_fragmentation(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_set_fill(NULL, 1, 1), KVP_EINVAL);
     KVP_ASSERT_OK(kvp_set_fill(pool, 1, 16)); /* block_size itself is allowed */
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* block_size 1: no fill value is fragmented. */
     kvp_config cfg = kvptest_config(2);
@@ -1079,8 +1057,7 @@ static void test_set_fill_fragmentation(void **state)
     KVP_ASSERT_OK(kvp_set_fill(pool, b, 1));
     KVP_ASSERT_EQ(kvptest_stats(pool).fragmented, 0);
     KVP_ASSERT_REFUSED(pool, kvp_set_fill(pool, b, 2), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- block_get ---------------------------------------------------------- */
@@ -1137,8 +1114,7 @@ static void test_block_get(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_block_get(pool, KVP_NO_BLOCK, &info), KVP_ERANGE);
     KVP_ASSERT_REFUSED(pool, kvp_block_get(pool, 0, NULL), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_block_get(NULL, 0, &info), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- prefault ------------------------------------------------------------ */

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.environ.get(
+sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
 
 from kvpool import bench  # noqa: E402
@@ -47,3 +47,28 @@ def test_table_output_names_every_row():
     lines = text.splitlines()
     assert [ln.split()[1] for ln in lines] == ["vllm", "batch", "seq"]
     assert "the loop alone" in lines[0]
+
+
+def test_reps_must_be_at_least_one():
+    for bad in ["0", "-1", "two"]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                bench.main(["--quick", "--reps", bad])
+            except SystemExit as e:
+                assert e.code == 2
+            else:
+                raise AssertionError(f"--reps {bad} was accepted")
+        assert "--reps" in err.getvalue() and bad in err.getvalue()
+
+
+def test_decode_rows_leave_the_same_pool():
+    rows = [json.loads(line) for line in
+            run(["--quick", "--json", "--workload", "decode"]).splitlines()]
+    assert [r["way"] for r in rows] == ["take", "batch"]
+    for r in rows:
+        assert r["workload"] == "decode" and r["ns_per_block"] > 0
+        assert r["blocks"] == 99_840  # 390 steps of 256 takes
+    # Pool.take per block and Pool.take_each per step: the same blocks, the
+    # same owners, the same final state.
+    assert rows[0]["fingerprint"] == rows[1]["fingerprint"]

@@ -7,7 +7,7 @@ tail first.  Every refused call must leave the fingerprint unchanged."""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.environ.get(
+sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
 
 from hypothesis import settings, strategies as st  # noqa: E402

@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-sys.path.insert(0, os.path.join(os.environ.get(
+sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
 
 import numpy as np  # noqa: E402
@@ -52,7 +52,12 @@ def test_every_exception_raised_and_nothing_changes():
             fn()
         assert str(ei.value)
         assert p.fingerprint() == fp, exc
+    # an arena of 2^32 x MAX_BLOCKS bytes fits size_t but cannot be mapped;
+    # one of 2^40 x MAX_BLOCKS would not fit size_t: a bad configuration
     with pytest.raises(kvpool.NoMemoryError):
+        kvpool.Pool(num_blocks=kvpool.MAX_BLOCKS, max_blocks=kvpool.MAX_BLOCKS,
+                    block_bytes=(1 << 32, 0), host_arena=True)
+    with pytest.raises(kvpool.InvalidArgumentError):
         kvpool.Pool(num_blocks=kvpool.MAX_BLOCKS, max_blocks=kvpool.MAX_BLOCKS,
                     block_bytes=(1 << 40, 0), host_arena=True)
     p.check()

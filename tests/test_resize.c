@@ -15,13 +15,8 @@
 
 #include <string.h>
 
-#define lookup(pool, hv) kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
-
-static int state_of(kvp_pool *pool, kvp_block b)
-{
-    return kvptest_info(pool, b).state;
-}
-
+/* A pool of n blocks in the given reuse order, capped at max managed blocks
+ * (0: no cap), its evictions recorded in rec when rec is not NULL. */
 static kvp_pool *make(uint32_t n, kvp_reuse reuse, uint32_t max, kvptest_evrec *rec)
 {
     kvp_config cfg = kvptest_config(n);
@@ -31,6 +26,58 @@ static kvp_pool *make(uint32_t n, kvp_reuse reuse, uint32_t max, kvptest_evrec *
         kvptest_evrec_attach(rec, &cfg);
     return kvptest_create(&cfg);
 }
+
+/* make(), then every one of the n blocks taken by owner 1 in one kvp_alloc
+ * (ids 0..n-1, written to ids). */
+static kvp_pool *make_full(uint32_t n, kvp_reuse reuse, uint32_t max, kvptest_evrec *rec,
+                           kvp_block *ids)
+{
+    kvp_pool *pool = make(n, reuse, max, rec);
+    kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * (uint64_t)n, 1, ids, n);
+    return pool;
+}
+
+/* An 8-block pool with separate K and V lists (K: 0..3, V: 4..7), reuse
+ * order LOWEST. */
+static kvp_pool *make_separate(void)
+{
+    kvp_config cfg = kvptest_config(8);
+    cfg.separate_kv = 1;
+    cfg.reuse = KVP_REUSE_LOWEST;
+    return kvptest_create(&cfg);
+}
+
+/* Each block listed is in state `want`; a failure names the caller's line
+ * and the block. */
+static void expect_states_at(kvp_pool *pool, int want, const kvp_block *ids, size_t n,
+                             const char *file, int line)
+{
+    for (size_t i = 0; i < n; i++) {
+        int got = kvptest_info_at(pool, ids[i], file, line).state;
+        if (got != want) {
+            print_error("%s:%d: block %u is in state %d, expected %d\n", file, line,
+                        (unsigned)ids[i], got, want);
+            _fail(file, line);
+        }
+    }
+}
+#define EXPECT_STATES(pool, want, ...)                                                   \
+    do {                                                                                 \
+        const kvp_block ids_[] = {__VA_ARGS__};                                          \
+        expect_states_at((pool), (want), ids_, ARRAY_LEN(ids_), __FILE__, __LINE__);     \
+    } while (0)
+
+/* kvp_retire_top succeeds, retiring `retired` and moving its content to
+ * `moved` (KVP_NO_BLOCK: nothing moved). */
+static void expect_retire_at(kvp_pool *pool, kvp_block retired, kvp_block moved,
+                             const char *file, int line)
+{
+    kvp_block r = KVP_NO_BLOCK, m = KVP_NO_BLOCK;
+    kvptest_assert_status(kvp_retire_top(pool, &r, &m), KVP_OK, "kvp_retire_top", file, line);
+    kvptest_assert_eq(r, retired, "retired", "expected", file, line);
+    kvptest_assert_eq(m, moved, "moved_to", "expected", file, line);
+}
+#define expect_retire(pool, r, m) expect_retire_at((pool), (r), (m), __FILE__, __LINE__)
 
 /* ---- extend ------------------------------------------------------------- */
 
@@ -62,8 +109,7 @@ static void test_extend_cap(void **state)
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 0, NULL));
     KVP_ASSERT_EQ(kvptest_fp(pool), fp);
     KVP_ASSERT_EQ(kvptest_stats(pool).extended, 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* max_blocks 0: no practical cap. */
     pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
@@ -71,8 +117,7 @@ static void test_extend_cap(void **state)
     KVP_ASSERT_EQ(added, 1000);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 1004);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 1004);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Where extended blocks land in the reuse order. */
@@ -80,91 +125,73 @@ static void test_extend_reuse_position(void **state)
 {
     (void)state;
     /* LOWEST: by id. */
-    kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
     kvp_block ids[4];
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    kvp_pool *pool = make_full(4, KVP_REUSE_LOWEST, 0, NULL, ids);
     kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 2, 4, 5);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* FIFO: as if freed now, in id order, so after earlier frees. */
-    pool = make(4, KVP_REUSE_FIFO, 0, NULL);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    pool = make_full(4, KVP_REUSE_FIFO, 0, NULL, ids);
     kvptest_free1(pool, 1, 1);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, NULL));
     kvptest_free1(pool, 3, 1);
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 1, 4, 5, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* LIFO and LOWEST: extended vacant blocks still go before cached ones. */
     kvptest_evrec rec;
-    pool = make(2, KVP_REUSE_LIFO, 0, &rec);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 32, 1, ids, 4);
+    pool = make_full(2, KVP_REUSE_LIFO, 0, &rec, ids);
     kvptest_publish(pool, 0, 1);
     kvptest_publish(pool, 1, 2);
     KVP_ASSERT_OK(kvp_free(pool, ids, 2, 1));
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, NULL));
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 2);
     KVP_ASSERT_EQ(rec.n, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_extend_refills_retired(void **state)
 {
     (void)state;
-    kvp_pool *pool = make(8, KVP_REUSE_LOWEST, 0, NULL);
     kvp_block ids[8];
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    kvp_pool *pool = make_full(8, KVP_REUSE_LOWEST, 0, NULL, ids);
     kvp_block f[3] = {6, 2, 5};
     KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
     uint32_t nret = 0;
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret));
     KVP_ASSERT_EQ(nret, 3);
-    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_RETIRED);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 2, 5, 6);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 5);
     kvptest_check(pool);
     uint32_t added = 0;
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 2, &added));
     KVP_ASSERT_EQ(added, 2);
-    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_RETIRED);
+    EXPECT_STATES(pool, KVP_BLOCK_VACANT, 2, 5);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 6);
     kvp_block_info info;
     KVP_ASSERT_STATUS(kvp_block_get(pool, 8, &info), KVP_ERANGE);
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 3, &added));
     KVP_ASSERT_EQ(added, 3);
-    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 8), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 9), KVP_BLOCK_VACANT);
+    EXPECT_STATES(pool, KVP_BLOCK_VACANT, 6, 8, 9);
     KVP_ASSERT_STATUS(kvp_block_get(pool, 10, &info), KVP_ERANGE);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.blocks, 10);
     KVP_ASSERT_EQ(st.extended, 5);
     KVP_ASSERT_EQ(st.retired, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* The cap counts managed blocks, not the highest id. */
-    pool = make(8, KVP_REUSE_LOWEST, 9, NULL);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    pool = make_full(8, KVP_REUSE_LOWEST, 9, NULL, ids);
     KVP_ASSERT_OK(kvp_free(pool, f, 3, 1));
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret));
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 10, &added));
     KVP_ASSERT_EQ(added, 4);
-    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 8), KVP_BLOCK_VACANT);
+    EXPECT_STATES(pool, KVP_BLOCK_VACANT, 2, 5, 6, 8);
     KVP_ASSERT_STATUS(kvp_block_get(pool, 9, &info), KVP_ERANGE);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 9);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- shrink ------------------------------------------------------------- */
@@ -174,9 +201,8 @@ static void test_extend_refills_retired(void **state)
 static void shrink_order(kvp_reuse reuse)
 {
     kvptest_evrec rec;
-    kvp_pool *pool = make(10, reuse, 0, &rec);
     kvp_block ids[10];
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 160, 1, ids, 10); /* 0..9 */
+    kvp_pool *pool = make_full(10, reuse, 0, &rec, ids); /* 0..9 */
     kvptest_publish(pool, 1, 101);
     kvptest_publish(pool, 3, 103);
     kvptest_publish(pool, 6, 106);
@@ -192,27 +218,20 @@ static void shrink_order(kvp_reuse reuse)
     uint32_t nret = 0;
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 6, &nret));
     KVP_ASSERT_EQ(nret, 2);
-    KVP_ASSERT_EQ(state_of(pool, 7), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 7, 5);
+    EXPECT_STATES(pool, KVP_BLOCK_VACANT, 2);
     KVP_ASSERT_EQ(rec.n, 0);
     kvptest_check(pool);
 
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 2, &nret));
     KVP_ASSERT_EQ(nret, 4);
-    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 0), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 8), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 6), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_CACHED);
-    KVP_ASSERT_EQ(state_of(pool, 1), KVP_BLOCK_CACHED);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 2, 0, 8, 6);
+    EXPECT_STATES(pool, KVP_BLOCK_CACHED, 3, 1);
     KVP_ASSERT_EQ(rec.n, 2);
-    KVP_ASSERT_EQ(rec.block[0], 8);
-    KVP_ASSERT_EQ(rec.hash[0], 108);
-    KVP_ASSERT_EQ(rec.block[1], 6);
-    KVP_ASSERT_EQ(rec.hash[1], 106);
-    KVP_ASSERT_EQ(lookup(pool, 108), KVP_NO_BLOCK);
-    KVP_ASSERT_EQ(lookup(pool, 103), 3);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 108, 8);
+    KVPTEST_EXPECT_EVREC(&rec, 1, 106, 6);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 108), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 2);
     KVP_ASSERT_EQ(st.retired, 6);
@@ -235,8 +254,8 @@ static void shrink_order(kvp_reuse reuse)
     kvp_block_info info = kvptest_info(pool, 9);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.owner, 1);
-    KVP_ASSERT_EQ(lookup(pool, 109), 9);
-    KVP_ASSERT_EQ(state_of(pool, 4), KVP_BLOCK_IN_USE);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 109), 9);
+    EXPECT_STATES(pool, KVP_BLOCK_IN_USE, 4);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.blocks, 2);
     KVP_ASSERT_EQ(st.free, 0);
@@ -248,8 +267,7 @@ static void shrink_order(kvp_reuse reuse)
     KVP_ASSERT_REFUSED(pool, kvp_free(pool, &r, 1, 1), KVP_ERANGE);
     KVP_ASSERT_REFUSED(pool, kvp_take_id(pool, 7, 1), KVP_ERANGE);
     KVP_ASSERT_REFUSED(pool, kvp_claim(pool, 3, 1), KVP_ERANGE);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_shrink_order(void **state)
@@ -273,18 +291,14 @@ static void test_shrink_order_fifo(void **state)
 static void test_shrink_separate(void **state)
 {
     (void)state;
-    kvp_config cfg = kvptest_config(8);
-    cfg.separate_kv = 1;
-    cfg.reuse = KVP_REUSE_LOWEST;
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = make_separate();
     uint32_t nret = 0;
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_V, 1, &nret));
     KVP_ASSERT_EQ(nret, 3);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 1);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
-    KVP_ASSERT_EQ(state_of(pool, 4), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 5), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_VACANT);
+    EXPECT_STATES(pool, KVP_BLOCK_VACANT, 4, 3);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 5);
     KVP_ASSERT_REFUSED(pool, kvp_shrink(pool, KVP_STREAM_SHARED, 0, &nret), KVP_EINVAL);
     /* Refilled ids keep going to the stream that extends. */
     uint32_t added = 0;
@@ -294,8 +308,7 @@ static void test_shrink_separate(void **state)
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(info.stream, KVP_STREAM_K);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 5);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- retire_top --------------------------------------------------------- */
@@ -305,11 +318,8 @@ static void test_retire_top_free(void **state)
     (void)state;
     kvptest_evrec rec;
     kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, &rec);
-    kvp_block r = 0, m = 0;
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(r, 3);
-    KVP_ASSERT_EQ(m, KVP_NO_BLOCK);
-    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_RETIRED);
+    expect_retire(pool, 3, KVP_NO_BLOCK);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 3);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.blocks, 3);
     KVP_ASSERT_EQ(st.retired, 1);
@@ -321,13 +331,10 @@ static void test_retire_top_free(void **state)
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 4); /* 0 1 2 */
     kvptest_publish(pool, 2, 22);
     kvptest_free1(pool, 2, 1);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(r, 2);
-    KVP_ASSERT_EQ(m, KVP_NO_BLOCK);
+    expect_retire(pool, 2, KVP_NO_BLOCK);
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 22);
-    KVP_ASSERT_EQ(rec.block[0], 2);
-    KVP_ASSERT_EQ(lookup(pool, 22), KVP_NO_BLOCK);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 22, 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 22), KVP_NO_BLOCK);
     st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 1);
     KVP_ASSERT_EQ(st.retired, 2);
@@ -337,10 +344,9 @@ static void test_retire_top_free(void **state)
     /* Retired ids come back with extend, lowest first. */
     uint32_t added = 0;
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 1, &added));
-    KVP_ASSERT_EQ(state_of(pool, 2), KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_RETIRED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    EXPECT_STATES(pool, KVP_BLOCK_VACANT, 2);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 3);
+    kvptest_done(pool);
 }
 
 static void test_retire_top_used(void **state)
@@ -369,10 +375,7 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_EQ(before.fragmented, 1);
     kvptest_check(pool);
 
-    kvp_block r = 0, m = 0;
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(r, 7);
-    KVP_ASSERT_EQ(m, 3); /* lowest vacant */
+    expect_retire(pool, 7, 3); /* moved to the lowest vacant */
     KVP_ASSERT_EQ(rec.n, 0);
     kvp_block_info info = kvptest_info(pool, 3);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
@@ -384,8 +387,8 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_EQ(info.published, 1);
     KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 77);
     KVP_ASSERT_EQ(info.ever_allocated, 1);
-    KVP_ASSERT_EQ(state_of(pool, 7), KVP_BLOCK_RETIRED);
-    KVP_ASSERT_EQ(lookup(pool, 77), 3);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 7);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 77), 3);
     /* The owners' lists name the new id, in the same position. */
     KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ob, 8), 4);
     KVP_ASSERT_EQ(ob[0], 3);
@@ -418,10 +421,9 @@ static void test_retire_top_used(void **state)
     size_t nf = 0;
     KVP_ASSERT_OK(kvp_free_owner(pool, 1, &nf));
     KVP_ASSERT_EQ(nf, 4);
-    KVP_ASSERT_EQ(state_of(pool, 3), KVP_BLOCK_CACHED);
-    KVP_ASSERT_EQ(lookup(pool, 77), 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    EXPECT_STATES(pool, KVP_BLOCK_CACHED, 3);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 77), 3);
+    kvptest_done(pool);
 }
 
 /* The destination is taken in reuse order and evicted if it was cached. */
@@ -430,30 +432,23 @@ static void test_retire_top_destination(void **state)
     (void)state;
     kvp_block ids[8], r, m;
     /* LIFO: most recently freed vacant block. */
-    kvp_pool *pool = make(8, KVP_REUSE_LIFO, 0, NULL);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    kvp_pool *pool = make_full(8, KVP_REUSE_LIFO, 0, NULL, ids);
     kvptest_free1(pool, 2, 1);
     kvptest_free1(pool, 4, 1);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(r, 7);
-    KVP_ASSERT_EQ(m, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    expect_retire(pool, 7, 4);
+    kvptest_done(pool);
 
     /* FIFO: the head of the queue. */
-    pool = make(8, KVP_REUSE_FIFO, 0, NULL);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    pool = make_full(8, KVP_REUSE_FIFO, 0, NULL, ids);
     kvptest_free1(pool, 4, 1);
     kvptest_free1(pool, 2, 1);
     KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
     KVP_ASSERT_EQ(m, 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* LOWEST with cached and vacant: vacant first. */
     kvptest_evrec rec;
-    pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
+    pool = make_full(8, KVP_REUSE_LOWEST, 0, &rec, ids);
     kvptest_publish(pool, 1, 11);
     kvptest_free1(pool, 1, 1);
     kvptest_free1(pool, 5, 1);
@@ -463,29 +458,24 @@ static void test_retire_top_destination(void **state)
     kvptest_check(pool);
     /* Now only the cached block is free: it is evicted, exactly once. */
     kvptest_publish(pool, 6, 66);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(r, 6);
-    KVP_ASSERT_EQ(m, 1);
+    expect_retire(pool, 6, 1);
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.hash[0], 11);
-    KVP_ASSERT_EQ(rec.block[0], 1);
-    KVP_ASSERT_EQ(lookup(pool, 11), KVP_NO_BLOCK);
-    KVP_ASSERT_EQ(lookup(pool, 66), 1);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 11, 1);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 11), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 66), 1);
     kvp_stats st = kvptest_stats(pool);
     KVP_ASSERT_EQ(st.evictions, 1);
     KVP_ASSERT_EQ(st.relocated, 2);
     KVP_ASSERT_EQ(st.indexed, 1);
     KVP_ASSERT_EQ(st.free, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_retire_top_no_free(void **state)
 {
     (void)state;
-    kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, NULL);
     kvp_block ids[4], r = 100, m = 100;
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
+    kvp_pool *pool = make_full(4, KVP_REUSE_LOWEST, 0, NULL, ids);
     kvptest_publish(pool, 3, 3);
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
     kvp_stats st = kvptest_stats(pool);
@@ -496,29 +486,37 @@ static void test_retire_top_no_free(void **state)
     kvptest_free1(pool, 0, 1);
     kvptest_free1(pool, 3, 1);
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 1, NULL)); /* retires 0 */
-    KVP_ASSERT_EQ(state_of(pool, 0), KVP_BLOCK_RETIRED);
+    EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 0);
     KVP_ASSERT_OK(kvp_take_id(pool, 3, 1));
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Separate streams: only a free block of the same stream will do. */
-    kvp_config cfg = kvptest_config(8);
-    cfg.separate_kv = 1;
-    cfg.reuse = KVP_REUSE_LOWEST;
-    pool = kvptest_create(&cfg);
+    pool = make_separate();
     kvptest_alloc(pool, KVP_STREAM_V, 64, 1, ids, 4); /* 4..7 */
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
     kvptest_free1(pool, 5, 1);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(r, 7);
-    KVP_ASSERT_EQ(m, 5);
+    expect_retire(pool, 7, 5);
     KVP_ASSERT_EQ(kvptest_info(pool, 5).stream, KVP_STREAM_V);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_K), 4);
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_V), 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
+}
+
+/* An 8-block LOWEST pool, every block in use by owner 1, with hash 9
+ * published on each of copies[0..n-1] in that order; then block 2 is freed
+ * and kvp_retire_top must move the top's content to it. */
+static kvp_pool *retire_with_copies(kvptest_evrec *rec, const kvp_block *copies, size_t n)
+{
+    kvp_block ids[8], r, m;
+    kvp_pool *pool = make_full(8, KVP_REUSE_LOWEST, 0, rec, ids);
+    for (size_t i = 0; i < n; i++)
+        kvptest_publish(pool, copies[i], 9);
+    kvptest_free1(pool, 2, 1);
+    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
+    KVP_ASSERT_EQ(m, 2);
+    return pool;
 }
 
 /* Relocation with duplicates keeps every other entry, and the order. */
@@ -526,74 +524,52 @@ static void test_relocation_duplicates(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_block ids[8], r, m;
 
     /* (a) the top is the later copy. */
-    kvp_pool *pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    kvptest_publish(pool, 5, 9);
-    kvptest_publish(pool, 7, 9);
-    kvptest_free1(pool, 2, 1);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(m, 2);
+    const kvp_block later[] = {5, 7};
+    kvp_pool *pool = retire_with_copies(&rec, later, ARRAY_LEN(later));
     KVP_ASSERT_EQ(rec.n, 0);
-    KVP_ASSERT_EQ(lookup(pool, 9), 5);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 5);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 5));
-    KVP_ASSERT_EQ(lookup(pool, 9), 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
+    kvptest_done(pool);
 
     /* (b) the top is the first copy: the moved entry keeps its place. */
-    pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    kvptest_publish(pool, 7, 9);
-    kvptest_publish(pool, 5, 9);
-    kvptest_free1(pool, 2, 1);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(m, 2);
-    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    const kvp_block first[] = {7, 5};
+    pool = retire_with_copies(&rec, first, ARRAY_LEN(first));
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.block[0], 2);
-    KVP_ASSERT_EQ(lookup(pool, 9), 5);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 5);
+    kvptest_done(pool);
 
     /* (c) the destination is a cached copy of the same hash: its own entry
      * is evicted, the moved one takes its place. */
-    pool = make(8, KVP_REUSE_LOWEST, 0, &rec);
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
-    kvptest_publish(pool, 7, 9);
-    kvptest_publish(pool, 2, 9);
-    kvptest_publish(pool, 4, 9);
-    kvptest_free1(pool, 2, 1);
-    KVP_ASSERT_OK(kvp_retire_top(pool, &r, &m));
-    KVP_ASSERT_EQ(m, 2);
+    const kvp_block cached[] = {7, 2, 4};
+    pool = retire_with_copies(&rec, cached, ARRAY_LEN(cached));
     KVP_ASSERT_EQ(rec.n, 1);
-    KVP_ASSERT_EQ(rec.block[0], 2);
-    KVP_ASSERT_EQ(rec.hash[0], 9);
-    KVP_ASSERT_EQ(lookup(pool, 9), 2);
+    KVPTEST_EXPECT_EVREC(&rec, 0, 9, 2);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 2);
     kvp_block_info info = kvptest_info(pool, 2);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.published, 1);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 2);
     KVP_ASSERT_OK(kvp_unpublish(pool, 2));
-    KVP_ASSERT_EQ(lookup(pool, 9), 4);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), 4);
     KVP_ASSERT_OK(kvp_unpublish(pool, 4));
-    KVP_ASSERT_EQ(lookup(pool, 9), KVP_NO_BLOCK);
+    KVP_ASSERT_EQ(kvptest_lookup(pool, 9), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Retire everything from the top down, moving blocks as needed. */
 static void test_retire_all(void **state)
 {
     (void)state;
-    kvp_pool *pool = make(16, KVP_REUSE_LOWEST, 0, NULL);
     kvp_block ids[16];
-    kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16);
+    kvp_pool *pool = make_full(16, KVP_REUSE_LOWEST, 0, NULL, ids);
     for (kvp_block b = 0; b < 16; b++)
         kvptest_publish(pool, b, 1000 + b);
     /* Free the even blocks: 8 in use (odd) and 8 free. */
@@ -615,7 +591,7 @@ static void test_retire_all(void **state)
     KVP_ASSERT_EQ(st.relocated, moves);
     /* Every odd block's content is still findable, at an id below 8. */
     for (kvp_block b = 1; b < 16; b += 2) {
-        kvp_block at = lookup(pool, 1000 + b);
+        kvp_block at = kvptest_lookup(pool, 1000 + b);
         assert_true(at < 8);
         KVP_ASSERT_EQ(kvptest_info(pool, at).state, KVP_BLOCK_IN_USE);
     }
@@ -624,8 +600,7 @@ static void test_retire_all(void **state)
         assert_true(ids[i] < 8);
     kvp_block r, m;
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

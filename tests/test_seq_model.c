@@ -6,7 +6,8 @@
  * block: state, ref count, fill, hash and the order it was published and
  * freed; the content index as "the first published block still indexed with
  * that hash") is driven in lock step with a real pool by a seeded splitmix64
- * stream of operations: admit (with create), append, fork, destroy, and now
+ * stream of operations: admit (with create, and kvp_seq_probe first, whose
+ * answers must predict it), append, truncate, fork, destroy, and now
  * and then kvp_evict, kvp_reset_prefix_cache, kvp_retire_top and kvp_extend,
  * plus refused calls (admit into a busy sequence, ids in use, reset while
  * blocks are held, retire with nothing to move into).  Hashes come from
@@ -112,17 +113,9 @@ static const kvp_extra_keys *tenant_extra(int tenant, kvp_extra_keys *x)
     return x;
 }
 
-static uint64_t rnd(model *m)
-{
-    uint64_t z = (m->rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint32_t below(model *m, uint32_t n)
 {
-    return n ? (uint32_t)(rnd(m) % n) : 0;
+    return kvptest_rand_below(&m->rng, n);
 }
 
 /* ---- failure reporting ----------------------------------------------------- */
@@ -395,6 +388,12 @@ static void op_admit(model *m)
     uint64_t avail = free_count(m) - matched_cached;
     kvp_status want = nblocks - hit > avail ? KVP_EEXHAUSTED : KVP_OK;
     uint64_t fp = kvptest_fp(m->pool);
+    /* kvp_seq_probe predicts this admission and changes nothing. */
+    size_t pc = 0, pn = 0;
+    expect_status(m, kvp_seq_probe(s->h, s->tok, n, &pc, &pn), KVP_OK, "kvp_seq_probe");
+    MCHECK_EQ(m, kvptest_fp(m->pool), fp, "fingerprint after probe");
+    MCHECK_EQ(m, pc, hit * bs, "probed cached_tokens");
+    MCHECK_EQ(m, pn, nblocks - hit + matched_cached, "probed blocks_needed");
     size_t cached = 77777;
     kvp_status got = kvp_seq_admit(s->h, s->tok, n, &cached);
     expect_status(m, got, want, "kvp_seq_admit");
@@ -497,6 +496,63 @@ static void op_append(model *m)
         for (size_t i = first; i < nfull; i++)
             publish(m, ids[i], &h[i]);
     }
+}
+
+static void op_truncate(model *m)
+{
+    m->op = "truncate";
+    int k = pick_live(m);
+    if (k < 0)
+        return;
+    mseq *s = &m->s[k];
+    uint32_t bs = m->bs;
+    if (below(m, 12) == 0) {
+        m->op = "truncate(longer)";
+        uint64_t fp = kvptest_fp(m->pool);
+        expect_status(m, kvp_seq_truncate(s->h, s->tok, s->ntok + 1 + below(m, 3)), KVP_EINVAL,
+                      "kvp_seq_truncate");
+        MCHECK_EQ(m, kvptest_fp(m->pool), fp, "fingerprint after refused truncate");
+        return;
+    }
+    uint32_t span = s->ntok < 2 * bs + 2 ? (uint32_t)s->ntok + 1 : 2 * bs + 2;
+    size_t n = s->ntok - below(m, span), fill = n % bs, keep = (n + bs - 1) / bs;
+    kvp_block last = fill ? s->tab[keep - 1] : KVP_NO_BLOCK;
+    int copy = n < s->ntok && fill && (m->b[last].ref > 1 || m->b[last].pub);
+    uint32_t sole = 0;
+    for (size_t i = keep; i < s->nb; i++)
+        sole += m->b[s->tab[i]].ref == 1;
+    kvp_status want = copy && free_count(m) + sole == 0 ? KVP_EEXHAUSTED : KVP_OK;
+    uint64_t fp = kvptest_fp(m->pool);
+    kvp_status got = kvp_seq_truncate(s->h, s->tok, n);
+    expect_status(m, got, want, "kvp_seq_truncate");
+    if (got != KVP_OK || n == s->ntok) {
+        MCHECK_EQ(m, kvptest_fp(m->pool), fp, "fingerprint after refused/empty truncate");
+        return;
+    }
+    for (size_t i = s->nb; i-- > keep;)
+        drop_ref(m, s->tab[i]);
+    const kvp_block *ids;
+    size_t nb = 0, nt = 0;
+    expect_status(m, kvp_seq_blocks(s->h, &ids, &nb, &nt), KVP_OK, "kvp_seq_blocks");
+    MCHECK_EQ(m, nb, keep, "blocks after truncate");
+    MCHECK_EQ(m, nt, n, "tokens after truncate");
+    for (size_t i = 0; i + 1 < keep; i++)
+        MCHECK_EQ(m, ids[i], s->tab[i], "unchanged table entry");
+    if (copy) {
+        if (ids[keep - 1] == last)
+            mfail(m, "truncated into shared/published block %u without a copy", (unsigned)last);
+        take_fresh(m, ids[keep - 1], NULL, 0);
+        m->b[ids[keep - 1]].fill = (uint32_t)fill;
+        drop_ref(m, last);
+        m->cow++;
+    } else if (fill) {
+        MCHECK_EQ(m, ids[keep - 1], last, "last block (no copy expected)");
+        m->b[last].fill = (uint32_t)fill;
+    }
+    s->ntok = n;
+    s->nb = keep;
+    if (keep)
+        memcpy(s->tab, ids, keep * sizeof *ids);
 }
 
 static void op_fork(model *m)
@@ -790,8 +846,10 @@ static void run_config(const mcfg *c, size_t steps)
             r = 60;
         if (r < 30)
             op_admit(m);
-        else if (r < 55)
+        else if (r < 50)
             op_append(m);
+        else if (r < 55)
+            op_truncate(m);
         else if (r < 60)
             op_fork(m);
         else if (r < 85)

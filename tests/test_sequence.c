@@ -7,7 +7,10 @@
  * first, older content first); publication of a partial block only when it
  * fills; a reused block losing its old hash; all-or-nothing admission (also
  * when part of the prefix would hit free cached blocks); the "leave one
- * token to compute" cap; no eviction of blocks matched by the same
+ * token to compute" cap; kvp_seq_probe agreeing with the admission it
+ * predicts and changing nothing; truncation (a cut in the partial block, in
+ * a published or shared block, which continues in a copy, at a boundary, to
+ * nothing) and its refusals; no eviction of blocks matched by the same
  * admission; reset of the prefix cache while sequences hold blocks (also
  * with the null block); fork and copy-on-write; destroy order in every reuse
  * order; the null block never handed out; kvp_seq_blocks pointer stability,
@@ -23,6 +26,7 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* nblocks blocks of bs tokens each, in the given reuse order. */
 static kvp_config seq_config(uint32_t nblocks, uint32_t bs, kvp_reuse reuse)
 {
     kvp_config cfg = kvptest_config(nblocks);
@@ -30,6 +34,15 @@ static kvp_config seq_config(uint32_t nblocks, uint32_t bs, kvp_reuse reuse)
     cfg.reuse = reuse;
     return cfg;
 }
+
+/* seq_config() made into a pool (checked). */
+static kvp_pool *seq_pool_at(uint32_t nblocks, uint32_t bs, kvp_reuse reuse, const char *file,
+                             int line)
+{
+    kvp_config cfg = seq_config(nblocks, bs, reuse);
+    return kvptest_create_at(&cfg, file, line);
+}
+#define seq_pool(n, bs, reuse) seq_pool_at((n), (bs), (reuse), __FILE__, __LINE__)
 
 static kvp_seq *mkseq_at(kvp_pool *pool, uint64_t id, const char *file, int line)
 {
@@ -75,12 +88,6 @@ static uint32_t refs(kvp_pool *pool, kvp_block b)
     return kvptest_info(pool, b).ref_count;
 }
 
-static void fill_tokens(uint32_t *t, size_t n, uint32_t base)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = base + (uint32_t)i;
-}
-
 static kvp_block lookup_hash(kvp_pool *pool, const kvp_hash *h)
 {
     kvp_block b = KVP_NO_BLOCK;
@@ -96,10 +103,9 @@ static kvp_block lookup_hash(kvp_pool *pool, const kvp_hash *h)
 static void test_hit_while_held(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[9];
-    fill_tokens(t, 9, 100);
+    kvptest_tokens(t, 9, 100);
     kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2);
     KVP_ASSERT_EQ(admit(a, t, 9), 0);
     kvp_block ia[8], ib[8];
@@ -145,17 +151,15 @@ static void test_hit_while_held(void **state)
     KVP_ASSERT_OK(kvp_seq_destroy(a));
     KVP_ASSERT_EQ(refs(pool, ia[0]), 1);
     KVP_ASSERT_EQ(kvptest_info(pool, ia[2]).state, KVP_BLOCK_VACANT);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_hit_on_free_cached(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[9];
-    fill_tokens(t, 9, 100);
+    kvptest_tokens(t, 9, 100);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 9);
     kvp_block ia[8], ib[8];
@@ -183,8 +187,7 @@ static void test_hit_on_free_cached(void **state)
     KVP_ASSERT_EQ(st.cached, 0);
     KVP_ASSERT_EQ(st.in_use, 3);
     KVP_ASSERT_EQ(st.evictions, 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- eviction order -------------------------------------------------------- */
@@ -199,8 +202,8 @@ static void test_eviction_order(void **state)
             kvptest_evrec_attach(&rec, &cfg);
             kvp_pool *pool = kvptest_create(&cfg);
             uint32_t ta[13], tb[13];
-            fill_tokens(ta, 13, 1000);
-            fill_tokens(tb, 13, 2000);
+            kvptest_tokens(ta, 13, 1000);
+            kvptest_tokens(tb, 13, 2000);
             kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2);
             admit(a, ta, 13);
             admit(b, tb, 13);
@@ -218,7 +221,7 @@ static void test_eviction_order(void **state)
             } else {
                 /* Allocation pressure: a new request needs all 8 blocks. */
                 uint32_t tc[32];
-                fill_tokens(tc, 32, 3000);
+                kvptest_tokens(tc, 32, 3000);
                 kvp_seq *c = mkseq(pool, 3);
                 KVP_ASSERT_EQ(admit(c, tc, 32), 0);
             }
@@ -233,8 +236,7 @@ static void test_eviction_order(void **state)
             KVP_ASSERT_EQ(rec.hash[0], kvptest_hash_u64(&ha[2]));
             KVP_ASSERT_EQ(rec.hash[2], kvptest_hash_u64(&ha[0]));
             KVP_ASSERT_EQ(kvptest_stats(pool).evictions, 6);
-            kvptest_check(pool);
-            kvp_pool_destroy(pool);
+            kvptest_done(pool);
         }
     }
 }
@@ -244,10 +246,9 @@ static void test_eviction_order(void **state)
 static void test_partial_block_published_when_full(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[20];
-    fill_tokens(t, 20, 7);
+    kvptest_tokens(t, 20, 7);
     kvp_hash h[5];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 20, NULL, h, 5, 0, NULL));
     kvp_seq *a = mkseq(pool, 1);
@@ -305,8 +306,7 @@ static void test_partial_block_published_when_full(void **state)
     KVP_ASSERT_OK(kvp_seq_append(b, t, 0));
     KVP_ASSERT_OK(kvp_seq_append(b, NULL, 0));
     KVP_ASSERT_EQ(kvptest_fp(pool), fp);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_reused_block_loses_hash(void **state)
@@ -317,8 +317,8 @@ static void test_reused_block_loses_hash(void **state)
     kvptest_evrec_attach(&rec, &cfg);
     kvp_pool *pool = kvptest_create(&cfg);
     uint32_t ta[8], tb[16];
-    fill_tokens(ta, 8, 10);
-    fill_tokens(tb, 16, 500);
+    kvptest_tokens(ta, 8, 10);
+    kvptest_tokens(tb, 16, 500);
     kvp_hash ha[2];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, ta, 8, NULL, ha, 2, 0, NULL));
     kvp_seq *a = mkseq(pool, 1);
@@ -358,21 +358,31 @@ static void test_reused_block_loses_hash(void **state)
 
 /* ---- all-or-nothing admission ------------------------------------------- */
 
-static void test_admit_exhausted(void **state)
+/* A pool of 6 blocks of 4 where sequence 9 holds 3 blocks and the first 9
+ * tokens of tp[0..20) (tokens 100..119) were admitted and freed: their 2
+ * full blocks cached, written to ia[0..1], the partial one vacant.  Returns
+ * the pool. */
+static kvp_pool *two_cached_pool(uint32_t *tp, kvp_block *ia, size_t ia_cap)
 {
-    (void)state;
-    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
-    uint32_t tx[12], tp[20];
-    fill_tokens(tx, 12, 900);
-    fill_tokens(tp, 20, 100);
+    kvp_pool *pool = seq_pool(6, 4, KVP_REUSE_LIFO);
+    uint32_t tx[12];
+    kvptest_tokens(tx, 12, 900);
+    kvptest_tokens(tp, 20, 100);
     kvp_seq *x = mkseq(pool, 9);
     admit(x, tx, 12); /* holds 3 blocks */
     kvp_seq *a = mkseq(pool, 1);
     admit(a, tp, 9); /* 2 full + 1 partial */
-    kvp_block ia[8];
-    table(a, ia, NULL);
+    table_at(a, ia, ia_cap, NULL, __FILE__, __LINE__);
     KVP_ASSERT_OK(kvp_seq_destroy(a)); /* ia[0..1] cached, ia[2] vacant */
+    return pool;
+}
+
+static void test_admit_exhausted(void **state)
+{
+    (void)state;
+    uint32_t tp[20];
+    kvp_block ia[8];
+    kvp_pool *pool = two_cached_pool(tp, ia, ARRAY_LEN(ia));
     kvp_hash hp[5];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, tp, 20, NULL, hp, 5, 0, NULL));
     KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
@@ -402,7 +412,7 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_EQ(after.cached, 2);
     /* Without any hit. */
     uint32_t big[40];
-    fill_tokens(big, 40, 5000);
+    kvptest_tokens(big, 40, 5000);
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, big, 40, NULL), KVP_EEXHAUSTED);
     /* 13 tokens: 4 blocks, 3 free but 2 of them are matched -> 2 hits + 2
      * new needed, only 1 other free: refused. */
@@ -424,8 +434,80 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(NULL, tp, 4, NULL), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(b, NULL, 3), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(NULL, tp, 3), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
+}
+
+/* ---- probe: what an admission would do, changing nothing ---------------- */
+
+/* kvp_seq_probe must succeed, answer `cached` and `needed`, and change
+ * neither the pool nor any counter. */
+static void expect_probe_at(kvp_pool *pool, kvp_seq *s, const uint32_t *t, size_t n, size_t cached,
+                            size_t needed, const char *file, int line)
+{
+    uint64_t fp = kvptest_fp_at(pool, file, line);
+    kvp_stats before = kvptest_stats_at(pool, file, line);
+    size_t c = 9999, nd = 9999;
+    kvptest_assert_status(kvp_seq_probe(s, t, n, &c, &nd), KVP_OK, "kvp_seq_probe", file, line);
+    kvptest_assert_fp_at(pool, fp, "kvp_seq_probe", file, line);
+    kvp_stats after = kvptest_stats_at(pool, file, line);
+    if (memcmp(&before, &after, sizeof before))
+        _fail(file, line);
+    kvptest_assert_eq(c, cached, "cached_tokens", "expected", file, line);
+    kvptest_assert_eq(nd, needed, "blocks_needed", "expected", file, line);
+}
+#define EXPECT_PROBE(pool, s, t, n, c, nd)                                                         \
+    expect_probe_at((pool), (s), (t), (n), (c), (nd), __FILE__, __LINE__)
+
+static void test_probe(void **state)
+{
+    (void)state;
+    uint32_t tp[20];
+    kvp_block ia[8];
+    kvp_pool *pool = two_cached_pool(tp, ia, ARRAY_LEN(ia));
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 3);
+
+    kvp_seq *b = mkseq(pool, 2);
+    size_t c = 4242, nd = 4242; /* refused probes leave them alone */
+    /* 20 tokens, 5 blocks: 2 hits on free cached blocks + 3 new = 5 > 3. */
+    EXPECT_PROBE(pool, b, tp, 20, 8, 5);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 20, NULL), KVP_EEXHAUSTED);
+    /* 13 tokens: 2 hits + 2 new = 4 > 3. */
+    EXPECT_PROBE(pool, b, tp, 13, 8, 4);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, tp, 13, NULL), KVP_EEXHAUSTED);
+    /* 8 tokens: the leave-one-token cap allows 1 hit: 1 + 1 new. */
+    EXPECT_PROBE(pool, b, tp, 8, 4, 2);
+    /* 12 tokens: 2 hits + 1 new = 3: fits exactly, and admit agrees. */
+    EXPECT_PROBE(pool, b, tp, 12, 8, 3);
+    KVP_ASSERT_EQ(admit(b, tp, 12), 8);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 0);
+
+    /* Hits on blocks in use take nothing from the free list. */
+    kvp_seq *d = mkseq(pool, 3);
+    EXPECT_PROBE(pool, d, tp, 12, 8, 1);
+    EXPECT_PROBE(pool, d, tp, 8, 4, 1);
+
+    /* Refusals change nothing. */
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(b, tp, 4, &c, &nd), KVP_EBUSY);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 0, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, SIZE_MAX, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, NULL, 4, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(NULL, tp, 4, &c, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, NULL, &nd), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_probe(d, tp, 4, &c, NULL), KVP_EINVAL);
+    KVP_ASSERT_EQ(c, 4242);
+    KVP_ASSERT_EQ(nd, 4242);
+    kvptest_done(pool);
+
+    /* Without prefix caching nothing is cached: every block is new. */
+    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LIFO);
+    cfg.prefix_caching = 0;
+    pool = kvptest_create(&cfg);
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, tp, 9);
+    KVP_ASSERT_OK(kvp_seq_destroy(a));
+    b = mkseq(pool, 2);
+    EXPECT_PROBE(pool, b, tp, 12, 0, 3);
+    kvptest_done(pool);
 }
 
 static void test_admit_grows(void **state)
@@ -436,7 +518,7 @@ static void test_admit_grows(void **state)
     cfg.max_blocks = 7;
     kvp_pool *pool = kvptest_create(&cfg);
     uint32_t t[40];
-    fill_tokens(t, 40, 1);
+    kvptest_tokens(t, 40, 1);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 21); /* 6 blocks: grows by 2 */
     kvp_stats st = kvptest_stats(pool);
@@ -444,14 +526,13 @@ static void test_admit_grows(void **state)
     KVP_ASSERT_EQ(st.grown, 2);
     kvp_seq *b = mkseq(pool, 2);
     uint32_t u[12];
-    fill_tokens(u, 12, 700);
+    kvptest_tokens(u, 12, 700);
     /* 3 blocks, 1 may still be added: over the cap, refused. */
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(b, u, 12, NULL), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 6);
     admit(b, u, 4);
     KVP_ASSERT_EQ(kvptest_stats(pool).blocks, 7);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- leave one token --------------------------------------------------- */
@@ -459,10 +540,9 @@ static void test_admit_grows(void **state)
 static void test_leave_one_token(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(32, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(32, 4, KVP_REUSE_LIFO);
     uint32_t t[16];
-    fill_tokens(t, 16, 40);
+    kvptest_tokens(t, 16, 40);
     kvp_seq *a = mkseq(pool, 1);
     KVP_ASSERT_EQ(admit(a, t, 8), 0);
     kvp_stats st = kvptest_stats(pool);
@@ -507,8 +587,7 @@ static void test_leave_one_token(void **state)
     KVP_ASSERT_EQ(st.prefix_hits, 1 + 2 + 0 + 0 + 1);
     KVP_ASSERT_EQ(st.prefix_tokens_queried, 4 * st.prefix_queries);
     KVP_ASSERT_EQ(st.prefix_tokens_hit, 4 * st.prefix_hits);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- an admission never evicts its own matches ------------------------- */
@@ -522,8 +601,8 @@ static void test_no_self_eviction(void **state)
         kvptest_evrec_attach(&rec, &cfg);
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t tp[16], tq[4];
-        fill_tokens(tp, 16, 100);
-        fill_tokens(tq, 4, 800);
+        kvptest_tokens(tp, 16, 100);
+        kvptest_tokens(tq, 4, 800);
         kvp_seq *a = mkseq(pool, 1), *c = mkseq(pool, 3);
         admit(a, tp, 8);
         admit(c, tq, 4);
@@ -547,8 +626,7 @@ static void test_no_self_eviction(void **state)
         KVP_ASSERT_EQ(ib[2], ic[0]);
         KVP_ASSERT_EQ(rec.n, 1);
         KVP_ASSERT_EQ(rec.block[0], ic[0]);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -564,7 +642,7 @@ static void test_reset_prefix_cache(void **state)
         kvptest_evrec_attach(&rec, &cfg);
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[9];
-        fill_tokens(t, 9, 3);
+        kvptest_tokens(t, 9, 3);
         kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2);
         admit(a, t, 9);
         admit(b, t, 5);
@@ -584,8 +662,7 @@ static void test_reset_prefix_cache(void **state)
         KVP_ASSERT_EQ(st.in_use, (uint64_t)null_block);
         kvp_seq *c = mkseq(pool, 4);
         KVP_ASSERT_EQ(admit(c, t, 9), 0);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -594,10 +671,9 @@ static void test_reset_prefix_cache(void **state)
 static void test_fork_cow(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(16, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(16, 4, KVP_REUSE_LIFO);
     uint32_t t[24];
-    fill_tokens(t, 24, 300);
+    kvptest_tokens(t, 24, 300);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 10);
     kvp_block ia[8], ib[8], ia2[8], ib2[8];
@@ -703,17 +779,179 @@ static void test_fork_cow(void **state)
     KVP_ASSERT_OK(kvp_seq_blocks(f, &ids, &nb, &nt));
     KVP_ASSERT_EQ(nb, 0);
     KVP_ASSERT_EQ(nt, 0);
+    kvptest_done(pool);
+}
+
+/* ---- truncate: rollback of rejected tokens ------------------------------- */
+
+/* Hash of full block i of t (the chain over t's blocks up to it). */
+static kvp_hash chain_hash(kvp_pool *pool, const uint32_t *t, size_t i)
+{
+    kvp_hash h[16];
+    KVP_ASSERT_OK(kvp_hash_tokens(pool, t, (i + 1) * 4, NULL, h, 16, 0, NULL));
+    return h[i];
+}
+
+/* Cuts in the partial block, into a published one (continued in a copy,
+ * the cached block still found, with verified hits too), at a boundary,
+ * of nothing, to nothing. */
+static void truncate_case(int verify)
+{
+    kvp_config cfg = seq_config(12, 4, KVP_REUSE_LIFO);
+    cfg.verify_hits = verify;
+    cfg.host_arena = 1;
+    cfg.block_bytes[0] = 16;
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint32_t t[24];
+    kvptest_tokens(t, 24, 500);
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, t, 14); /* blocks 0..2 full and published, block 3 holds 2 */
+    kvp_block ia[8], ia2[8];
+    size_t nt;
+    KVP_ASSERT_EQ(table(a, ia, &nt), 4);
+
+    /* Within the partial block: only its fill changes. */
+    KVP_ASSERT_OK(kvp_seq_truncate(a, t, 13));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 4);
+    KVP_ASSERT_EQ(nt, 13);
+    assert_memory_equal(ia2, ia, 4 * sizeof *ia);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia[3]).fill, 1);
+    KVP_ASSERT_EQ(kvptest_stats(pool).tokens_in_use, 13);
     kvptest_check(pool);
-    kvp_pool_destroy(pool);
+
+    /* Into a full published block: it stays cached under its hash with its
+     * bytes; the sequence goes on in a copy holding 2 tokens, made in the
+     * block the cut frees (LIFO: the most recently freed vacant block). */
+    void *src;
+    KVP_ASSERT_OK(kvp_block_ptr(pool, ia[2], &src));
+    memset(src, 0x5a, 16);
+    kvp_stats before = kvptest_stats(pool);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, t, 10));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 3);
+    KVP_ASSERT_EQ(nt, 10);
+    KVP_ASSERT_EQ(ia2[0], ia[0]);
+    KVP_ASSERT_EQ(ia2[1], ia[1]);
+    assert_int_not_equal(ia2[2], ia[2]);
+    kvp_block_info old = kvptest_info(pool, ia[2]), fresh = kvptest_info(pool, ia2[2]);
+    KVP_ASSERT_EQ(old.state, KVP_BLOCK_CACHED);
+    KVP_ASSERT_EQ(old.fill, 4); /* a cached block keeps its fill */
+    KVP_ASSERT_EQ(fresh.fill, 2);
+    KVP_ASSERT_EQ(fresh.published, 0);
+    KVP_ASSERT_EQ(ia2[2], ia[3]); /* the dropped tail block, freed first, holds the copy */
+    kvp_hash h2 = chain_hash(pool, t, 2);
+    KVP_ASSERT_EQ(lookup_hash(pool, &h2), ia[2]);
+    void *dst;
+    KVP_ASSERT_OK(kvp_block_ptr(pool, ia2[2], &dst));
+    assert_memory_equal(dst, src, 16);
+    kvp_stats after = kvptest_stats(pool);
+    KVP_ASSERT_EQ(after.cow_copies, before.cow_copies + 1);
+    KVP_ASSERT_EQ(after.free_calls, before.free_calls + 1);
+    KVP_ASSERT_EQ(after.blocks_freed, before.blocks_freed + 2);
+    KVP_ASSERT_EQ(after.tokens_in_use, 10);
+    kvptest_check(pool);
+
+    /* Appending other tokens fills the copy under a hash of its own; the
+     * cached block keeps the old one, and a prompt with the old tokens
+     * still hits it. */
+    uint32_t u[24];
+    memcpy(u, t, 10 * sizeof *t);
+    kvptest_tokens(u + 10, 14, 9000);
+    APPEND(a, u + 10, 2);
+    kvp_hash hu2 = chain_hash(pool, u, 2);
+    KVP_ASSERT_EQ(lookup_hash(pool, &hu2), ia2[2]);
+    kvp_seq *b = mkseq(pool, 2);
+    KVP_ASSERT_EQ(admit(b, t, 13), 12);
+    KVP_ASSERT_OK(kvp_seq_destroy(b));
+
+    /* At a block boundary: whole blocks go, last first; no copy. */
+    before = kvptest_stats(pool);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, NULL, 8));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 2);
+    KVP_ASSERT_EQ(nt, 8);
+    KVP_ASSERT_EQ(kvptest_stats(pool).cow_copies, before.cow_copies);
+    /* The same count: nothing changes. */
+    uint64_t fp = kvptest_fp(pool);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, NULL, 8));
+    KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+    /* To nothing: the sequence is empty and may admit again. */
+    KVP_ASSERT_OK(kvp_seq_truncate(a, NULL, 0));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 0);
+    KVP_ASSERT_EQ(nt, 0);
+    KVP_ASSERT_EQ(kvptest_stats(pool).in_use, 0);
+    KVP_ASSERT_EQ(admit(a, t, 14), 12);
+    kvptest_done(pool);
+}
+
+static void test_truncate(void **state)
+{
+    (void)state;
+    for (int verify = 0; verify < 2; verify++)
+        truncate_case(verify);
+}
+
+/* A shared partial block (after a fork) is copied, not cut under the
+ * other sequence; refusals change nothing. */
+static void test_truncate_shared_and_refused(void **state)
+{
+    (void)state;
+    kvp_pool *pool = seq_pool(4, 4, KVP_REUSE_LIFO);
+    uint32_t t[16];
+    kvptest_tokens(t, 16, 40);
+    kvp_seq *a = mkseq(pool, 1);
+    admit(a, t, 7); /* 2 blocks, the second holds 3 */
+    kvp_seq *b = NULL;
+    KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
+    kvp_block ia[4], ib[4], ia2[4];
+    size_t nt;
+    table(a, ia, &nt);
+    KVP_ASSERT_OK(kvp_seq_truncate(a, t, 5));
+    KVP_ASSERT_EQ(table(a, ia2, &nt), 2);
+    assert_int_not_equal(ia2[1], ia[1]);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia2[1]).fill, 1);
+    KVP_ASSERT_EQ(table(b, ib, &nt), 2);
+    KVP_ASSERT_EQ(nt, 7);
+    KVP_ASSERT_EQ(ib[1], ia[1]);
+    KVP_ASSERT_EQ(kvptest_info(pool, ia[1]).fill, 3);
+    KVP_ASSERT_EQ(refs(pool, ia[1]), 1);
+    kvptest_check(pool);
+
+    /* b's partial block is now its own: cut in place. */
+    KVP_ASSERT_OK(kvp_seq_truncate(b, t, 6));
+    KVP_ASSERT_EQ(kvptest_info(pool, ib[1]).fill, 2);
+
+    /* Refused, changing nothing. */
+    uint32_t wrong[16];
+    memcpy(wrong, t, sizeof wrong);
+    wrong[4] = 999; /* b's partial block holds t[4..6) */
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, wrong, 5), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, t, 7), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, NULL, 5), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(NULL, t, 5), KVP_EINVAL);
+    /* A copy with no block free, none freed by the cut (every block of b is
+     * shared with its fork c): exhausted, counted. */
+    kvp_seq *c = NULL, *d = mkseq(pool, 4);
+    KVP_ASSERT_OK(kvp_seq_fork(b, 3, &c));
+    admit(d, t + 8, 4);
+    KVP_ASSERT_EQ(kvptest_free_count(pool, KVP_STREAM_SHARED), 0);
+    uint64_t exhausted = kvptest_stats(pool).exhausted;
+    KVP_ASSERT_REFUSED(pool, kvp_seq_truncate(b, t, 2), KVP_EEXHAUSTED);
+    KVP_ASSERT_EQ(kvptest_stats(pool).exhausted, exhausted + 1);
+    KVP_ASSERT_EQ(table(b, ib, &nt), 2);
+    KVP_ASSERT_EQ(nt, 6);
+    /* Once d goes, a block is free and the cut succeeds. */
+    KVP_ASSERT_OK(kvp_seq_destroy(d));
+    KVP_ASSERT_OK(kvp_seq_truncate(b, t, 2));
+    KVP_ASSERT_EQ(table(b, ib, &nt), 1);
+    KVP_ASSERT_EQ(nt, 2);
+    kvptest_done(pool);
 }
 
 static void test_cow_exhausted(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(3, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(3, 4, KVP_REUSE_LIFO);
     uint32_t t[12];
-    fill_tokens(t, 12, 1);
+    kvptest_tokens(t, 12, 1);
     kvp_seq *a = mkseq(pool, 1), *b = NULL, *x = mkseq(pool, 9);
     admit(a, t, 6);
     KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
@@ -728,8 +966,7 @@ static void test_cow_exhausted(void **state)
     KVP_ASSERT_EQ(kvptest_stats(pool).cow_copies, 1);
     /* COW plus a new block when only 0 free: refused. */
     KVP_ASSERT_REFUSED(pool, kvp_seq_append(b, t + 6, 3), KVP_EEXHAUSTED);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- destroy order and the null block ----------------------------------- */
@@ -748,7 +985,7 @@ static void test_destroy_order(void **state)
         cfg.prefix_caching = 0;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[16];
-        fill_tokens(t, 16, 1);
+        kvptest_tokens(t, 16, 1);
         kvp_seq *a = mkseq(pool, 1);
         KVP_ASSERT_EQ(admit(a, t, 16), 0);
         kvp_block ia[8];
@@ -766,8 +1003,7 @@ static void test_destroy_order(void **state)
         for (int i = 0; i < 4; i++)
             KVP_ASSERT_EQ(ib[i], want[reuse][i]);
         KVP_ASSERT_EQ(kvptest_stats(pool).indexed, 0);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -779,7 +1015,7 @@ static void test_null_block_never_handed_out(void **state)
         cfg.null_block = 1;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[10];
-        fill_tokens(t, 10, 1);
+        kvptest_tokens(t, 10, 1);
         for (int round = 0; round < 4; round++) {
             kvp_seq *a = mkseq(pool, (uint64_t)round);
             admit(a, t, 5);
@@ -809,10 +1045,9 @@ static void test_null_block_never_handed_out(void **state)
 static void test_table_pointer_and_registry(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(32, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(32, 4, KVP_REUSE_LIFO);
     uint32_t t[20];
-    fill_tokens(t, 20, 1);
+    kvptest_tokens(t, 20, 1);
     kvp_seq *a = mkseq(pool, 10);
     admit(a, t, 10);
     const kvp_block *p1, *p2;
@@ -855,14 +1090,8 @@ static void test_table_pointer_and_registry(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_create(NULL, 14, NULL, &dup), KVP_EINVAL);
     KVP_ASSERT_REFUSED(pool, kvp_seq_create(pool, 14, NULL, NULL), KVP_EINVAL);
     /* A bad span in the extra keys. */
-    kvp_mm_span bad;
-    memset(&bad, 0, sizeof bad);
-    bad.start = 3;
-    bad.end = 1;
-    kvp_extra_keys xs;
-    memset(&xs, 0, sizeof xs);
-    xs.mm = &bad;
-    xs.n_mm = 1;
+    kvp_mm_span bad = {.start = 3, .end = 1};
+    kvp_extra_keys xs = {.mm = &bad, .n_mm = 1};
     kvp_status st = kvp_seq_create(pool, 14, &xs, &dup);
     if (st == KVP_OK) {
         print_error("kvp_seq_create accepted a span with end < start (header: spans "
@@ -896,8 +1125,7 @@ static void test_table_pointer_and_registry(void **state)
     KVP_ASSERT_STATUS(kvp_seq_find(pool, 11, &f), KVP_ENOTFOUND);
     kvp_seq *again = mkseq(pool, 11);
     KVP_ASSERT_EQ(admit(again, t, 10), 0);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Separate K/V lists: sequences refused. */
     kvp_config kv = seq_config(8, 4, KVP_REUSE_LIFO);
@@ -914,12 +1142,11 @@ static void test_table_pointer_and_registry(void **state)
 static void test_relocation(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(6, 4, KVP_REUSE_LOWEST);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(6, 4, KVP_REUSE_LOWEST);
     kvp_block tmp[4];
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 8, 77, tmp, 4), 2); /* 0, 1 */
     uint32_t t[20];
-    fill_tokens(t, 20, 60);
+    kvptest_tokens(t, 20, 60);
     kvp_seq *a = mkseq(pool, 1), *b = NULL, *other = mkseq(pool, 3);
     admit(a, t, 15); /* 2 3 4 5 */
     KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
@@ -983,8 +1210,7 @@ static void test_relocation(void **state)
     kvp_block io[8];
     table(other, io, NULL);
     KVP_ASSERT_EQ(io[2], 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- statistics ----------------------------------------------------------- */
@@ -992,10 +1218,9 @@ static void test_relocation(void **state)
 static void test_stats(void **state)
 {
     (void)state;
-    kvp_config cfg = seq_config(32, 4, KVP_REUSE_LIFO);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = seq_pool(32, 4, KVP_REUSE_LIFO);
     uint32_t t[40];
-    fill_tokens(t, 40, 1);
+    kvptest_tokens(t, 40, 1);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 10);
     kvp_stats st = kvptest_stats(pool);
@@ -1029,7 +1254,7 @@ static void test_stats(void **state)
     KVP_ASSERT_EQ(st.tokens_in_use, 14 + 25 - 8);
     /* A refused admission counts no queries. */
     uint32_t big[200];
-    fill_tokens(big, 200, 1);
+    kvptest_tokens(big, 200, 1);
     kvp_seq *d = mkseq(pool, 4);
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(d, big, 200, NULL), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).prefix_queries, 8);
@@ -1057,10 +1282,8 @@ static void test_stats(void **state)
     st = kvptest_stats(np);
     KVP_ASSERT_EQ(st.prefix_hits, 0);
     KVP_ASSERT_EQ(st.indexed, 0);
-    kvptest_check(np);
-    kvp_pool_destroy(np);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(np);
+    kvptest_done(pool);
 }
 
 /* ---- verified hits -------------------------------------------------------- */
@@ -1089,8 +1312,8 @@ static void test_verified_degenerate_hash(void **state)
         cfg.verify_hits = verify;
         kvp_pool *pool = kvptest_create(&cfg);
         uint32_t t[13], u[13], w[13];
-        fill_tokens(t, 13, 100);
-        fill_tokens(u, 13, 900);
+        kvptest_tokens(t, 13, 100);
+        kvptest_tokens(u, 13, 900);
         memcpy(w, t, sizeof w);
         w[5] = 12345; /* same first block, different second */
         kvp_seq *a = mkseq(pool, 1), *b = mkseq(pool, 2), *c = mkseq(pool, 3),
@@ -1116,14 +1339,13 @@ static void test_verified_degenerate_hash(void **state)
         KVP_ASSERT_OK(kvp_seq_destroy(c));
         kvp_seq *e = mkseq(pool, 5);
         uint32_t v[13];
-        fill_tokens(v, 13, 5000);
+        kvptest_tokens(v, 13, 5000);
         size_t got_e = admit(e, v, 13);
         if (verify)
             KVP_ASSERT_EQ(got_e, 0);
         kvp_seq *g = mkseq(pool, 6);
         KVP_ASSERT_EQ(admit(g, t, 13), 12);
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -1239,8 +1461,7 @@ static void test_verified_direct(void **state)
     KVP_ASSERT_OK(kvp_take_id(pool, x, KVP_ANON));
     KVP_ASSERT_STATUS(kvp_lookup_verified(pool, KVP_STREAM_SHARED, &h2, x, t1, 4, &out),
                       KVP_ENOTFOUND);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* Verification off: both calls refused. */
     kvp_config off = seq_config(4, 4, KVP_REUSE_LOWEST);
@@ -1296,8 +1517,7 @@ static void test_verified_relocated_parent(void **state)
     KVP_ASSERT_STATUS(kvp_publish_verified(pool, 3, &h1, KVP_NO_BLOCK, t0, 4), KVP_OK);
     KVP_ASSERT_STATUS(kvp_lookup_verified(pool, KVP_STREAM_SHARED, &h2, 3, t1, 4, &out),
                       KVP_ENOTFOUND);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* Sequences with verify_hits: relocation of a parent block makes its
@@ -1311,7 +1531,7 @@ static void test_verified_sequence_relocation(void **state)
     kvp_block tmp[4];
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 12, 77, tmp, 4), 3); /* 0 1 2 */
     uint32_t t[13];
-    fill_tokens(t, 13, 10);
+    kvptest_tokens(t, 13, 10);
     kvp_seq *a = mkseq(pool, 1);
     KVP_ASSERT_EQ(admit(a, t, 13), 0); /* 3 4 5 published, 6 partial */
     kvp_block ia[8];
@@ -1361,8 +1581,7 @@ static void test_verified_sequence_relocation(void **state)
     table(d, id_, NULL);
     KVP_ASSERT_EQ(id_[0], 3);
     KVP_ASSERT_EQ(id_[1], 2);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- re-entry from the eviction callback ---------------------------------- */
@@ -1385,8 +1604,7 @@ static void reenter_cb(void *user, const kvp_hash *hash, kvp_block block)
     if (r->done++)
         return;
     static uint32_t junk[400];
-    for (int i = 0; i < 400; i++)
-        junk[i] = 0xdead0000u + (uint32_t)i;
+    kvptest_tokens(junk, 400, 0xdead0000u);
     r->st_append = (int)kvp_seq_append(r->target, junk, r->append_n);
     r->st_append0 = (int)kvp_seq_append(r->target, junk, 0);
     r->st_other = (int)kvp_seq_append(r->other, junk, 3);
@@ -1417,9 +1635,9 @@ static void test_callback_reentry(void **state)
             kvp_pool *pool = kvptest_create(&cfg);
             r.pool = pool;
             uint32_t tx[16], ta[12];
-            fill_tokens(tx, 16, 10);
+            kvptest_tokens(tx, 16, 10);
             memcpy(ta, tx, 4 * sizeof *ta); /* shares block 0 with x */
-            fill_tokens(ta + 4, 8, 500);
+            kvptest_tokens(ta + 4, 8, 500);
             kvp_seq *x = mkseq(pool, 5);
             admit(x, tx, 16);
             kvp_block ix[8];
@@ -1481,8 +1699,7 @@ static void test_callback_reentry(void **state)
             APPEND(a, ta, 4);
             KVP_ASSERT_OK(kvp_seq_destroy(a));
             KVP_ASSERT_OK(kvp_seq_destroy(o));
-            kvptest_check(pool);
-            kvp_pool_destroy(pool);
+            kvptest_done(pool);
             /* Header: a call back into the pool "returns KVP_EBUSY and does
              * nothing" -- also a zero-token append. */
             KVP_ASSERT_EQ(r.st_append0, KVP_EBUSY);
@@ -1499,11 +1716,14 @@ int main(void)
         cmocka_unit_test(test_partial_block_published_when_full),
         cmocka_unit_test(test_reused_block_loses_hash),
         cmocka_unit_test(test_admit_exhausted),
+        cmocka_unit_test(test_probe),
         cmocka_unit_test(test_admit_grows),
         cmocka_unit_test(test_leave_one_token),
         cmocka_unit_test(test_no_self_eviction),
         cmocka_unit_test(test_reset_prefix_cache),
         cmocka_unit_test(test_fork_cow),
+        cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_truncate_shared_and_refused),
         cmocka_unit_test(test_cow_exhausted),
         cmocka_unit_test(test_destroy_order),
         cmocka_unit_test(test_null_block_never_handed_out),

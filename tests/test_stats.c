@@ -365,8 +365,7 @@ static void test_history_ring(void **state)
     KVP_ASSERT_EQ(hist[0].in_use, 9);
     KVP_ASSERT_EQ(hist[2].alloc_calls, 0);
     KVP_ASSERT_EQ(hist[2].in_use, 10);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 
     /* history_len 0: snapshots refused, the ring is empty. */
     cfg.history_len = 0;
@@ -386,8 +385,7 @@ static void test_history_ring(void **state)
     KVP_ASSERT_OK(kvp_stats_history(pool, hist, 8, &n));
     KVP_ASSERT_EQ(n, 1);
     KVP_ASSERT_EQ(hist[0].in_use, 3);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static size_t history_count(kvp_pool *pool)
@@ -464,8 +462,7 @@ static void test_history_every_call(void **state)
     now = kvptest_stats(pool);
     expect_stats_at(&hist[15], &now, "last snapshot after wrap", __FILE__, __LINE__);
     KVP_ASSERT_EQ(hist[14].in_use, now.in_use + 1);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- Prometheus --------------------------------------------------------- */
@@ -728,8 +725,7 @@ static void test_prometheus(void **state)
     KVP_ASSERT_STATUS(kvp_stats_prometheus(pool, NULL, NULL, 5, NULL), KVP_EINVAL);
     free(buf);
     free(text);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 static void test_prometheus_prefix(void **state)
@@ -761,8 +757,7 @@ static void test_prometheus_prefix(void **state)
                      (int)st, kvp_strerror(st));
     }
     KVP_ASSERT_STATUS(kvp_stats_prometheus(NULL, NULL, buf, sizeof buf, NULL), KVP_EINVAL);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 /* ---- JSON --------------------------------------------------------------- */
@@ -905,8 +900,7 @@ static void test_json(void **state)
     kvp_pool_destroy(empty);
     free(copy);
     free(buf);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    kvptest_done(pool);
 }
 
 int main(void)

@@ -48,15 +48,6 @@ static kvp_pool *counted_pool(counter *c, kvp_allocator *a, uint32_t blocks)
     return kvptest_create(&cfg);
 }
 
-/* splitmix64: the request stream is the same for every run. */
-static uint64_t next_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 #define LIVE 8
 #define MAX_TOKENS 96
 
@@ -85,7 +76,7 @@ static void owner_rounds(kvp_pool *pool, uint64_t *rng, kvp_owner *owners, uint3
             KVP_ASSERT_OK(kvp_free_owner(pool, owners[i], NULL));
             owners[i] = (*next_owner)++;
             hints[i] = KVP_HINT_NONE;
-            len[i] = 1 + (uint32_t)(next_rand(rng) % 6);
+            len[i] = 1 + (uint32_t)(kvptest_rand(rng) % 6);
         }
         kvptest_check(pool);
     }
@@ -103,7 +94,7 @@ static void test_owner_path_allocates_nothing(void **state)
     for (uint32_t i = 0; i < LIVE; i++) {
         owners[i] = next_owner++;
         hints[i] = KVP_HINT_NONE;
-        len[i] = 1 + (uint32_t)(next_rand(&rng) % 6);
+        len[i] = 1 + (uint32_t)(kvptest_rand(&rng) % 6);
     }
     owner_rounds(pool, &rng, owners, hints, len, &next_owner, 200);
     counter warm = c;
@@ -128,24 +119,24 @@ static void seq_requests(kvp_pool *pool, uint64_t *rng, kvp_seq **live, uint64_t
 {
     uint32_t prompt[MAX_TOKENS];
     for (int r = 0; r < requests; r++) {
-        uint32_t slot = (uint32_t)(next_rand(rng) % LIVE);
+        uint32_t slot = (uint32_t)(kvptest_rand(rng) % LIVE);
         if (live[slot]) {
             KVP_ASSERT_OK(kvp_seq_destroy(live[slot]));
             live[slot] = NULL;
         }
-        uint32_t family = (uint32_t)(next_rand(rng) % 4);
-        size_t n = 20 + (size_t)(next_rand(rng) % 40);
+        uint32_t family = (uint32_t)(kvptest_rand(rng) % 4);
+        size_t n = 20 + (size_t)(kvptest_rand(rng) % 40);
         for (size_t i = 0; i < n; i++)
-            prompt[i] = i < 32 ? family * 1000 + (uint32_t)i : (uint32_t)next_rand(rng);
+            prompt[i] = i < 32 ? family * 1000 + (uint32_t)i : (uint32_t)kvptest_rand(rng);
         kvp_seq *q;
         KVP_ASSERT_OK(kvp_seq_create(pool, (*next_id)++, x, &q));
         size_t cached = 0;
         KVP_ASSERT_OK(kvp_seq_admit(q, prompt, n, &cached));
-        for (int t = 0; t < 1 + (int)(next_rand(rng) % 24); t++) {
-            uint32_t tok = (uint32_t)next_rand(rng);
+        for (int t = 0; t < 1 + (int)(kvptest_rand(rng) % 24); t++) {
+            uint32_t tok = (uint32_t)kvptest_rand(rng);
             KVP_ASSERT_OK(kvp_seq_append(q, &tok, 1));
         }
-        if (next_rand(rng) % 4 == 0) {
+        if (kvptest_rand(rng) % 4 == 0) {
             kvp_seq *child;
             KVP_ASSERT_OK(kvp_seq_fork(q, (*next_id)++, &child));
             uint32_t tok = 7;

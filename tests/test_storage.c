@@ -143,6 +143,25 @@ static void w_destroy(world *w, int k)
     w->live[k] = 0;
 }
 
+/* Up to `rounds` kvp_retire_top calls, stopping early when no block is free
+ * (KVP_EEXHAUSTED); every sequence must read its own bytes after each.
+ * Returns how many of them moved a block in use. */
+static int retire_rounds_at(world *w, int rounds, const char *file, int line)
+{
+    int moved_any = 0;
+    for (int round = 0; round < rounds; round++) {
+        kvp_block retired = 0, moved = 0;
+        kvp_status st = kvp_retire_top(w->pool, &retired, &moved);
+        if (st == KVP_EEXHAUSTED)
+            break;
+        kvptest_assert_status(st, KVP_OK, "kvp_retire_top", file, line);
+        moved_any += moved != KVP_NO_BLOCK;
+        verify_at(w, file, line);
+    }
+    return moved_any;
+}
+#define retire_rounds(w, rounds) retire_rounds_at((w), (rounds), __FILE__, __LINE__)
+
 static kvp_config arena_config(uint32_t n, kvp_reuse reuse)
 {
     kvp_config cfg = kvptest_config(n);
@@ -161,11 +180,9 @@ static void test_arena_sequences(void **state)
     kvp_config cfg = arena_config(8, KVP_REUSE_LOWEST);
     w.pool = kvptest_create(&cfg);
     uint32_t t[64];
-    for (int i = 0; i < 64; i++)
-        t[i] = (uint32_t)(i + 1);
+    kvptest_tokens(t, 64, 1);
     uint32_t u[64];
-    for (int i = 0; i < 64; i++)
-        u[i] = (uint32_t)(1000 + i);
+    kvptest_tokens(u, 64, 1000);
 
     w_admit(&w, 0, 1, t, 10); /* 0 1 2 */
     VERIFY(&w);
@@ -190,16 +207,7 @@ static void test_arena_sequences(void **state)
     KVP_ASSERT_OK(kvp_seq_destroy(w.s[0].seq)); /* A goes: frees its own */
     w.live[0] = 0;
     VERIFY(&w);
-    int moved_any = 0;
-    for (int round = 0; round < 8; round++) {
-        kvp_block retired = 0, moved = 0;
-        kvp_status st = kvp_retire_top(w.pool, &retired, &moved);
-        if (st == KVP_EEXHAUSTED)
-            break;
-        KVP_ASSERT_OK(st);
-        moved_any += moved != KVP_NO_BLOCK;
-        VERIFY(&w);
-    }
+    int moved_any = retire_rounds(&w, 8);
     assert_true(moved_any >= 1);
     KVP_ASSERT_EQ(kvptest_stats(w.pool).relocated, (uint64_t)moved_any);
     /* A retired id has no address. */
@@ -227,14 +235,7 @@ static void test_arena_sequences(void **state)
     VERIFY(&w);
     /* And more relocation after shrink: free something low, retire top. */
     w_destroy(&w, 2);
-    for (int round = 0; round < 4; round++) {
-        kvp_block retired = 0, moved = 0;
-        kvp_status rs = kvp_retire_top(w.pool, &retired, &moved);
-        if (rs == KVP_EEXHAUSTED)
-            break;
-        KVP_ASSERT_OK(rs);
-        VERIFY(&w);
-    }
+    retire_rounds(&w, 4);
     /* Grow again (extend after shrink reuses retired ids first). */
     KVP_ASSERT_OK(kvp_extend(w.pool, KVP_STREAM_SHARED, 300, &added));
     VERIFY(&w);
@@ -349,24 +350,42 @@ static void copy_hook(void *user, kvp_stream stream, kvp_block src, kvp_block ds
     r->reenter_status2[i] = (int)kvp_block_get(r->pool, src, &bi);
 }
 
+/* The hook's call number i (from 0) copied src to dst in stream. */
+static void expect_copy_at(const hook_rec *r, size_t i, kvp_stream stream, kvp_block src,
+                           kvp_block dst, const char *file, int line)
+{
+    kvptest_assert_eq(r->stream[i], stream, "stream", "expected", file, line);
+    kvptest_assert_eq(r->src[i], src, "src", "expected", file, line);
+    kvptest_assert_eq(r->dst[i], dst, "dst", "expected", file, line);
+}
+#define expect_copy(r, i, stream, src, dst) \
+    expect_copy_at((r), (i), (stream), (src), (dst), __FILE__, __LINE__)
+
+/* 8 blocks, reuse order LOWEST, the copy hook recording into r (cleared
+ * here; r->pool is set once the pool exists). */
+static kvp_config hook_config(hook_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    kvp_config cfg = kvptest_config(8);
+    cfg.reuse = KVP_REUSE_LOWEST;
+    cfg.copy = copy_hook;
+    cfg.copy_user = r;
+    return cfg;
+}
+
 static void test_copy_hook(void **state)
 {
     (void)state;
     for (int thread_safe = 0; thread_safe < 2; thread_safe++) {
         static hook_rec r;
-        memset(&r, 0, sizeof r);
-        kvp_config cfg = kvptest_config(8);
+        kvp_config cfg = hook_config(&r);
         cfg.block_size = 4;
-        cfg.reuse = KVP_REUSE_LOWEST;
-        cfg.copy = copy_hook;
-        cfg.copy_user = &r;
         cfg.block_bytes[0] = BB;
         cfg.thread_safe = thread_safe;
         kvp_pool *pool = kvptest_create(&cfg);
         r.pool = pool;
         uint32_t t[32];
-        for (int i = 0; i < 32; i++)
-            t[i] = (uint32_t)(i + 5);
+        kvptest_tokens(t, 32, 5);
         kvp_seq *a = NULL, *b = NULL;
         KVP_ASSERT_OK(kvp_seq_create(pool, 1, NULL, &a));
         KVP_ASSERT_OK(kvp_seq_admit(a, t, 10, NULL)); /* 0 1 2 */
@@ -379,9 +398,7 @@ static void test_copy_hook(void **state)
         r.watch_i = 2;
         KVP_ASSERT_OK(kvp_seq_append(b, t + 10, 1));
         KVP_ASSERT_EQ(r.n, 1);
-        KVP_ASSERT_EQ(r.stream[0], KVP_STREAM_SHARED);
-        KVP_ASSERT_EQ(r.src[0], 2);
-        KVP_ASSERT_EQ(r.dst[0], 3);
+        expect_copy(&r, 0, KVP_STREAM_SHARED, 2, 3);
         KVP_ASSERT_EQ(r.watched[0], 2); /* table not yet changed */
         KVP_ASSERT_EQ(r.reenter_status[0], KVP_EBUSY);
         KVP_ASSERT_EQ(r.reenter_status2[0], KVP_EBUSY);
@@ -414,16 +431,13 @@ static void test_copy_hook(void **state)
         KVP_ASSERT_EQ(retired, 5);
         KVP_ASSERT_EQ(moved, 2);
         KVP_ASSERT_EQ(r.n, 2);
-        KVP_ASSERT_EQ(r.stream[1], KVP_STREAM_SHARED);
-        KVP_ASSERT_EQ(r.src[1], 5);
-        KVP_ASSERT_EQ(r.dst[1], 2);
+        expect_copy(&r, 1, KVP_STREAM_SHARED, 5, 2);
         KVP_ASSERT_EQ(r.watched[1], 5); /* before the table changed */
         KVP_ASSERT_EQ(r.reenter_status[1], KVP_EBUSY);
         KVP_ASSERT_OK(kvp_seq_blocks(c, &ids, &n, NULL));
         KVP_ASSERT_EQ(ids[0], 2);
         r.watch = NULL;
-        kvptest_check(pool);
-        kvp_pool_destroy(pool);
+        kvptest_done(pool);
     }
 }
 
@@ -432,12 +446,8 @@ static void test_copy_hook_streams(void **state)
 {
     (void)state;
     static hook_rec r;
-    memset(&r, 0, sizeof r);
-    kvp_config cfg = kvptest_config(8);
+    kvp_config cfg = hook_config(&r);
     cfg.separate_kv = 1;
-    cfg.reuse = KVP_REUSE_LOWEST;
-    cfg.copy = copy_hook;
-    cfg.copy_user = &r;
     cfg.block_bytes[0] = 64;
     cfg.block_bytes[1] = 64;
     kvp_pool *pool = kvptest_create(&cfg);
@@ -453,11 +463,8 @@ static void test_copy_hook_streams(void **state)
     KVP_ASSERT_EQ(retired, 7);
     KVP_ASSERT_EQ(moved, 4);
     KVP_ASSERT_EQ(r.n, 1);
-    KVP_ASSERT_EQ(r.stream[0], KVP_STREAM_V);
-    KVP_ASSERT_EQ(r.src[0], 7);
-    KVP_ASSERT_EQ(r.dst[0], 4);
-    kvptest_check(pool);
-    kvp_pool_destroy(pool);
+    expect_copy(&r, 0, KVP_STREAM_V, 7, 4);
+    kvptest_done(pool);
 }
 
 int main(void)

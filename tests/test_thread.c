@@ -48,14 +48,6 @@
 
 static kvp_hash g_hash[NHASH];
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void init_hashes(void)
 {
     memset(g_hash, 0, sizeof g_hash);
@@ -82,7 +74,7 @@ typedef struct worker {
 
 static uint32_t rn(worker *w, uint32_t n)
 {
-    return n ? (uint32_t)(splitmix64(&w->rng) % n) : 0;
+    return kvptest_rand_below(&w->rng, n);
 }
 
 static int werr(worker *w, const char *fmt, ...)
@@ -263,18 +255,24 @@ static void count_evict(void *user, const kvp_hash *h, kvp_block b)
     g_evictions_seen++;
 }
 
-static void check_pool(kvp_pool *p)
-{
-    char msg[512];
-    kvp_status s = kvp_pool_check(p, msg, sizeof msg);
-    if (s != KVP_OK)
-        fail_msg("kvp_pool_check: %s: %s", kvp_strerror(s), s == KVP_ECORRUPT ? msg : "");
-}
-
 static int cmp_block(const void *a, const void *b)
 {
     kvp_block x = *(const kvp_block *)a, y = *(const kvp_block *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Runs fn on each of the nthreads workers, one thread each, waits for all
+ * of them, then fails the test with the first error a worker recorded. */
+static void run_workers(worker *w, int nthreads, void *(*fn)(void *))
+{
+    pthread_t th[MAXT];
+    for (int t = 0; t < nthreads; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, fn, &w[t]), 0);
+    for (int t = 0; t < nthreads; t++)
+        assert_int_equal(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < nthreads; t++)
+        if (w[t].err[0])
+            fail_msg("%s", w[t].err);
 }
 
 static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
@@ -298,7 +296,6 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
     size_t ops = (size_t)((double)BASE_OPS * kvptest_scale());
     if (ops < 100)
         ops = 100;
-    pthread_t th[MAXT];
     for (int t = 0; t < nthreads; t++) {
         w[t].pool = p;
         w[t].tid = t;
@@ -307,16 +304,10 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
         for (int o = 0; o < OWNERS_PER_THREAD; o++)
             w[t].owner[o] = (kvp_owner)(t + 1) * 1000u + (kvp_owner)o;
     }
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_join(th[t], NULL), 0);
-    for (int t = 0; t < nthreads; t++)
-        if (w[t].err[0])
-            fail_msg("%s", w[t].err);
+    run_workers(w, nthreads, worker_main);
 
     /* Conservation. */
-    check_pool(p);
+    kvptest_check(p);
     kvp_stats st;
     assert_int_equal(kvp_stats_get(p, &st), KVP_OK);
     assert_true(st.blocks == st.in_use + st.free);
@@ -388,14 +379,8 @@ static void run_threads(int nthreads, int null_block, kvp_reuse reuse)
     assert_true(st.owners == owners);
 
     /* Everyone frees everything, in parallel. */
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_create(&th[t], NULL, worker_drain, &w[t]), 0);
-    for (int t = 0; t < nthreads; t++)
-        assert_int_equal(pthread_join(th[t], NULL), 0);
-    for (int t = 0; t < nthreads; t++)
-        if (w[t].err[0])
-            fail_msg("%s", w[t].err);
-    check_pool(p);
+    run_workers(w, nthreads, worker_drain);
+    kvptest_check(p);
     assert_int_equal(kvp_stats_get(p, &st), KVP_OK);
     assert_true(st.in_use == (uint64_t)(null_block ? 1 : 0));
     assert_true(st.owners == 0);
@@ -497,14 +482,13 @@ static void reenter_case(int thread_safe)
     assert_true(st.in_use == 0 && st.owners == 0 && st.cached == 0 && st.evictions == 1);
     assert_int_equal(kvp_stats_get(other, &st), KVP_OK);
     assert_true(st.in_use == 1);
-    check_pool(p);
-    check_pool(other);
+    kvptest_check(p);
+    kvptest_check(other);
 
     /* The pool works normally after the callback returned. */
     assert_int_equal(kvp_take(p, KVP_STREAM_SHARED, 2, &b), KVP_OK);
     assert_int_equal(kvp_free_owner(p, 2, NULL), KVP_OK);
-    check_pool(p);
-    kvp_pool_destroy(p);
+    kvptest_done(p);
     kvp_pool_destroy(other);
 }
 
@@ -579,7 +563,7 @@ static void test_callback_reentry_with_other_threads(void **s)
     assert_null(ret);
     assert_int_equal(c.calls, 50);
     assert_int_equal(busy, 50);
-    check_pool(c.p);
+    kvptest_check(c.p);
     kvp_pool_destroy(c.p);
 }
 

@@ -56,17 +56,9 @@ typedef struct thr {
     char err[256];
 } thr;
 
-static uint64_t rnd(thr *x)
-{
-    uint64_t z = (x->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint32_t rn(thr *x, uint32_t n)
 {
-    return (uint32_t)(rnd(x) % n);
+    return kvptest_rand_below(&x->rng, n);
 }
 
 static kvp_owner owner_of(const thr *x, uint32_t i)

@@ -1,16 +1,26 @@
 /*
- * common.c — error reporting, the monotonic clock and number parsing for the
- * command-line tool (see common.h).
+ * common.c — error reporting, the command-line parser, the monotonic clock,
+ * number parsing and safe file replacement for the command-line tool (see
+ * common.h).
+ *
+ * The parser is the one place that reads options: every subcommand states
+ * its options as a kvpt_opt table, so each rule (ranges in messages, an
+ * option given twice refused, --help) holds for all of them alike.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* getopt_long */
 
 #include "common.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <kvpool.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Print "kvpool <cmd>: message" and the --help hint; usage errors are the
  * caller's fault, so they say how to find the right spelling. */
@@ -65,5 +75,208 @@ int kvpt_parse_u64(const char *s, uint64_t max, uint64_t *out)
     if (errno || *end || v > max)
         return -1;
     *out = (uint64_t)v;
+    return 0;
+}
+
+/* ---- command lines ------------------------------------------------------ */
+
+/* getopt_long's code for table entry i: above every character, so no entry
+ * can be mistaken for 'h', '?' or ':'. */
+#define OPT_VAL_BASE 256
+
+/* Print "--name: expected one of the words of `words`" as "a, b or c". */
+static int choice_error(const kvpt_cli *cli, const kvpt_opt *o, const char *arg)
+{
+    char list[256];
+    size_t len = 0;
+    const char *w = o->what;
+    while (*w && len + 1 < sizeof list) {
+        size_t k = strcspn(w, "|");
+        const char *sep = !w[k] ? "" : strchr(w + k + 1, '|') ? ", " : " or ";
+        int n = snprintf(list + len, sizeof list - len, "%.*s%s", (int)k, w, sep);
+        if (n < 0 || (size_t)n >= sizeof list - len)
+            break;
+        len += (size_t)n;
+        w += k + (w[k] != 0);
+    }
+    list[len] = 0;
+    return kvpt_usage_error(cli->cmd, "--%s: expected %s, got '%s'", o->name, list, arg);
+}
+
+/* Whether `arg` is one of the '|'-separated words of `words`. */
+static int is_choice(const char *words, const char *arg)
+{
+    size_t n = strlen(arg);
+    for (const char *w = words;;) {
+        size_t k = strcspn(w, "|");
+        if (k == n && strncmp(w, arg, n) == 0)
+            return 1;
+        if (!w[k])
+            return 0;
+        w += k + 1;
+    }
+}
+
+/* Store the value of option `o`; returns -1 after a usage error was printed.
+ * Numbers are plain digits (no sign, blank, hex or exponent), so what a
+ * message says is allowed is exactly what is accepted. */
+static int store_value(const kvpt_cli *cli, const kvpt_opt *o, const char *arg)
+{
+    switch (o->kind) {
+    case KVPT_OPT_FLAG:
+        *(int *)o->dest = 1;
+        return 0;
+    case KVPT_OPT_TEXT:
+        *(const char **)o->dest = arg;
+        return 0;
+    case KVPT_OPT_COUNT: {
+        uint64_t v;
+        if (kvpt_parse_u64(arg, o->max, &v) || v < o->min) {
+            kvpt_usage_error(cli->cmd, "--%s: expected %s from %llu to %llu, got '%s'", o->name,
+                             o->what, (unsigned long long)o->min, (unsigned long long)o->max,
+                             arg);
+            return -1;
+        }
+        *(uint64_t *)o->dest = v;
+        return 0;
+    }
+    case KVPT_OPT_SECONDS: {
+        char *end;
+        double v = strtod(arg, &end);
+        if (!*arg || strspn(arg, "0123456789.") != strlen(arg) || *end || !isfinite(v) ||
+            v > (double)o->max) {
+            kvpt_usage_error(cli->cmd, "--%s: expected seconds from 0 to %llu, got '%s'",
+                             o->name, (unsigned long long)o->max, arg);
+            return -1;
+        }
+        *(double *)o->dest = v;
+        return 0;
+    }
+    case KVPT_OPT_CHOICE:
+        if (!is_choice(o->what, arg)) {
+            choice_error(cli, o, arg);
+            return -1;
+        }
+        *(const char **)o->dest = arg;
+        return 0;
+    }
+    return -1;
+}
+
+/* Check the number of positional arguments against the command's rule. */
+static int check_args(const kvpt_cli *cli, int n, char **args)
+{
+    if (cli->max_args == 0 && n > 0)
+        return kvpt_usage_error(cli->cmd, "unexpected argument '%s'", args[0]);
+    if (n >= cli->min_args && (cli->max_args < 0 || n <= cli->max_args))
+        return 0;
+    if (cli->min_args == cli->max_args && cli->min_args == 1)
+        return kvpt_usage_error(cli->cmd, "expected exactly one %s, got %d", cli->arg_name, n);
+    if (cli->max_args < 0 && cli->min_args == 1)
+        return kvpt_usage_error(cli->cmd, "expected at least one %s", cli->arg_name);
+    return kvpt_usage_error(cli->cmd, "expected %d to %d %s arguments, got %d", cli->min_args,
+                            cli->max_args, cli->arg_name, n);
+}
+
+/* See common.h.  The getopt_long table is built from cli->opts, with --help
+ * added; `seen` records which entries were given, whatever their spelling. */
+int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
+{
+    struct option longopts[KVPT_OPTS_MAX + 2];
+    unsigned char seen[KVPT_OPTS_MAX] = {0};
+    size_t n = 0;
+    for (; cli->opts[n].name; n++) {
+        if (n == KVPT_OPTS_MAX)
+            return kvpt_error("%s: more than %d options", cli->cmd, KVPT_OPTS_MAX);
+        int has_arg = cli->opts[n].kind == KVPT_OPT_FLAG ? no_argument : required_argument;
+        longopts[n] = (struct option){cli->opts[n].name, has_arg, NULL, OPT_VAL_BASE + (int)n};
+    }
+    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n + 1] = (struct option){NULL, 0, NULL, 0};
+
+    opterr = 0; /* every message is ours */
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(cli->usage, stdout);
+            return KVPT_EXIT_OK;
+        }
+        if (c == ':')
+            return kvpt_usage_error(cli->cmd, "option '%s' needs a value", argv[optind - 1]);
+        if (c < OPT_VAL_BASE || c >= OPT_VAL_BASE + (int)n)
+            return kvpt_usage_error(cli->cmd, "unknown option '%s'", argv[optind - 1]);
+        size_t i = (size_t)(c - OPT_VAL_BASE);
+        if (seen[i])
+            return kvpt_usage_error(cli->cmd, "--%s given twice; give each option once",
+                                    cli->opts[i].name);
+        seen[i] = 1;
+        if (store_value(cli, &cli->opts[i], optarg))
+            return KVPT_EXIT_USAGE;
+    }
+    if (check_args(cli, argc - optind, argv + optind))
+        return KVPT_EXIT_USAGE;
+    for (size_t i = 0; i < n; i++)
+        if (cli->opts[i].required && !seen[i])
+            return kvpt_usage_error(cli->cmd, "--%s is required (%s)", cli->opts[i].name,
+                                    cli->opts[i].required);
+    *first = optind;
+    return -1;
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+/* See common.h.  mkstemp in the target's own directory, so that the final
+ * rename stays within one file system and is atomic. */
+int kvpt_temp_beside(const char *path, char *tmp, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path + 1) : 0;
+    int n = snprintf(tmp, cap, "%.*s.%s.XXXXXX", dir_len, path, slash ? slash + 1 : path);
+    if (n < 0 || (size_t)n >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return mkstemp(tmp);
+}
+
+/* See common.h.  Creating a file beside `path` is the one test that answers
+ * for a missing directory, permissions, a read-only file system and quota
+ * alike. */
+int kvpt_check_writable(const char *what, const char *path)
+{
+    struct stat st;
+    if (!*path) {
+        kvpt_error("%s: the file name is empty", what);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        kvpt_error("%s %s: is a directory", what, path);
+        return -1;
+    }
+    char tmp[4096];
+    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
+    if (fd < 0) {
+        const char *slash = strrchr(path, '/');
+        kvpt_error("%s %s: cannot create a file in %.*s: %s", what, path,
+                   slash ? (int)(slash - path + 1) : 2, slash ? path : "./", strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(tmp);
+    return 0;
+}
+
+/* See common.h. */
+int kvpt_replace_file(const char *tmp, const char *path)
+{
+    mode_t mask = umask(0);
+    umask(mask);
+    if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        errno = err;
+        return -1;
+    }
     return 0;
 }

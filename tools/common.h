@@ -1,6 +1,7 @@
 /*
  * common.h — what every part of the kvpool command-line tool shares: exit
- * codes, error reporting, the monotonic clock and number parsing.
+ * codes, error reporting, the command-line parser every subcommand uses, the
+ * monotonic clock, number parsing and safe file replacement.
  *
  * The tool is small enough that one header of helpers beats a web of
  * cross-includes; everything here is tool-side only and uses nothing of the
@@ -18,14 +19,6 @@ enum {
     KVPT_EXIT_ERROR = 1,   /* bad input file, I/O or library failure */
     KVPT_EXIT_USAGE = 2    /* bad command line */
 };
-
-/* The subcommands; each returns one of the exit codes above. */
-int kvpt_cmd_replay(int argc, char **argv);
-int kvpt_cmd_sweep(int argc, char **argv);
-int kvpt_cmd_bench(int argc, char **argv);
-
-/* Print the usage of `cmd` (NULL: the whole tool) to `out`. */
-void kvpt_usage(FILE *out, const char *cmd);
 
 /* Report a command-line error for `cmd` on stderr, followed by a hint to run
  * --help; returns KVPT_EXIT_USAGE so callers can `return kvpt_usage_error(..)`. */
@@ -45,5 +38,83 @@ double kvpt_now(void);
 /* Parse a whole decimal string as an unsigned integer no larger than `max`.
  * Returns 0 on success, -1 on anything else (empty, sign, junk, overflow). */
 int kvpt_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* ---- command lines ------------------------------------------------------ */
+
+/* How an option's value is read into kvpt_opt.dest. */
+typedef enum kvpt_opt_kind {
+    KVPT_OPT_FLAG,    /* no value; int *dest becomes 1 */
+    KVPT_OPT_TEXT,    /* any text; const char **dest points into argv */
+    KVPT_OPT_COUNT,   /* plain decimal digits in [min, max]; uint64_t *dest */
+    KVPT_OPT_SECONDS, /* a decimal number of seconds in [0, max]; double *dest */
+    KVPT_OPT_CHOICE   /* one of the words of `what` ("a|b|c"); const char **dest */
+} kvpt_opt_kind;
+
+/* One option of a subcommand: --name, what it holds, where it goes. */
+typedef struct kvpt_opt {
+    const char *name;       /* long name without "--"; NULL ends a table */
+    kvpt_opt_kind kind;
+    void *dest;             /* written only when the option is given */
+    uint64_t min, max;      /* COUNT: the allowed range; SECONDS: max only */
+    const char *what;       /* COUNT: the noun for messages ("a block count");
+                               CHOICE: the allowed words, '|'-separated */
+    const char *required;   /* non-NULL: the option must be given, and this
+                               hint follows "--name is required" */
+} kvpt_opt;
+
+/* A subcommand's command line: its options and its positional arguments. */
+typedef struct kvpt_cli {
+    const char *cmd;        /* "replay": names the command in messages */
+    const char *usage;      /* the whole --help text */
+    const kvpt_opt *opts;   /* ended by an entry whose name is NULL */
+    const char *arg_name;   /* positional arguments, e.g. "TRACE" */
+    int min_args, max_args; /* how many (max_args < 0: no limit) */
+} kvpt_cli;
+
+/* The longest wait any option accepts, in seconds (over eleven days). */
+#define KVPT_SECONDS_MAX 1000000
+
+/* The most options one command may have. */
+#define KVPT_OPTS_MAX 24
+
+/*
+ * Parse a subcommand's argv (argv[0] is the command's name) against `cli`
+ * with getopt_long (options and arguments in any order, unique prefixes of
+ * option names accepted, "--" ends the options).  --help / -h prints
+ * cli->usage on stdout.  Refused, each with one line naming the option and
+ * what it allows, then a --help hint on stderr: an unknown option, a missing
+ * value, a value out of its range or not among its choices, an option given
+ * twice (by any spelling), a required option missing, too few or too many
+ * positional arguments.
+ *
+ * Returns -1 when the command should run, the positional arguments being
+ * argv[*first..argc); otherwise the exit code to return: KVPT_EXIT_OK after
+ * --help, KVPT_EXIT_USAGE after a refusal.  Destinations are written as
+ * options are read, so a refused command line may have set some; callers
+ * return at once.  O(argc x options).  Uses getopt's globals: one parse at
+ * a time.
+ */
+int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first);
+
+/* ---- files -------------------------------------------------------------- */
+
+/* Create an empty temporary file "DIR/.BASE.XXXXXX" beside `path` (mode 0600,
+ * removed by nobody but the caller) and copy its name into tmp[cap].
+ * Returns its open descriptor, or -1 with errno set (ENAMETOOLONG when the
+ * name does not fit).  A file that can be created this way can be written
+ * at `path` by kvpt_replace_file. */
+int kvpt_temp_beside(const char *path, char *tmp, size_t cap);
+
+/* Check before any work that a file can be written at `path`: it is not
+ * empty, not a directory, and a file can be created in its directory.  Returns 0, or
+ * prints "kvpool: what PATH: reason" (`what` such as "--csv") and returns -1.
+ * Leaves nothing behind. */
+int kvpt_check_writable(const char *what, const char *path);
+
+/* Finish a file written and closed at `tmp` (from kvpt_temp_beside): give it
+ * the mode a new file would have (0666 less the umask) and rename it over
+ * `path` in one step, so `path` is never seen empty or partial.  On failure
+ * removes tmp.  Returns 0, or -1 with errno set. */
+int kvpt_replace_file(const char *tmp, const char *path);
 
 #endif /* KVPT_COMMON_H */

@@ -25,7 +25,7 @@
  * misses rather than hits (SHARDS-adj): hits(C) = uses - misses(C) / rate,
  * the difference going to the smallest distance.
  */
-#define _GNU_SOURCE /* getopt_long */
+#define _POSIX_C_SOURCE 200809L /* fdopen */
 
 #include "curve.h"
 
@@ -35,10 +35,11 @@
 #include "plot.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- id map --------------------------------------------------------------- */
 
@@ -793,12 +794,21 @@ static int print_json(const result *r, const opts *o)
 }
 
 /* Write every capacity of every trace as CSV (a trace column first when
- * there are several). */
+ * there are several), through a temporary file renamed over `path` once
+ * complete. */
 static int write_csv(const result *rs, size_t n, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return kvpt_error("%s: %s", path, strerror(errno));
+    char tmp[4096];
+    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return kvpt_error("%s: %s", path, strerror(err));
+    }
     fputs(n > 1 ? "trace," : "", f);
     fputs("capacity,blocks_hit,hit_rate,tokens_hit,tokens_hit_rate\n", f);
     for (size_t i = 0; i < n; i++) {
@@ -813,25 +823,28 @@ static int write_csv(const result *rs, size_t n, const char *path)
                     (unsigned long long)r->tokens[c], rate(r->tokens[c], r->tokens_requested));
         }
     }
-    if (fclose(f) != 0)
-        return kvpt_error("%s: %s", path, strerror(errno));
+    int failed = ferror(f);
+    if (fclose(f) != 0 || failed || kvpt_replace_file(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return kvpt_error("%s: %s", path, strerror(err));
+    }
     return KVPT_EXIT_OK;
 }
 
 /* Points of the LRU line per trace: log-spaced capacities. */
 #define PLOT_POINTS 600
 
-/* Draw every trace's LRU curve, unlimited ceiling, optimal points and
- * marks.  A missing gnuplot is not an error. */
+/* Draw every trace's LRU curve with its unlimited ceiling, the optimal
+ * points and the marks.  Returns an exit code. */
 static int plot_curves(const result *rs, size_t n, const opts *o)
 {
-    size_t per = PLOT_POINTS + 2 + 2 * 64 + 2 * 64 + 1;
+    size_t per = PLOT_POINTS + 1 + 64 + 64;
     double *x = malloc(n * per * sizeof *x), *y = malloc(n * per * sizeof *y);
-    kvpt_series *series = malloc(4 * n * sizeof *series);
+    kvpt_series *series = malloc(3 * n * sizeof *series);
     char (*titles)[160] = malloc(4 * n * sizeof *titles);
     int rc = KVPT_EXIT_ERROR;
-    size_t ns = 0;
-    double ymax = 0;
+    size_t ns = 0, nt = 0;
     if (!x || !y || !series || !titles) {
         kvpt_error("out of memory");
         goto out;
@@ -851,32 +864,25 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
             last = c;
         }
         const char *name = kvpt_base_name(r->path);
-        snprintf(titles[ns], sizeof titles[ns], "LRU: %s", name);
-        series[ns] = (kvpt_series){titles[ns], k, px, py, "lines lw 2"};
-        ns++;
+        const char *sep = n > 1 ? ": " : "";
+        double unl = rate(r->unl_blocks, r->blocks_requested);
+        snprintf(titles[nt], sizeof titles[nt], "LRU%s%s", sep, n > 1 ? name : "");
+        snprintf(titles[nt + 1], sizeof titles[nt + 1], "unlimited capacity: %.4f", unl);
+        series[ns++] = (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2"};
+        nt += 2;
         px += k;
         py += k;
-        px[0] = lo;
-        px[1] = (double)r->hi * 1.5;
-        py[0] = py[1] = rate(r->unl_blocks, r->blocks_requested);
-        ymax = py[0] > ymax ? py[0] : ymax;
-        snprintf(titles[ns], sizeof titles[ns], "unlimited (%.3f): %s", py[0], name);
-        series[ns] = (kvpt_series){titles[ns], 2, px, py, "lines dt 2 lw 1.5"};
-        ns++;
-        px += 2;
-        py += 2;
         size_t m = 0;
         for (size_t g = 0; o->optimal && g < r->n_grid && m < 64; g++)
             if (r->grid[g] >= r->lo) {
                 px[m] = (double)r->grid[g];
                 py[m++] = rate(r->opt_blocks[g], r->blocks_requested);
-                ymax = py[m - 1] > ymax ? py[m - 1] : ymax;
             }
         if (m) {
-            snprintf(titles[ns], sizeof titles[ns], "optimal (Belady, prefix-respecting): %s",
-                     name);
-            series[ns] = (kvpt_series){titles[ns], m, px, py, "linespoints pt 6 dt 3"};
-        ns++;
+            snprintf(titles[nt], sizeof titles[nt], "optimal (Belady, prefix-respecting)%s%s",
+                     sep, n > 1 ? name : "");
+            series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
+                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2"};
         }
         px += m;
         py += m;
@@ -889,17 +895,15 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
                     break;
                 }
         if (m) {
-            snprintf(titles[ns], sizeof titles[ns], "marked capacities: %s", name);
-            series[ns] = (kvpt_series){titles[ns], m, px, py, "points pt 7 ps 1.5"};
-        ns++;
+            snprintf(titles[nt], sizeof titles[nt], "marked capacities%s%s", sep,
+                     n > 1 ? name : "");
+            series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0, "points pt 7 ps 1.6"};
         }
     }
-    ymax = ymax > 0 ? ymax * 1.4 : 1; /* headroom for the key */
     rc = kvpt_plot(o->plot, "LRU prefix-cache hit rate at every capacity",
-                   "capacity (blocks of 512 tokens, log scale)", "block hit rate",
-                   ymax < 1 ? ymax : 1, series, ns) < 0
-             ? KVPT_EXIT_ERROR
-             : KVPT_EXIT_OK;
+                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", series, ns) == 0
+             ? KVPT_EXIT_OK
+             : KVPT_EXIT_ERROR;
 out:
     free(x);
     free(y);
@@ -951,100 +955,131 @@ static int parse_fraction(const char *s, double *out)
     return 0;
 }
 
+static const char usage_curve[] =
+    "usage: kvpool curve TRACE [TRACE...] [--csv FILE] [--json] [--plot FILE]\n"
+    "                    [--mark A,B,C] [--target S | --target-rate R] [--optimal]\n"
+    "                    [--all-capacities] [--sample RATE [--sample-check]]\n"
+    "\n"
+    "The hit rate `kvpool replay --capacity C` would report, at every capacity C from\n"
+    "the largest request to the trace's distinct block count, in one pass: the LRU\n"
+    "cache of C blocks holds the C most recently freed distinct blocks, so a block\n"
+    "hits at C exactly when its reuse distance (distinct blocks freed since its last\n"
+    "use), and every one of its prefix's, is below C.  Exact when every hash id has\n"
+    "one parent (a prefix tree, as in the Mooncake traces; checked, and said when\n"
+    "not).  Below the largest request a replay rejects the longer requests, so\n"
+    "those capacities need one pass per request length (--all-capacities).  Prints\n"
+    "a summary and a table at 1-2-5 steps, the ends and the marks.\n"
+    "\n"
+    "  --csv FILE        every capacity: capacity,blocks_hit,hit_rate,tokens_hit,\n"
+    "                    tokens_hit_rate (a first column trace with several TRACEs)\n"
+    "  --json            one object per trace: trace, requests, blocks_requested,\n"
+    "                    tokens_requested, distinct_blocks, largest_request,\n"
+    "                    prefix_tree, exact, sample_rate, from_capacity,\n"
+    "                    to_capacity, unlimited {blocks_hit, hit_rate, tokens_hit,\n"
+    "                    tokens_hit_rate}, seconds (the passes), load_seconds, points\n"
+    "                    (the table's rows: capacity, blocks_hit, hit_rate,\n"
+    "                    tokens_hit, tokens_hit_rate, optimal {same four}), and\n"
+    "                    optimal_seconds, sample_error, target when asked\n"
+    "  --plot FILE       hit rate against capacity (log scale) with the unlimited\n"
+    "                    ceiling, the marks and the optimal points; PNG or SVG\n"
+    "  --mark A,B,C      capacities to show in the table and on the plot (exact at\n"
+    "                    any capacity, by their own pass below the largest request)\n"
+    "  --target S        the smallest capacity reaching share S of the unlimited hit\n"
+    "                    rate (e.g. 0.9)\n"
+    "  --target-rate R   the smallest capacity reaching block hit rate R\n"
+    "  --optimal         also the clairvoyant policy (evict the block used again\n"
+    "                    farthest in the future, never a prefix before its blocks)\n"
+    "                    simulated at each table capacity from the largest request:\n"
+    "                    on a prefix tree no eviction policy hits more blocks\n"
+    "  --all-capacities  the CSV and the target search start at capacity 1\n"
+    "  --sample RATE     track only the blocks whose hash falls in a RATE share\n"
+    "                    (SHARDS): memory and time shrink by about RATE, figures are\n"
+    "                    estimates\n"
+    "  --sample-check    with --sample, also run the exact pass and report the\n"
+    "                    largest and mean absolute error of the block hit rate\n"
+    "\n"
+    "Each option may be given once.\n";
+
+/* Refuse what can be refused before any work: a trace that cannot be
+ * opened, standard input named twice, output files that cannot be created,
+ * a plot without gnuplot.  Returns an exit code, or -1 to go on. */
+static int check_before(char **paths, size_t n, const opts *o)
+{
+    int stdin_seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        if (strcmp(paths[i], "-") == 0) {
+            if (stdin_seen++)
+                return kvpt_usage_error("curve", "'-' (standard input) can be read only once");
+            continue;
+        }
+        if (stat(paths[i], &st) != 0 || access(paths[i], R_OK) != 0)
+            return kvpt_error("%s: %s", paths[i], strerror(errno));
+        if (S_ISDIR(st.st_mode))
+            return kvpt_error("%s: %s", paths[i], strerror(EISDIR));
+    }
+    if (o->plot && kvpt_plot_check(o->plot))
+        return KVPT_EXIT_ERROR;
+    if (o->csv && kvpt_check_writable("--csv", o->csv))
+        return KVPT_EXIT_ERROR;
+    return -1;
+}
+
+/* Read the texts of --mark, --target, --target-rate and --sample into *o.
+ * Returns -1 when they are fine, else KVPT_EXIT_USAGE (refusal printed). */
+static int read_values(opts *o, const char *mark, const char *target, const char *target_rate,
+                       const char *sample)
+{
+    double rate_arg;
+    if (mark && parse_marks(mark, o))
+        return kvpt_usage_error("curve", "--mark: expected up to 64 block counts (>= 1) "
+                                         "separated by commas, got '%s'", mark);
+    if (target && parse_fraction(target, &o->target_share))
+        return kvpt_usage_error("curve", "--target: expected a share of the unlimited hit "
+                                         "rate in (0, 1], got '%s'", target);
+    if (target_rate && parse_fraction(target_rate, &o->target_rate))
+        return kvpt_usage_error("curve", "--target-rate: expected a hit rate in (0, 1], "
+                                         "got '%s'", target_rate);
+    if (target && target_rate)
+        return kvpt_usage_error("curve", "--target and --target-rate exclude each other");
+    if (sample) {
+        if (parse_fraction(sample, &rate_arg) || rate_arg * SAMPLE_ALL < 1)
+            return kvpt_usage_error("curve", "--sample: expected a rate in [2^-24, 1], got '%s'",
+                                    sample);
+        o->threshold = (uint32_t)llround(rate_arg * SAMPLE_ALL);
+    }
+    if (o->plot && !kvpt_plot_terminal(o->plot))
+        return kvpt_usage_error("curve", "--plot: the file name must end in .png or .svg");
+    return -1;
+}
+
 /* `kvpool curve TRACE [TRACE...] [options]`. */
 int kvpt_cmd_curve(int argc, char **argv)
 {
-    static const struct option long_opts[] = {
-        {"csv", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},
-        {"plot", required_argument, NULL, 'p'},
-        {"mark", required_argument, NULL, 'm'},
-        {"target", required_argument, NULL, 't'},
-        {"target-rate", required_argument, NULL, 'r'},
-        {"optimal", no_argument, NULL, 'o'},
-        {"all-capacities", no_argument, NULL, 'a'},
-        {"sample", required_argument, NULL, 's'},
-        {"sample-check", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     opts o = {.threshold = SAMPLE_ALL, .target_share = -1, .target_rate = -1};
-    double sample;
-    int c, rc = KVPT_EXIT_USAGE;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            o.csv = optarg;
-            break;
-        case 'j':
-            o.json = 1;
-            break;
-        case 'p':
-            o.plot = optarg;
-            break;
-        case 'm':
-            free(o.marks);
-            o.marks = NULL;
-            if (parse_marks(optarg, &o)) {
-                kvpt_usage_error("curve", "--mark: expected up to 64 block counts (>= 1) "
-                                          "separated by commas, got '%s'", optarg);
-                goto done;
-            }
-            break;
-        case 't':
-            if (parse_fraction(optarg, &o.target_share)) {
-                kvpt_usage_error("curve", "--target: expected a share of the unlimited hit "
-                                          "rate in (0, 1], got '%s'", optarg);
-                goto done;
-            }
-            break;
-        case 'r':
-            if (parse_fraction(optarg, &o.target_rate)) {
-                kvpt_usage_error("curve", "--target-rate: expected a hit rate in (0, 1], "
-                                          "got '%s'", optarg);
-                goto done;
-            }
-            break;
-        case 'o':
-            o.optimal = 1;
-            break;
-        case 'a':
-            o.all = 1;
-            break;
-        case 's':
-            if (parse_fraction(optarg, &sample) || sample * SAMPLE_ALL < 1) {
-                kvpt_usage_error("curve", "--sample: expected a rate in [2^-24, 1], got '%s'",
-                                 optarg);
-                goto done;
-            }
-            o.threshold = (uint32_t)llround(sample * SAMPLE_ALL);
-            break;
-        case 'k':
-            o.sample_check = 1;
-            break;
-        case 'h':
-            kvpt_usage(stdout, "curve");
-            rc = KVPT_EXIT_OK;
-            goto done;
-        default:
-            kvpt_usage_error("curve", "unknown or incomplete option '%s'", argv[optind - 1]);
-            goto done;
-        }
-    }
-    if (optind >= argc) {
-        kvpt_usage_error("curve", "expected at least one TRACE");
+    const char *mark = NULL, *target = NULL, *target_rate = NULL, *sample = NULL;
+    const kvpt_opt table[] = {
+        {"csv", KVPT_OPT_TEXT, &o.csv, 0, 0, NULL, NULL},
+        {"json", KVPT_OPT_FLAG, &o.json, 0, 0, NULL, NULL},
+        {"plot", KVPT_OPT_TEXT, &o.plot, 0, 0, NULL, NULL},
+        {"mark", KVPT_OPT_TEXT, &mark, 0, 0, NULL, NULL},
+        {"target", KVPT_OPT_TEXT, &target, 0, 0, NULL, NULL},
+        {"target-rate", KVPT_OPT_TEXT, &target_rate, 0, 0, NULL, NULL},
+        {"optimal", KVPT_OPT_FLAG, &o.optimal, 0, 0, NULL, NULL},
+        {"all-capacities", KVPT_OPT_FLAG, &o.all, 0, 0, NULL, NULL},
+        {"sample", KVPT_OPT_TEXT, &sample, 0, 0, NULL, NULL},
+        {"sample-check", KVPT_OPT_FLAG, &o.sample_check, 0, 0, NULL, NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
+    };
+    const kvpt_cli cli = {"curve", usage_curve, table, "TRACE", 1, -1};
+    int first, rc = kvpt_parse_args(&cli, argc, argv, &first);
+    if (rc >= 0)
+        return rc;
+    char **paths = argv + first;
+    size_t n = (size_t)(argc - first);
+    if ((rc = read_values(&o, mark, target, target_rate, sample)) >= 0 ||
+        (rc = check_before(paths, n, &o)) >= 0)
         goto done;
-    }
-    if (o.target_share >= 0 && o.target_rate >= 0) {
-        kvpt_usage_error("curve", "--target and --target-rate exclude each other");
-        goto done;
-    }
-    if (o.plot && !kvpt_plot_terminal(o.plot)) {
-        kvpt_usage_error("curve", "--plot: the file name must end in .png or .svg");
-        goto done;
-    }
-    size_t n = (size_t)(argc - optind);
     result *rs = calloc(n, sizeof *rs);
     rc = KVPT_EXIT_ERROR;
     if (!rs) {
@@ -1053,7 +1088,7 @@ int kvpt_cmd_curve(int argc, char **argv)
     }
     size_t done_n = 0;
     for (; done_n < n; done_n++) {
-        if (curve_one(argv[optind + done_n], &o, &rs[done_n]))
+        if (curve_one(paths[done_n], &o, &rs[done_n]))
             break;
         if (o.json ? print_json(&rs[done_n], &o) : (print_text(&rs[done_n], &o), 0))
             break;

@@ -3,23 +3,21 @@
  * behind `kvpool replay --events` (events.h).
  *
  * What it owns: the CLI side of KV-cache events.  Publishing itself is
- * libkvpool_interop's (interop/); this file only opens a publisher, pumps a
- * pool's queue into it, and decodes what a subscriber receives.
+ * libkvpool_interop's (interop/) and decoding what a subscriber receives is
+ * event_decode.c's; this file opens the sockets (publishers bind and
+ * subscribers connect unless told otherwise, as vLLM's do), bounds what the
+ * subscriber accepts, and pumps a pool's queue into a publisher.
  *
- * Why built this way: the subscriber prints the wire format as it is, by tag,
- * with no knowledge of kvpool, so it can watch vLLM engines too; JSON is
- * written by hand because block hashes are unsigned 64-bit integers, which a
- * signed-integer JSON library would mangle.  The demo takes the events
- * itself (rather than kvpi_publisher_drain) so that it can print kvpool's
- * own view of them at the end for tests to compare against what arrived.
+ * Why built this way: the demo takes the events itself (rather than
+ * kvpi_publisher_drain) so that it can print kvpool's own view of them at
+ * the end for tests to compare against what arrived.
  */
-#define _GNU_SOURCE /* getopt_long, poll */
+#define _GNU_SOURCE /* poll, open_memstream */
 
 #include "events.h"
 
 #include "common.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +45,10 @@ int kvpt_cmd_events_demo(int argc, char **argv)
     return not_built("events-demo");
 }
 
-int kvpt_events_start(const char *endpoint, const char *topic, double wait_s)
+int kvpt_events_start(const char *endpoint, int connect, const char *topic, double wait_s)
 {
     (void)endpoint;
+    (void)connect;
     (void)topic;
     (void)wait_s;
     not_built("--events");
@@ -73,154 +72,19 @@ void kvpt_events_stop(void)
 
 #else /* KVP_HAVE_INTEROP */
 
+#include "event_decode.h"
 #include "kvpool_interop.h"
 
-#include <msgpack.h>
 #include <poll.h>
 #include <unistd.h>
 #include <zmq.h>
 
-/* ------------------------------------------------------------------------ */
-/* JSON output (by hand: unsigned 64-bit integers must survive)              */
-/* ------------------------------------------------------------------------ */
-
-static void json_str(FILE *f, const char *s, size_t n)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void json_cstr(FILE *f, const char *s)
 {
     if (s)
-        json_str(f, s, strlen(s));
+        kvpt_json_text(f, s, strlen(s));
     else
         fputs("null", f);
-}
-
-/* Any msgpack object as JSON (binary as a hex string). */
-static void json_obj(FILE *f, const msgpack_object *o)
-{
-    switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-        fputs("null", f);
-        break;
-    case MSGPACK_OBJECT_BOOLEAN:
-        fputs(o->via.boolean ? "true" : "false", f);
-        break;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        fprintf(f, "%" PRIu64, o->via.u64);
-        break;
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        fprintf(f, "%" PRId64, o->via.i64);
-        break;
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-        fprintf(f, "%.17g", o->via.f64);
-        break;
-    case MSGPACK_OBJECT_STR:
-        json_str(f, o->via.str.ptr, o->via.str.size);
-        break;
-    case MSGPACK_OBJECT_BIN:
-        fputc('"', f);
-        for (uint32_t i = 0; i < o->via.bin.size; i++)
-            fprintf(f, "%02x", (unsigned char)o->via.bin.ptr[i]);
-        fputc('"', f);
-        break;
-    case MSGPACK_OBJECT_ARRAY:
-        fputc('[', f);
-        for (uint32_t i = 0; i < o->via.array.size; i++) {
-            if (i)
-                fputc(',', f);
-            json_obj(f, &o->via.array.ptr[i]);
-        }
-        fputc(']', f);
-        break;
-    case MSGPACK_OBJECT_MAP:
-        fputc('{', f);
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            if (i)
-                fputc(',', f);
-            const msgpack_object *k = &o->via.map.ptr[i].key;
-            if (k->type == MSGPACK_OBJECT_STR)
-                json_obj(f, k);
-            else {
-                fputc('"', f);
-                json_obj(f, k); /* good enough for a debugging view */
-                fputc('"', f);
-            }
-            fputc(':', f);
-            json_obj(f, &o->via.map.ptr[i].val);
-        }
-        fputc('}', f);
-        break;
-    default:
-        fputs("null", f);
-    }
-}
-
-/* Field names of each event, after its tag (docs/EVENTS.md). */
-static const char *const stored_fields[] = {
-    "block_hashes", "parent_block_hash", "token_ids",  "block_size",
-    "lora_id",      "medium",            "lora_name",  "extra_keys",
-    "group_idx",    "kv_cache_spec_kind", "kv_cache_spec_sliding_window"};
-static const char *const removed_fields[] = {"block_hashes", "medium", "group_idx"};
-
-static int tag_is(const msgpack_object *o, const char *tag)
-{
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(tag) &&
-           memcmp(o->via.str.ptr, tag, o->via.str.size) == 0;
-}
-
-/* The field names for an event array, or NULL for an unknown tag. */
-static const char *const *fields_of(const msgpack_object *ev, size_t *n)
-{
-    const msgpack_object *tag = &ev->via.array.ptr[0];
-    if (tag_is(tag, "BlockStored")) {
-        *n = sizeof stored_fields / sizeof *stored_fields;
-        return stored_fields;
-    }
-    if (tag_is(tag, "BlockRemoved")) {
-        *n = sizeof removed_fields / sizeof *removed_fields;
-        return removed_fields;
-    }
-    *n = 0;
-    return tag_is(tag, "AllBlocksCleared") ? stored_fields : NULL;
-}
-
-static void json_event(FILE *f, const msgpack_object *ev)
-{
-    if (ev->type != MSGPACK_OBJECT_ARRAY || ev->via.array.size == 0) {
-        fputs("{\"type\":null,\"raw\":", f);
-        json_obj(f, ev);
-        fputc('}', f);
-        return;
-    }
-    size_t nf;
-    const char *const *names = fields_of(ev, &nf);
-    fputs("{\"type\":", f);
-    json_obj(f, &ev->via.array.ptr[0]);
-    if (!names) {
-        fputs(",\"fields\":", f);
-        json_obj(f, ev);
-    }
-    for (uint32_t i = 1; names && i < ev->via.array.size; i++) {
-        if (i - 1 < nf)
-            fprintf(f, ",\"%s\":", names[i - 1]);
-        else
-            fprintf(f, ",\"field%u\":", i);
-        json_obj(f, &ev->via.array.ptr[i]);
-    }
-    fputc('}', f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -235,138 +99,119 @@ static uint64_t be64(const unsigned char *p)
     return v;
 }
 
-/* Human form of one event. */
-static void print_event(FILE *f, const msgpack_object *ev)
+/* The largest frame `kvpool events` accepts by default (--max-bytes), and
+ * the messages it lets ZeroMQ queue: together they bound its memory. */
+#define EVENTS_MAX_BYTES (16u << 20)
+#define EVENTS_RCVHWM 64
+
+/* Receive one whole message, keeping at most 3 frames.  Returns the frame
+ * count, or -1 when nothing could be read. */
+static int recv_message(void *sock, zmq_msg_t f[3])
 {
-    size_t nf;
-    const char *const *names =
-        ev->type == MSGPACK_OBJECT_ARRAY && ev->via.array.size ? fields_of(ev, &nf) : NULL;
-    if (!names) {
-        fputs("  ? ", f);
-        json_obj(f, ev);
-        fputc('\n', f);
-        return;
-    }
-    const msgpack_object *a = ev->via.array.ptr;
-    uint32_t n = ev->via.array.size;
-    fprintf(f, "  %.*s", (int)a[0].via.str.size, a[0].via.str.ptr);
-    for (uint32_t i = 1; i < n && i - 1 < nf; i++) {
-        const msgpack_object *v = &a[i];
-        if (v->type == MSGPACK_OBJECT_NIL)
-            continue;
-        if (strcmp(names[i - 1], "token_ids") == 0 && v->type == MSGPACK_OBJECT_ARRAY) {
-            fprintf(f, " tokens=%u", v->via.array.size);
-            continue;
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            zmq_msg_close(&m);
+            break;
         }
-        fprintf(f, " %s=", names[i - 1]);
-        if (v->type == MSGPACK_OBJECT_STR)
-            fprintf(f, "%.*s", (int)v->via.str.size, v->via.str.ptr);
+        more = zmq_msg_more(&m);
+        if (n < 3)
+            f[n] = m;
         else
-            json_obj(f, v);
+            zmq_msg_close(&m);
+        n++;
     }
-    fputc('\n', f);
+    return n ? n : -1;
 }
 
-/* Print one message; returns 0, or -1 when the payload is not a batch. */
-static int print_batch(FILE *f, int json, const zmq_msg_t *topic, uint64_t seq,
-                       const char *data, size_t len)
+/* ZeroMQ treats a frame past ZMQ_MAXMSGSIZE as a protocol error and, on
+ * the connecting side, does not reconnect after one; a monitor reports the
+ * disconnection so kvpool events can connect again itself. */
+#define EVENTS_MONITOR "inproc://kvpool-events-monitor"
+
+/* Read one monitor event (two frames) and connect again to `ep`. */
+static void reconnect(void *mon, void *sub, const char *ep)
 {
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    int ok = msgpack_unpack_next(&u, data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
-             u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size >= 2 &&
-             u.data.via.array.ptr[1].type == MSGPACK_OBJECT_ARRAY;
-    if (!ok) {
-        msgpack_unpacked_destroy(&u);
-        return -1;
-    }
-    const msgpack_object *b = u.data.via.array.ptr;
-    const msgpack_object *evs = &b[1];
-    const msgpack_object *dp = u.data.via.array.size > 2 ? &b[2] : NULL;
-    if (json) {
-        fputs("{\"topic\":", f);
-        json_str(f, zmq_msg_data((zmq_msg_t *)topic), zmq_msg_size((zmq_msg_t *)topic));
-        fprintf(f, ",\"seq\":%" PRIu64 ",\"ts\":", seq);
-        json_obj(f, &b[0]);
-        fputs(",\"dp_rank\":", f);
-        if (dp)
-            json_obj(f, dp);
-        else
-            fputs("null", f);
-        fputs(",\"events\":[", f);
-        for (uint32_t i = 0; i < evs->via.array.size; i++) {
-            if (i)
-                fputc(',', f);
-            json_event(f, &evs->via.array.ptr[i]);
-        }
-        fputs("]}\n", f);
-    } else {
-        fprintf(f, "batch %" PRIu64 " ", seq);
-        json_obj(f, &b[0]);
-        fprintf(f, " (%u events)\n", evs->via.array.size);
-        for (uint32_t i = 0; i < evs->via.array.size; i++)
-            print_event(f, &evs->via.array.ptr[i]);
-    }
-    fflush(f);
-    msgpack_unpacked_destroy(&u);
-    return 0;
+    zmq_msg_t f[3];
+    int n = recv_message(mon, f);
+    for (int i = 0; i < n && i < 3; i++)
+        zmq_msg_close(&f[i]);
+    fprintf(stderr, "kvpool events: lost the connection to %s (a frame over --max-bytes, "
+                    "or the publisher went away); connecting again\n", ep);
+    zmq_disconnect(sub, ep);
+    if (zmq_connect(sub, ep) != 0)
+        kvpt_error("connect %s: %s", ep, zmq_strerror(zmq_errno()));
 }
 
+static const char usage_events[] =
+    "usage: kvpool events ENDPOINT [--bind] [--topic T] [--json] [--count N]\n"
+    "                     [--timeout S] [--max-bytes N]\n"
+    "\n"
+    "Subscribe to a KV-cache events publisher (kvpool or vLLM: ZeroMQ PUB, frames\n"
+    "topic / sequence / msgpack batch) and print every batch as it arrives.\n"
+    "ENDPOINT is connected to (vLLM and llm-d engines bind port 5557), e.g.\n"
+    "tcp://127.0.0.1:5557.  Whatever the publisher sends, output is safe: JSON\n"
+    "stays valid (invalid UTF-8 as U+FFFD, NaN as null) and no control character\n"
+    "reaches the terminal.\n"
+    "\n"
+    "  --bind        bind ENDPOINT instead (the publisher connects); a port '*' is\n"
+    "                chosen by the system and printed on stderr\n"
+    "  --topic T     subscribe to topics starting with T (default: all); llm-d\n"
+    "                names them kv@<pod address>@<model name>\n"
+    "  --json        one JSON object per batch: topic, seq, ts, dp_rank, events\n"
+    "                (each with \"type\" and its named fields)\n"
+    "  --count N     stop after N batches (0, the default: never)\n"
+    "  --timeout S   stop after S seconds without a message (0 to 1000000; 0, the\n"
+    "                default: never)\n"
+    "  --max-bytes N refuse frames longer than N bytes (16 or more; default 16 MiB):\n"
+    "                the connection is dropped, then made again\n"
+    "\n"
+    "Each option may be given once.\n";
+
+/* `kvpool events ENDPOINT`: subscribe (connect, or --bind) and print every
+ * batch.  Frames longer than --max-bytes are refused by ZeroMQ before they
+ * are stored (the connection is dropped; a publisher that connects to us
+ * comes back by itself, one we connect to is connected to again), and at
+ * most EVENTS_RCVHWM messages wait in ZeroMQ's queue (past that the
+ * publisher drops them for us, and the gap is reported), so memory stays
+ * within EVENTS_RCVHWM x --max-bytes plus a bounded multiple of one message
+ * while decoding. */
 int kvpt_cmd_events(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topic", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},
-        {"count", required_argument, NULL, 'n'},
-        {"timeout", required_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *topic = "";
-    int json = 0, c;
-    uint64_t count = 0;
+    int json = 0, bind = 0;
+    uint64_t count = 0, max_bytes = EVENTS_MAX_BYTES;
     double timeout = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            topic = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'n':
-            if (kvpt_parse_u64(optarg, UINT64_MAX, &count))
-                return kvpt_usage_error("events", "--count: not a number: '%s'", optarg);
-            break;
-        case 'w': {
-            char *end;
-            timeout = strtod(optarg, &end);
-            if (*end || timeout < 0)
-                return kvpt_usage_error("events", "--timeout: not seconds: '%s'", optarg);
-            break;
-        }
-        case 'h':
-            kvpt_usage(stdout, "events");
-            return KVPT_EXIT_OK;
-        default:
-            return kvpt_usage_error("events", "unknown or incomplete option '%s'",
-                                    argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return kvpt_usage_error("events", "expected exactly one ENDPOINT");
-    const char *ep = argv[optind];
+    const kvpt_opt opts[] = {
+        {"topic", KVPT_OPT_TEXT, &topic, 0, 0, NULL, NULL},
+        {"json", KVPT_OPT_FLAG, &json, 0, 0, NULL, NULL},
+        {"count", KVPT_OPT_COUNT, &count, 0, UINT64_MAX, "a number of batches", NULL},
+        {"timeout", KVPT_OPT_SECONDS, &timeout, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"bind", KVPT_OPT_FLAG, &bind, 0, 0, NULL, NULL},
+        {"max-bytes", KVPT_OPT_COUNT, &max_bytes, 16, INT64_MAX, "a size in bytes", NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
+    };
+    const kvpt_cli cli = {"events", usage_events, opts, "ENDPOINT", 1, 1};
+    int first, parsed = kvpt_parse_args(&cli, argc, argv, &first);
+    if (parsed >= 0)
+        return parsed;
+    const char *ep = argv[first];
+    char err[512];
+    if (kvpi_endpoint_check(ep, bind, err, sizeof err) != 0)
+        return kvpt_usage_error("events", "%s", err);
 
     void *ctx = zmq_ctx_new();
-    void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL;
+    void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL, *mon = NULL;
     int rc = KVPT_EXIT_ERROR;
-    if (!sub) {
+    int64_t maxmsg = (int64_t)max_bytes;
+    int hwm = EVENTS_RCVHWM;
+    if (!sub || zmq_setsockopt(sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
+        zmq_setsockopt(sub, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0) {
         kvpt_error("cannot open a SUB socket");
         goto out;
     }
-    int bind = strchr(ep, '*') != NULL;
     if ((bind ? zmq_bind(sub, ep) : zmq_connect(sub, ep)) != 0 ||
         zmq_setsockopt(sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) != 0) {
         kvpt_error("%s %s: %s", bind ? "bind" : "connect", ep, zmq_strerror(zmq_errno()));
@@ -377,35 +222,29 @@ int kvpt_cmd_events(int argc, char **argv)
         size_t len = sizeof last;
         if (zmq_getsockopt(sub, ZMQ_LAST_ENDPOINT, last, &len) == 0)
             fprintf(stderr, "kvpool events: listening on %s\n", last);
+    } else if (zmq_socket_monitor(sub, EVENTS_MONITOR, ZMQ_EVENT_DISCONNECTED) != 0 ||
+               !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(mon, EVENTS_MONITOR) != 0) {
+        kvpt_error("cannot monitor the SUB socket: %s", zmq_strerror(zmq_errno()));
+        goto out;
     }
     uint64_t got = 0, expect = 0;
     int have_prev = 0;
     rc = KVPT_EXIT_OK;
     while (!count || got < count) {
-        zmq_pollitem_t it = {sub, 0, ZMQ_POLLIN, 0};
-        int pr = zmq_poll(&it, 1, timeout > 0 ? (long)(timeout * 1000) : -1);
+        zmq_pollitem_t it[2] = {{sub, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
+        int pr = zmq_poll(it, mon ? 2 : 1, timeout > 0 ? (long)(timeout * 1000) : -1);
         if (pr < 0) {
             rc = kvpt_error("poll: %s", zmq_strerror(zmq_errno()));
             break;
         }
         if (pr == 0)
             break; /* --timeout without messages */
+        if (mon && (it[1].revents & ZMQ_POLLIN))
+            reconnect(mon, sub, ep);
+        if (!(it[0].revents & ZMQ_POLLIN))
+            continue;
         zmq_msg_t f[3];
-        int n = 0, more = 1;
-        while (more) {
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, sub, 0) < 0) {
-                zmq_msg_close(&m);
-                break;
-            }
-            more = zmq_msg_more(&m);
-            if (n < 3)
-                f[n] = m;
-            else
-                zmq_msg_close(&m);
-            n++;
-        }
+        int n = recv_message(sub, f);
         if (n != 3 || zmq_msg_size(&f[1]) != 8) {
             fprintf(stderr, "kvpool events: skipping a message of %d frames\n", n);
         } else {
@@ -415,8 +254,8 @@ int kvpt_cmd_events(int argc, char **argv)
                                 "\n", expect, seq);
             have_prev = 1;
             expect = seq + 1;
-            if (print_batch(stdout, json, &f[0], seq, zmq_msg_data(&f[2]),
-                            zmq_msg_size(&f[2])))
+            if (kvpt_event_print(stdout, json, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), seq,
+                                 zmq_msg_data(&f[2]), zmq_msg_size(&f[2])))
                 fprintf(stderr, "kvpool events: batch %" PRIu64 " is not a msgpack batch\n",
                         seq);
             got++;
@@ -425,6 +264,10 @@ int kvpt_cmd_events(int argc, char **argv)
             zmq_msg_close(&f[i]);
     }
 out:
+    if (mon) {
+        zmq_socket_monitor(sub, NULL, 0);
+        zmq_close(mon);
+    }
     if (sub) {
         int zero = 0;
         zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof zero);
@@ -441,13 +284,14 @@ out:
 
 static kvpi_publisher *g_pub;
 
-int kvpt_events_start(const char *endpoint, const char *topic, double wait_s)
+int kvpt_events_start(const char *endpoint, int connect, const char *topic, double wait_s)
 {
     kvpi_publisher_config pc;
     kvpi_publisher_config_default(&pc);
     pc.endpoint = endpoint;
+    pc.connect = connect;
     pc.topic = topic;
-    char err[256] = "";
+    char err[512] = "";
     if (kvpi_publisher_create(&pc, &g_pub, err, sizeof err) != 0) {
         kvpt_error("--events: %s", err);
         return -1;
@@ -478,11 +322,18 @@ void kvpt_events_stop(void)
 {
     if (!g_pub)
         return;
-    fprintf(stderr,
-            "kvpool: published %" PRIu64 " events in %" PRIu64 " batches on %s (%" PRIu64
-            " lost to a full queue)\n",
-            kvpi_publisher_events_sent(g_pub), kvpi_publisher_next_seq(g_pub),
-            kvpi_publisher_endpoint(g_pub), kvpi_publisher_events_dropped(g_pub));
+    if (kvpi_publisher_wait_subscriber(g_pub, 0))
+        fprintf(stderr,
+                "kvpool: published %" PRIu64 " events in %" PRIu64 " batches on %s (%" PRIu64
+                " lost to a full queue)\n",
+                kvpi_publisher_events_sent(g_pub), kvpi_publisher_next_seq(g_pub),
+                kvpi_publisher_endpoint(g_pub), kvpi_publisher_events_dropped(g_pub));
+    else
+        fprintf(stderr,
+                "kvpool: no subscriber connected to %s: %" PRIu64 " events in %" PRIu64
+                " batches reached no one\n",
+                kvpi_publisher_endpoint(g_pub), kvpi_publisher_events_sent(g_pub),
+                kvpi_publisher_next_seq(g_pub));
     kvpi_publisher_destroy(g_pub); /* lingers until sent, at most linger_ms */
     g_pub = NULL;
 }
@@ -664,71 +515,67 @@ static void demo_hold(double hold)
     }
 }
 
+static const char usage_events_demo[] =
+    "usage: kvpool events-demo ENDPOINT [--connect] [--replay EP] [--topic T]\n"
+    "                          [--events-wait S] [--event-capacity N]\n"
+    "                          [--drain-every N] [--hold S]\n"
+    "\n"
+    "Run a scripted scenario through sequences on a pool with events on (admit, hit,\n"
+    "append, evict, reuse, reset, LoRA + multimodal) and publish its events on\n"
+    "ENDPOINT, bound (e.g. tcp://127.0.0.1:*).  Prints one JSON line\n"
+    "with the endpoints, and at the end one with kvpool's own view: batches,\n"
+    "events_sent, events_dropped, indexed (external hashes), view (the events of\n"
+    "each batch).\n"
+    "\n"
+    "  --connect            connect to ENDPOINT instead (the subscriber binds)\n"
+    "  --replay EP          bind a replay ROUTER socket at EP\n"
+    "  --topic T            topic (default kv@127.0.0.1@kvpool-demo)\n"
+    "  --events-wait S      wait up to S seconds for a subscriber first (default 2)\n"
+    "  --event-capacity N   the pool's event queue, in hashes (default 4096)\n"
+    "  --drain-every N      publish after every N scenario steps, 1 to 1000\n"
+    "                       (default 1)\n"
+    "  --hold S             afterwards keep answering replay requests for up to S\n"
+    "                       seconds, or until standard input closes\n"
+    "\n"
+    "Each option may be given once; seconds are 0 to 1000000.\n";
+
+/* `kvpool events-demo ENDPOINT`: run the scripted scenario and publish its
+ * events; prints the endpoints first and kvpool's own view last. */
 int kvpt_cmd_events_demo(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"topic", required_argument, NULL, 't'},
-        {"replay", required_argument, NULL, 'r'},
-        {"events-wait", required_argument, NULL, 'w'},
-        {"event-capacity", required_argument, NULL, 'c'},
-        {"drain-every", required_argument, NULL, 'd'},
-        {"hold", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvpi_publisher_config pc;
     kvpi_publisher_config_default(&pc);
     pc.topic = "kv@127.0.0.1@kvpool-demo";
     double wait_s = 2, hold = 0;
     uint64_t capacity = 0, every = 1;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case 't':
-            pc.topic = optarg;
-            break;
-        case 'r':
-            pc.replay_endpoint = optarg;
-            break;
-        case 'w':
-        case 'o': {
-            double v = strtod(optarg, &end);
-            if (*end || v < 0)
-                return kvpt_usage_error("events-demo", "not seconds: '%s'", optarg);
-            *(c == 'w' ? &wait_s : &hold) = v;
-            break;
-        }
-        case 'c':
-            if (kvpt_parse_u64(optarg, UINT32_MAX, &capacity) || !capacity)
-                return kvpt_usage_error("events-demo", "--event-capacity: '%s'", optarg);
-            break;
-        case 'd':
-            if (kvpt_parse_u64(optarg, 1000, &every) || !every)
-                return kvpt_usage_error("events-demo", "--drain-every: '%s'", optarg);
-            break;
-        case 'h':
-            kvpt_usage(stdout, "events-demo");
-            return KVPT_EXIT_OK;
-        default:
-            return kvpt_usage_error("events-demo", "unknown or incomplete option '%s'",
-                                    argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return kvpt_usage_error("events-demo", "expected exactly one ENDPOINT");
-    pc.endpoint = argv[optind];
+    const kvpt_opt opts[] = {
+        {"topic", KVPT_OPT_TEXT, &pc.topic, 0, 0, NULL, NULL},
+        {"replay", KVPT_OPT_TEXT, &pc.replay_endpoint, 0, 0, NULL, NULL},
+        {"events-wait", KVPT_OPT_SECONDS, &wait_s, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"event-capacity", KVPT_OPT_COUNT, &capacity, 1, UINT32_MAX, "a number of hashes",
+         NULL},
+        {"drain-every", KVPT_OPT_COUNT, &every, 1, 1000, "a number of steps", NULL},
+        {"hold", KVPT_OPT_SECONDS, &hold, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"connect", KVPT_OPT_FLAG, &pc.connect, 0, 0, NULL, NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
+    };
+    const kvpt_cli cli = {"events-demo", usage_events_demo, opts, "ENDPOINT", 1, 1};
+    int first, parsed = kvpt_parse_args(&cli, argc, argv, &first);
+    if (parsed >= 0)
+        return parsed;
+    pc.endpoint = argv[first];
 
     demo d;
     memset(&d, 0, sizeof d);
     d.drain_every = every;
     d.first_batch = 1;
-    char err[256] = "";
+    char err[512] = "";
     if (kvpi_publisher_create(&pc, &d.pub, err, sizeof err) != 0)
         return kvpt_error("events-demo: %s", err);
     const char *rep = kvpi_publisher_replay_endpoint(d.pub);
-    printf("{\"endpoint\":\"%s\",\"replay_endpoint\":", kvpi_publisher_endpoint(d.pub));
+    fputs("{\"endpoint\":", stdout);
+    json_cstr(stdout, kvpi_publisher_endpoint(d.pub));
+    fputs(",\"replay_endpoint\":", stdout);
     json_cstr(stdout, rep);
     fputs("}\n", stdout);
     fflush(stdout);

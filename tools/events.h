@@ -18,10 +18,11 @@ int kvpt_cmd_events_demo(int argc, char **argv);
 
 /* ---- the replay hook ----------------------------------------------------- */
 
-/* Open a publisher on `endpoint` (bound if it contains '*', else connected)
+/* Open a publisher on `endpoint` (bound, or with connect != 0 connected to)
  * with `topic` (NULL: ""), then wait up to wait_s seconds for a subscriber.
- * Returns 0, or -1 with the error printed. */
-int kvpt_events_start(const char *endpoint, const char *topic, double wait_s);
+ * Returns 0, or -1 with the error printed (a bad endpoint: its port, its
+ * host). */
+int kvpt_events_start(const char *endpoint, int connect, const char *topic, double wait_s);
 
 /* Is a publisher open (kvpt_events_start succeeded)? */
 int kvpt_events_on(void);
@@ -30,8 +31,9 @@ int kvpt_events_on(void);
  * the error printed.  A no-op when no publisher is open. */
 int kvpt_events_pump(kvp_pool *pool);
 
-/* Let queued messages leave (linger), report on stderr what was sent, and
- * close the publisher.  A no-op when none is open. */
+/* Let queued messages leave (linger), report on stderr what was sent — or
+ * that no subscriber ever subscribed, so nothing reached anyone — and close
+ * the publisher.  A no-op when none is open. */
 void kvpt_events_stop(void);
 
 #endif /* KVPT_EVENTS_H */

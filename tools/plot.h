@@ -3,19 +3,26 @@
  * `kvpool curve --plot`.
  *
  * gnuplot is an optional run-time dependency: the tool looks for it on PATH
- * and, when it is missing, says how to install it instead of failing.
+ * and, when it is missing, says how to install it.  A command checks with
+ * kvpt_plot_check before its work, so that a plot that cannot be drawn is
+ * refused before anything runs.
  */
 #ifndef KVPT_PLOT_H
 #define KVPT_PLOT_H
 
 #include <stddef.h>
 
-/* One line of the chart: n points (x[i], y[i]), drawn in gnuplot's `style`
- * (e.g. "lines lw 2", "points pt 7"; NULL: "linespoints"). */
+/* One line of the chart: n points (x[i], y[i]), drawn in the order given
+ * in gnuplot's `style` (e.g. "lines lw 2", "points pt 7"; NULL: lines with
+ * a mark at each point); and, when ceiling_title is not NULL, the level
+ * y = ceiling (a limit the line tends to) as a dashed line of the same
+ * colour. */
 typedef struct kvpt_series {
     const char *title;
     size_t n;
     const double *x, *y;
+    const char *ceiling_title;
+    double ceiling;
     const char *style;
 } kvpt_series;
 
@@ -23,13 +30,26 @@ typedef struct kvpt_series {
  * case), or NULL when the extension is neither. */
 const char *kvpt_plot_terminal(const char *path);
 
+/* Check that a plot can be drawn at `path` (its extension checked by the
+ * caller with kvpt_plot_terminal): gnuplot is on PATH, `path` is not a
+ * directory, and a file can be created in its directory.  Returns 0, or -1
+ * with the reason printed as one line naming --plot.  Leaves nothing
+ * behind. */
+int kvpt_plot_check(const char *path);
+
 /*
  * Draw the series into `path` (PNG or SVG by extension) with a log-scaled x
- * axis and a y axis from 0 to `ymax`; points with x <= 0 are left out.  Returns 0 on success, 1 when
- * gnuplot is not on PATH (an install hint was printed), -1 on failure (error
- * printed).
+ * axis; points with x <= 0 are left out, and at least one point must
+ * remain.  Both axes are fitted to the points and ceilings with a margin on
+ * every side; x ticks are labelled as whole numbers with thousands
+ * separators (or %g), y ticks at a round step with a fixed number of
+ * decimals.  gnuplot draws into a temporary file in path's directory that
+ * is renamed over `path` only when complete and not empty; its own messages
+ * are never shown.  Returns 0 on success, 1 when gnuplot is not on PATH (an
+ * install hint was printed), -1 on failure (one line printed, `path`
+ * untouched, no temporary file left).
  */
 int kvpt_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
-              double ymax, const kvpt_series *series, size_t n_series);
+              const kvpt_series *series, size_t n_series);
 
 #endif /* KVPT_PLOT_H */

@@ -1,8 +1,8 @@
 /*
- * replay.c — `kvpool replay` and `kvpool sweep`: a Mooncake trace through a
- * prefix-caching pool, once or at many capacities.
+ * replay.c — `kvpool replay`: a Mooncake trace through a prefix-caching
+ * pool, and kvpt_replay(), the routine `kvpool sweep` (sweep.c) repeats.
  *
- * Both commands share kvpt_replay(), which drives the library's public API
+ * kvpt_replay() drives the library's public API
  * exactly as an engine would for a prompt: look up the longest cached prefix
  * (stopping at the first miss), claim it, allocate the rest, publish it, and
  * free every block tail first so that a request's last blocks are evicted
@@ -11,16 +11,13 @@
  * references (owner bookkeeping would only add cost: each request frees
  * exactly what it took, in one call).
  */
-#define _GNU_SOURCE /* getopt_long */
+#define _POSIX_C_SOURCE 200809L
 
 #include "replay.h"
 
 #include "common.h"
 #include "events.h" /* --events: publish KV-cache events */
-#include "plot.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <kvpool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +95,9 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
     cfg.prefault = 1;
     if (kvpt_events_on()) { /* replay --events: room for a whole request's events */
         cfg.events = 1;
-        cfg.event_capacity = 2 * (uint32_t)(t->max_blocks < 2048 ? 2048 : t->max_blocks) + 2;
+        uint64_t most = t->max_blocks < capacity ? t->max_blocks : capacity; /* longer: rejected */
+        uint64_t want = 2 * (most < 2048 ? 2048 : most) + 2;
+        cfg.event_capacity = want < UINT32_MAX ? (uint32_t)want : UINT32_MAX - 1; /* the most */
     }
     kvp_pool *pool;
     kvp_status rc = kvp_pool_create(&cfg, &pool);
@@ -164,12 +163,6 @@ double kvpt_tokens_hit_rate(const kvpt_replay_result *r)
     return r->tokens_requested ? (double)r->tokens_hit / (double)r->tokens_requested : 0.0;
 }
 
-/* Parse a capacity argument: a block count up to KVP_MAX_BLOCKS. */
-static int parse_capacity(const char *s, uint64_t *out)
-{
-    return kvpt_parse_u64(s, KVP_MAX_BLOCKS, out);
-}
-
 /* Print one replay as a two-column table. */
 static void print_replay_table(const kvpt_trace *t, const kvpt_replay_result *r)
 {
@@ -232,69 +225,78 @@ static int print_replay_json(const kvpt_trace *t, const kvpt_replay_result *r)
     return kvpt_json_line(o) ? kvpt_error("cannot render JSON") : KVPT_EXIT_OK;
 }
 
+static const char usage_replay[] =
+    "usage: kvpool replay TRACE --capacity BLOCKS [--json]\n"
+    "                     [--events ENDPOINT [--events-connect] [--topic T]\n"
+    "                      [--events-wait S]]\n"
+    "\n"
+    "Replay TRACE (Mooncake JSON Lines, plain or gzip: {\"timestamp\", \"input_length\",\n"
+    "\"output_length\", \"hash_ids\"}) through a pool of BLOCKS blocks of 512 tokens with\n"
+    "prefix caching.  Per request, in file order: claim the longest cached prefix of\n"
+    "its hash_ids, allocate the rest (evicting least-recently-freed cached blocks),\n"
+    "publish them, then free all of them tail first so they stay cached.  A request\n"
+    "with more hash ids than BLOCKS is rejected (counted, no hits).  The pool is\n"
+    "created with prefault, as a server would at start-up, so its page faults fall\n"
+    "before the timed loop.\n"
+    "\n"
+    "TRACE '-' is standard input; pipes and FIFOs work (the input is read once).\n"
+    "Each line is at most 1 MiB, its fields non-negative integers (no key twice),\n"
+    "and hash_ids has exactly ceil(input_length / 512) ids.  An input with no\n"
+    "request, data after the gzip stream (consecutive gzip members are one\n"
+    "stream) or a line breaking a rule is refused as \"FILE:LINE: what is wrong\".\n"
+    "\n"
+    "  --capacity BLOCKS  pool size in blocks, 0 to 2147483647; 0 = large enough\n"
+    "                     for the whole trace\n"
+    "  --json             one JSON object: requests, rejected, blocks_requested,\n"
+    "                     blocks_hit, hit_rate, tokens_requested, tokens_hit,\n"
+    "                     tokens_hit_rate, evictions, peak_in_use, seconds (replay\n"
+    "                     loop), load_seconds (read + parse), blocks_per_second\n"
+    "  --events ENDPOINT  publish the replay's KV-cache events live (ZeroMQ, vLLM\n"
+    "                     wire format, one batch per request; docs/EVENTS.md),\n"
+    "                     bound, e.g. tcp://127.0.0.1:5557 (port 1-65535, or '*'\n"
+    "                     for one chosen by the system)\n"
+    "  --events-connect   connect to ENDPOINT instead (the subscriber binds); its\n"
+    "                     host must resolve\n"
+    "  --topic T          topic of every message (default empty; llm-d:\n"
+    "                     kv@<pod address>@<model name>)\n"
+    "  --events-wait S    first wait up to S seconds for a subscriber (default 2)\n"
+    "\n"
+    "Each option may be given once.  A progress bar is drawn on stderr when stderr\n"
+    "is a terminal.\n";
+
 /* `kvpool replay TRACE --capacity BLOCKS [--json]`. */
 int kvpt_cmd_replay(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"capacity", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},
-        {"events", required_argument, NULL, 'E'},
-        {"topic", required_argument, NULL, 'T'},
-        {"events-wait", required_argument, NULL, 'W'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     uint64_t capacity = 0;
-    int have_capacity = 0, json = 0, c;
+    int json = 0, events_connect = 0;
     const char *events_ep = NULL, *events_topic = NULL; /* --events (events.c) */
     double events_wait = 2;
-    char *end;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            if (parse_capacity(optarg, &capacity))
-                return kvpt_usage_error("replay", "--capacity: not a block count: '%s'", optarg);
-            have_capacity = 1;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'E':
-            events_ep = optarg;
-            break;
-        case 'T':
-            events_topic = optarg;
-            break;
-        case 'W':
-            events_wait = strtod(optarg, &end);
-            if (*end || !(events_wait >= 0))
-                return kvpt_usage_error("replay", "--events-wait: not seconds: '%s'", optarg);
-            break;
-        case 'h':
-            kvpt_usage(stdout, "replay");
-            return KVPT_EXIT_OK;
-        default:
-            return kvpt_usage_error("replay", "unknown or incomplete option '%s'",
-                                    argv[optind - 1]);
-        }
-    }
-    if (optind != argc - 1)
-        return kvpt_usage_error("replay", "expected exactly one TRACE, got %d", argc - optind);
-    if (!have_capacity)
-        return kvpt_usage_error("replay", "--capacity is required (0: the whole trace)");
+    const kvpt_opt opts[] = {
+        {"capacity", KVPT_OPT_COUNT, &capacity, 0, KVP_MAX_BLOCKS, "a block count",
+         "0: the whole trace"},
+        {"json", KVPT_OPT_FLAG, &json, 0, 0, NULL, NULL},
+        {"events", KVPT_OPT_TEXT, &events_ep, 0, 0, NULL, NULL},
+        {"topic", KVPT_OPT_TEXT, &events_topic, 0, 0, NULL, NULL},
+        {"events-wait", KVPT_OPT_SECONDS, &events_wait, 0, KVPT_SECONDS_MAX, NULL, NULL},
+        {"events-connect", KVPT_OPT_FLAG, &events_connect, 0, 0, NULL, NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
+    };
+    const kvpt_cli cli = {"replay", usage_replay, opts, "TRACE", 1, 1};
+    int first, rc = kvpt_parse_args(&cli, argc, argv, &first);
+    if (rc >= 0)
+        return rc;
 
     kvpt_trace t;
-    if (kvpt_trace_load(argv[optind], &t))
+    if (kvpt_trace_load(argv[first], &t))
         return KVPT_EXIT_ERROR;
-    if (events_ep && kvpt_events_start(events_ep, events_topic, events_wait)) {
+    if (events_ep && kvpt_events_start(events_ep, events_connect, events_topic, events_wait)) {
         kvpt_trace_free(&t);
         return KVPT_EXIT_ERROR;
     }
     kvpt_progress prog;
     kvpt_progress_start(&prog, "replay", t.n_requests);
     kvpt_replay_result r;
-    int rc = kvpt_replay(&t, capacity, &prog, 0, &r);
+    rc = kvpt_replay(&t, capacity, &prog, 0, &r);
     kvpt_progress_end(&prog);
     kvpt_events_stop(); /* lets queued messages leave */
     if (rc == 0) {
@@ -305,206 +307,4 @@ int kvpt_cmd_replay(int argc, char **argv)
     }
     kvpt_trace_free(&t);
     return rc ? KVPT_EXIT_ERROR : KVPT_EXIT_OK;
-}
-
-/* Split "A,B,C" into block counts.  Returns the count, or 0 on a bad list. */
-static size_t parse_capacities(const char *list, uint64_t **out)
-{
-    size_t n = 1;
-    for (const char *p = list; *p; p++)
-        n += *p == ',';
-    uint64_t *caps = malloc(n * sizeof *caps);
-    char *copy = strdup(list);
-    size_t k = 0;
-    if (caps && copy) {
-        char *save = NULL;
-        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            if (k == n || parse_capacity(tok, &caps[k]))
-                break;
-            k++;
-        }
-        /* strtok_r skips empty fields: count them as errors too */
-        if (k != n)
-            k = 0;
-    } else {
-        k = 0;
-    }
-    free(copy);
-    if (!k) {
-        free(caps);
-        caps = NULL;
-    }
-    *out = caps;
-    return k;
-}
-
-/* Results of a sweep: n_traces x n_caps replays, row-major by trace. */
-typedef struct sweep {
-    char **paths;
-    size_t n_traces;
-    const uint64_t *caps;
-    size_t n_caps;
-    kvpt_replay_result *res;
-} sweep;
-
-/* Write the sweep as CSV with the documented header. */
-static int write_csv(const sweep *s, const char *path)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return kvpt_error("%s: %s", path, strerror(errno));
-    fputs("trace,capacity,requests,blocks_requested,blocks_hit,hit_rate,tokens_hit_rate,"
-          "evictions\n", f);
-    for (size_t i = 0; i < s->n_traces; i++) {
-        for (size_t j = 0; j < s->n_caps; j++) {
-            const kvpt_replay_result *r = &s->res[i * s->n_caps + j];
-            kvpt_csv_field(f, s->paths[i]);
-            fprintf(f, ",%llu,%llu,%llu,%llu,%.6f,%.6f,%llu\n", (unsigned long long)s->caps[j],
-                    (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
-                    (unsigned long long)r->blocks_hit, kvpt_hit_rate(r),
-                    kvpt_tokens_hit_rate(r), (unsigned long long)r->evictions);
-        }
-    }
-    if (fclose(f) != 0)
-        return kvpt_error("%s: %s", path, strerror(errno));
-    return KVPT_EXIT_OK;
-}
-
-/* Print the sweep as an aligned table. */
-static void print_sweep_table(const sweep *s)
-{
-    static const char *const headers[] = {"trace",      "capacity",        "requests",
-                                          "rejected",   "blocks_requested", "blocks_hit",
-                                          "hit_rate",   "tokens_hit_rate", "evictions",
-                                          "seconds"};
-    kvpt_table *tab = kvpt_table_new(10, headers, "lrrrrrrrrr");
-    if (!tab)
-        return;
-    for (size_t i = 0; i < s->n_traces; i++) {
-        for (size_t j = 0; j < s->n_caps; j++) {
-            const kvpt_replay_result *r = &s->res[i * s->n_caps + j];
-            kvpt_table_cell(tab, "%s", kvpt_base_name(s->paths[i]));
-            kvpt_table_cell(tab, "%llu", (unsigned long long)s->caps[j]);
-            kvpt_table_cell(tab, "%llu", (unsigned long long)r->requests);
-            kvpt_table_cell(tab, "%llu", (unsigned long long)r->rejected);
-            kvpt_table_cell(tab, "%llu", (unsigned long long)r->blocks_requested);
-            kvpt_table_cell(tab, "%llu", (unsigned long long)r->blocks_hit);
-            kvpt_table_cell(tab, "%.4f", kvpt_hit_rate(r));
-            kvpt_table_cell(tab, "%.4f", kvpt_tokens_hit_rate(r));
-            kvpt_table_cell(tab, "%llu", (unsigned long long)r->evictions);
-            kvpt_table_cell(tab, "%.3f", r->seconds);
-        }
-    }
-    kvpt_table_print(tab, stdout);
-    kvpt_table_free(tab);
-}
-
-/* Plot hit rate against capacity, one line per trace.  Returns an exit
- * code; a missing gnuplot is not an error. */
-static int plot_sweep(const sweep *s, const char *path)
-{
-    size_t n = s->n_traces * s->n_caps;
-    double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    kvpt_series *series = malloc(s->n_traces * sizeof *series);
-    int rc = KVPT_EXIT_ERROR;
-    if (!x || !y || !series) {
-        kvpt_error("out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < s->n_traces; i++) {
-        for (size_t j = 0; j < s->n_caps; j++) {
-            x[i * s->n_caps + j] = (double)s->caps[j];
-            y[i * s->n_caps + j] = kvpt_hit_rate(&s->res[i * s->n_caps + j]);
-        }
-        series[i] = (kvpt_series){kvpt_base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
-                                  y + i * s->n_caps, NULL};
-    }
-    rc = kvpt_plot(path, "Prefix-cache hit rate by capacity",
-                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", 1.0, series,
-                   s->n_traces) < 0
-             ? KVPT_EXIT_ERROR
-             : KVPT_EXIT_OK;
-out:
-    free(x);
-    free(y);
-    free(series);
-    return rc;
-}
-
-/* `kvpool sweep TRACE [TRACE...] --capacities A,B,C [--csv FILE] [--plot FILE]`. */
-int kvpt_cmd_sweep(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"capacities", required_argument, NULL, 'c'},
-        {"csv", required_argument, NULL, 's'},
-        {"plot", required_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *caps_arg = NULL, *csv = NULL, *plot = NULL;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            caps_arg = optarg;
-            break;
-        case 's':
-            csv = optarg;
-            break;
-        case 'p':
-            plot = optarg;
-            break;
-        case 'h':
-            kvpt_usage(stdout, "sweep");
-            return KVPT_EXIT_OK;
-        default:
-            return kvpt_usage_error("sweep", "unknown or incomplete option '%s'",
-                                    argv[optind - 1]);
-        }
-    }
-    if (optind >= argc)
-        return kvpt_usage_error("sweep", "expected at least one TRACE");
-    if (!caps_arg)
-        return kvpt_usage_error("sweep", "--capacities is required, e.g. 1000,10000,100000");
-    if (plot && !kvpt_plot_terminal(plot))
-        return kvpt_usage_error("sweep", "--plot: the file name must end in .png or .svg");
-    sweep s = {argv + optind, (size_t)(argc - optind), NULL, 0, NULL};
-    uint64_t *caps;
-    s.n_caps = parse_capacities(caps_arg, &caps);
-    if (!s.n_caps)
-        return kvpt_usage_error("sweep", "--capacities: expected block counts separated by "
-                                         "commas, got '%s'", caps_arg);
-    s.caps = caps;
-    s.res = calloc(s.n_traces * s.n_caps, sizeof *s.res);
-    int rc = KVPT_EXIT_ERROR;
-    if (!s.res) {
-        kvpt_error("out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < s.n_traces; i++) {
-        kvpt_trace t;
-        if (kvpt_trace_load(s.paths[i], &t))
-            goto out;
-        kvpt_progress prog;
-        kvpt_progress_start(&prog, kvpt_base_name(s.paths[i]), t.n_requests * s.n_caps);
-        int failed = 0;
-        for (size_t j = 0; j < s.n_caps && !failed; j++)
-            failed = kvpt_replay(&t, s.caps[j], &prog, j * t.n_requests,
-                                 &s.res[i * s.n_caps + j]);
-        kvpt_progress_end(&prog);
-        kvpt_trace_free(&t);
-        if (failed)
-            goto out;
-    }
-    print_sweep_table(&s);
-    rc = KVPT_EXIT_OK;
-    if (csv)
-        rc = write_csv(&s, csv);
-    if (rc == KVPT_EXIT_OK && plot)
-        rc = plot_sweep(&s, plot);
-out:
-    free(caps);
-    free(s.res);
-    return rc;
 }

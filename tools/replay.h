@@ -1,6 +1,7 @@
 /*
- * replay.h — replaying a loaded trace through a kvpool pool with prefix
- * caching; the one routine behind both `kvpool replay` and `kvpool sweep`.
+ * replay.h — `kvpool replay`, and replaying a loaded trace through a kvpool
+ * pool with prefix caching: the one routine behind both `kvpool replay` and
+ * `kvpool sweep`.
  */
 #ifndef KVPT_REPLAY_H
 #define KVPT_REPLAY_H
@@ -34,5 +35,9 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
  * nothing was requested). */
 double kvpt_hit_rate(const kvpt_replay_result *r);
 double kvpt_tokens_hit_rate(const kvpt_replay_result *r);
+
+/* `kvpool replay TRACE --capacity BLOCKS [--json] [--events ...]`
+ * (argv[0] = "replay"); returns the exit code. */
+int kvpt_cmd_replay(int argc, char **argv);
 
 #endif /* KVPT_REPLAY_H */

@@ -502,5 +502,6 @@ void kvpt_trace_free(kvpt_trace *t)
     free(t->offset);
     free(t->ids);
     free(t->input_length);
+    free(t->output_length);
     memset(t, 0, sizeof *t);
 }

@@ -49,6 +49,7 @@ typedef struct kvpt_trace {
                                 are ids[offset[r] .. offset[r + 1]) */
     uint64_t *ids;           /* every request's hash ids, in file order */
     uint64_t *input_length;  /* per request, tokens */
+    uint64_t *output_length; /* per request, tokens */
     uint64_t total_blocks;   /* == offset[n_requests] */
     uint64_t total_input;    /* sum of input_length */
     uint64_t max_blocks;     /* hash ids of the longest request */

@@ -143,6 +143,10 @@ int reserve(kvpt_trace *t, size_t n_ids)
         if (!inl)
             return -1;
         t->input_length = inl;
+        uint64_t *outl = (uint64_t *)std::realloc(t->output_length, cap * sizeof *outl);
+        if (!outl)
+            return -1;
+        t->output_length = outl;
         t->req_cap = cap;
     }
     size_t need = (size_t)t->total_blocks + n_ids;
@@ -196,6 +200,7 @@ int add_request(kvpt_trace *t, simdjson::dom::object o, char *err, size_t cap)
     if (t->total_input > UINT64_MAX - input_length)
         return fail(err, cap, "the total input_length of the trace overflows 64 bits");
     t->input_length[t->n_requests] = input_length;
+    t->output_length[t->n_requests] = output_length;
     t->total_input += input_length;
     t->total_blocks += n;
     if (n > t->max_blocks)

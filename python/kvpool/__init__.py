@@ -31,6 +31,7 @@ from ._kvpool import (  # noqa: F401  (re-exported)
     FMT_USER,
     HASH_SHA256,
     HASH_XXH3_128,
+    HINT_NONE,
     MAX_BLOCKS,
     NO_BLOCK,
     REUSE_FIFO,

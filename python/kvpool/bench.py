@@ -1,7 +1,7 @@
 """kvpool.bench — BENCH.md's churn and prefix workloads, driven from Python.
 
 Run: ``PYTHONPATH=build/python /usr/bin/python3 -m kvpool.bench [--quick]
-[--workload churn|prefix|all] [--reps N]``.
+[--workload churn|prefix|decode|all] [--reps N]``.
 
 Each workload runs three ways, to show what crossing into C costs:
 
@@ -15,6 +15,14 @@ Each workload runs three ways, to show what crossing into C costs:
              alloc_blocks, publish_many, free);
 - ``seq``    request-level Sequence calls (churn: append one block's tokens
              per step, destroy at the end; prefix: admit + destroy).
+
+The ``decode`` workload is a decode loop: 256 requests, each step one new
+block for every request (a request's length drawn from 8 to 128 blocks;
+when it is reached the request's blocks go with ``free_owner`` and a new
+request takes its row).  Two ways: ``take``, one ``Pool.take(owner)`` call
+per block, and ``batch``, one ``Pool.take_each`` call per step with numpy
+owners, output and hint buffers.  Both rows report the pool's
+``fingerprint`` at the end: the two ways must leave the same state.
 
 The churn ``vllm`` row also reports ``loop_floor_ns_per_block``: the same
 Python loop with two C builtins in place of the pool's calls, i.e. what the
@@ -36,7 +44,7 @@ import time
 
 import numpy as np
 
-from . import Pool, Sequence
+from . import HINT_NONE, Pool, Sequence
 from .compat.vllm import BlockPool
 
 BS = 16
@@ -285,11 +293,81 @@ def prefix_seq(reqs, alg="xxh3"):
     return t1 - t0, st["prefix_hits"] / max(st["prefix_queries"], 1)
 
 
+def positive_int(text):
+    """argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+# ---- decode -----------------------------------------------------------------
+
+def decode_ops(total: int, live: int = 256, lo: int = 8, hi: int = 128):
+    """(steps, initial owners, per step the (row, new owner) pairs whose
+    request ends after that step) for about `total` takes."""
+    rng = SplitMix64()
+    steps = total // live
+    lens = iter(rng.range(total // lo + live, lo, hi).tolist())  # every request ends by then
+    left = [next(lens) for _ in range(live)]
+    next_owner = live + 1
+    ends = []
+    for _ in range(steps):
+        done = []
+        for row in range(live):
+            left[row] -= 1
+            if left[row] == 0:
+                done.append((row, next_owner))
+                next_owner += 1
+                left[row] = next(lens)
+        ends.append(done)
+    return steps, list(range(1, live + 1)), ends
+
+
+def decode_take(ops):
+    steps, initial, ends = ops
+    pool = Pool(block_size=BS, num_blocks=65536)
+    owners = list(initial)
+    take, free_owner = pool.take, pool.free_owner
+    t0 = time.perf_counter()
+    for step in range(steps):
+        for o in owners:
+            take(o)
+        for row, new in ends[step]:
+            free_owner(owners[row])
+            owners[row] = new
+    t1 = time.perf_counter()
+    return t1 - t0, pool.fingerprint()
+
+
+def decode_batch(ops):
+    steps, initial, ends = ops
+    pool = Pool(block_size=BS, num_blocks=65536)
+    owners = list(initial)
+    own = np.array(initial, dtype=np.uint64)
+    hints = np.full(len(initial), HINT_NONE, dtype=np.uint32)
+    out = np.empty(len(initial), dtype=np.uint32)
+    take_each, free_owner = pool.take_each, pool.free_owner
+    t0 = time.perf_counter()
+    for step in range(steps):
+        take_each(own, out, hints)
+        for row, new in ends[step]:
+            free_owner(owners[row])
+            owners[row] = new
+            own[row] = new
+    t1 = time.perf_counter()
+    return t1 - t0, pool.fingerprint()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvpool.bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", choices=["churn", "prefix", "all"], default="all")
+    ap.add_argument("--workload", choices=["churn", "prefix", "decode", "all"], default="all")
     ap.add_argument("--quick", action="store_true", help="shrink every workload (for tests)")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=positive_int, default=5,
+                    help="timed repetitions after one warm-up, 1 or more (default 5)")
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
     a = ap.parse_args(argv)
     reps = 1 if a.quick else a.reps
@@ -332,6 +410,17 @@ def main(argv=None) -> int:
             t = statistics.median(r[0] for r in res)
             emit({"workload": "prefix", "way": way, "hash": alg, "ns_per_block": t / nfb * 1e9,
                   "us_per_request": t / n_req * 1e6, "hit_rate": res[0][1], "requests": n_req})
+    if a.workload in ("decode", "all"):
+        ops = decode_ops(100_000 if a.quick else 1_000_000)
+        takes = ops[0] * len(ops[1])
+        for way, fn in (("take", decode_take), ("batch", decode_batch)):
+            res = []
+            fn(ops)
+            for _ in range(reps):
+                res.append(fn(ops))
+            t = statistics.median(r[0] for r in res)
+            emit({"workload": "decode", "way": way, "ns_per_block": t / takes * 1e9,
+                  "blocks": takes, "fingerprint": res[0][1]})
     return 0
 
 

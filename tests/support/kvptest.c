@@ -46,6 +46,12 @@ void kvptest_check_at(kvp_pool *pool, const char *file, int line)
     _fail(file, line);
 }
 
+void kvptest_done_at(kvp_pool *pool, const char *file, int line)
+{
+    kvptest_check_at(pool, file, line);
+    kvp_pool_destroy(pool);
+}
+
 uint64_t kvptest_fp_at(kvp_pool *pool, const char *file, int line)
 {
     uint64_t fp = 0;
@@ -107,6 +113,15 @@ kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line)
     kvptest_assert_status(kvp_stats_get(pool, &s), KVP_OK, "kvp_stats_get", file,
                           line);
     return s;
+}
+
+size_t kvptest_history_len_at(kvp_pool *pool, const char *file, int line)
+{
+    size_t n = 0;
+    kvp_status st = kvp_stats_history(pool, NULL, 0, &n);
+    if (st != KVP_ESPACE)
+        kvptest_assert_status(st, KVP_OK, "kvp_stats_history", file, line);
+    return n;
 }
 
 kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
@@ -176,6 +191,12 @@ size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
     return n;
 }
 
+void kvptest_tokens(uint32_t *t, size_t n, uint32_t first)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = first + (uint32_t)i;
+}
+
 size_t kvptest_owner_blocks_at(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
                                size_t cap, const char *file, int line)
 {
@@ -227,6 +248,13 @@ void kvptest_evrec_reset(kvptest_evrec *r)
     memset(r, 0, sizeof *r);
 }
 
+void kvptest_evrec_expect_at(const kvptest_evrec *r, size_t i, uint64_t hv, kvp_block b,
+                             const char *file, int line)
+{
+    kvptest_assert_eq(r->hash[i], hv, "evicted hash", "expected", file, line);
+    kvptest_assert_eq(r->block[i], b, "evicted block", "expected", file, line);
+}
+
 void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg)
 {
     kvptest_evrec_reset(r);
@@ -252,6 +280,44 @@ size_t kvptest_steps(size_t base)
     if (v < 1.0)
         return 1;
     return (size_t)v;
+}
+
+/* splitmix64 (Steele, Lea and Flood): every 64-bit state gives a
+ * well-mixed value, so consecutive seeds still give unrelated streams. */
+uint64_t kvptest_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A zero bound draws nothing: the stream is left where it was. */
+uint32_t kvptest_rand_below(uint64_t *state, uint32_t n)
+{
+    return n ? (uint32_t)(kvptest_rand(state) % n) : 0;
+}
+
+/* The header is 16 bytes, not sizeof(size_t), so the caller's block keeps
+ * the alignment malloc gives. */
+#define KVPTEST_SIZE_HDR 16u
+
+void *kvptest_sized_alloc(size_t size)
+{
+    unsigned char *p = malloc(size + KVPTEST_SIZE_HDR);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    return p + KVPTEST_SIZE_HDR;
+}
+
+size_t kvptest_sized_release(void *ptr)
+{
+    unsigned char *p = (unsigned char *)ptr - KVPTEST_SIZE_HDR;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    free(p);
+    return size;
 }
 
 void kvptest_free1(kvp_pool *pool, kvp_block b, kvp_owner owner)

@@ -18,13 +18,16 @@
  *
  * Pool helpers (all assert success)
  *   kvptest_check(pool)       kvp_pool_check(); fails with its message.
+ *   kvptest_done(pool)        kvptest_check(), then kvp_pool_destroy(): the
+ *                             end of a pool the test still expects whole.
  *   kvptest_fp(pool)          kvp_pool_fingerprint().
  *   kvptest_config(n)         kvp_config_default() with num_blocks = n and
  *                             block_size = 16; change fields, then
- *   kvptest_create(&cfg)      kvp_pool_create() + check; destroy with
- *                             kvp_pool_destroy().
+ *   kvptest_create(&cfg)      kvp_pool_create() + check; end with
+ *                             kvptest_done() or kvp_pool_destroy().
  *   kvptest_pool(n, reuse)    shorthand for the two above.
  *   kvptest_stats(pool)       kvp_stats_get() by value.
+ *   kvptest_history_len(pool) entries in the history ring.
  *   kvptest_info(pool, id)    kvp_block_get() by value.
  *   kvptest_free_count(pool, stream)
  *   kvptest_take(pool, stream, owner)         kvp_take(), returns the id.
@@ -38,11 +41,18 @@
  *   kvptest_alloc(pool, stream, tokens, owner, ids, cap)  kvp_alloc() with
  *                             format FP16, returns the count.
  *   kvptest_owner_blocks(pool, owner, ids, cap)  returns the count.
+ *   kvptest_lookup(pool, hv)  kvp_lookup() of kvptest_hash(hv) in the shared
+ *                             stream: the block, or KVP_NO_BLOCK when the
+ *                             hash is not indexed.
  *
  * Hashes
  *   kvptest_hash(v)      a kvp_hash that is zero except for v stored
  *                        big-endian in the last 8 bytes.
  *   kvptest_hash_u64(h)  reads those last 8 bytes back.
+ *
+ * Tokens
+ *   kvptest_tokens(t, n, first)  fills t[0..n-1] with first, first + 1, ...
+ *                                (a prompt of consecutive token ids).
  *
  * Eviction recorder
  *   kvptest_evrec r; kvptest_evrec_attach(&r, &cfg);   (before create)
@@ -52,10 +62,25 @@
  *   a notice that breaks that pairing is counted in r.bad).  r.n counts all
  *   callbacks, r.n_cleared the notices; the first KVPTEST_EVREC_MAX entries
  *   are kept.  kvptest_evrec_reset(&r) forgets everything.
+ *   KVPTEST_EXPECT_EVREC(&r, i, hv, b)  entry i recorded hash value hv
+ *                                        evicted from block b.
  *
  * Scale
  *   kvptest_scale()      env KVP_TEST_SCALE as a double (default 1.0).
  *   kvptest_steps(base)  base * scale, at least 1.
+ *
+ * Random streams (splitmix64: a seed gives the same stream on every run)
+ *   kvptest_rand(&state)           advances state, returns the next value.
+ *   kvptest_rand_below(&state, n)  kvptest_rand() % n; 0, drawing
+ *                                  nothing, when n is 0.
+ *
+ * Allocator hooks that check sizes
+ *   kvptest_sized_alloc(size)   malloc of size bytes behind a 16-byte header
+ *                               that records size (the block keeps malloc's
+ *                               16-byte alignment); NULL when malloc fails.
+ *   kvptest_sized_release(ptr)  frees a block of kvptest_sized_alloc and
+ *                               returns the size it recorded, for the hook to
+ *                               compare with the size the library passed.
  */
 #ifndef KVPTEST_H
 #define KVPTEST_H
@@ -89,6 +114,8 @@ void kvptest_assert_fp_at(kvp_pool *pool, uint64_t before, const char *expr,
                           const char *file, int line);
 
 #define kvptest_check(pool) kvptest_check_at((pool), __FILE__, __LINE__)
+void kvptest_done_at(kvp_pool *pool, const char *file, int line);
+#define kvptest_done(pool) kvptest_done_at((pool), __FILE__, __LINE__)
 #define kvptest_fp(pool) kvptest_fp_at((pool), __FILE__, __LINE__)
 
 #define KVP_ASSERT_REFUSED(pool, expr, status)                               \
@@ -109,6 +136,8 @@ kvp_pool *kvptest_pool_at(uint32_t num_blocks, kvp_reuse reuse, const char *file
 
 kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line);
 #define kvptest_stats(pool) kvptest_stats_at((pool), __FILE__, __LINE__)
+size_t kvptest_history_len_at(kvp_pool *pool, const char *file, int line);
+#define kvptest_history_len(pool) kvptest_history_len_at((pool), __FILE__, __LINE__)
 kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
                                int line);
 #define kvptest_info(pool, id) kvptest_info_at((pool), (id), __FILE__, __LINE__)
@@ -133,6 +162,7 @@ size_t kvptest_alloc_at(kvp_pool *pool, kvp_stream s, uint64_t tokens,
                         const char *file, int line);
 #define kvptest_alloc(pool, s, tokens, owner, ids, cap) \
     kvptest_alloc_at((pool), (s), (tokens), (owner), (ids), (cap), __FILE__, __LINE__)
+void kvptest_tokens(uint32_t *t, size_t n, uint32_t first);
 size_t kvptest_owner_blocks_at(kvp_pool *pool, kvp_owner owner, kvp_block *ids,
                                size_t cap, const char *file, int line);
 #define kvptest_owner_blocks(pool, owner, ids, cap) \
@@ -159,11 +189,25 @@ typedef struct kvptest_evrec {
 void kvptest_evrec_fn(void *user, const kvp_hash *hash, kvp_block block);
 void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg);
 void kvptest_evrec_reset(kvptest_evrec *r);
+void kvptest_evrec_expect_at(const kvptest_evrec *r, size_t i, uint64_t hv, kvp_block b,
+                             const char *file, int line);
+#define KVPTEST_EXPECT_EVREC(r, i, hv, b) \
+    kvptest_evrec_expect_at((r), (i), (hv), (b), __FILE__, __LINE__)
 
 /* ---- scale -------------------------------------------------------------- */
 
 double kvptest_scale(void);
 size_t kvptest_steps(size_t base);
+
+/* ---- random streams ----------------------------------------------------- */
+
+uint64_t kvptest_rand(uint64_t *state);
+uint32_t kvptest_rand_below(uint64_t *state, uint32_t n);
+
+/* ---- allocator hooks ---------------------------------------------------- */
+
+void *kvptest_sized_alloc(size_t size);
+size_t kvptest_sized_release(void *ptr);
 
 /* Small helpers several suites share (defined here once). */
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -175,5 +219,7 @@ void kvptest_publish(kvp_pool *pool, kvp_block b, uint64_t hv);
 /* The block indexed under kvptest_hash(hv) in stream s, or KVP_NO_BLOCK. */
 kvp_block kvptest_lookup_at(kvp_pool *pool, kvp_stream s, uint64_t hv, const char *file,
                             int line);
+#define kvptest_lookup(pool, hv) \
+    kvptest_lookup_at((pool), KVP_STREAM_SHARED, (hv), __FILE__, __LINE__)
 
 #endif /* KVPTEST_H */

@@ -11,7 +11,9 @@
  */
 #include "model.h"
 
+#include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 int mdl_mimic;
@@ -1100,6 +1102,71 @@ kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h)
     return KVP_OK;
 }
 
+/* Drop one sequence reference on bl[n-1] .. bl[0], last first; the blocks
+ * whose last reference goes join the free blocks in that order, like one
+ * kvp_free. */
+static void seq_drop(model *m, const kvp_block *bl, uint32_t n)
+{
+    kvp_block freed[MSEQB] = {0}; /* (GCC cannot see that nf bounds the reads) */
+    uint32_t nf = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        mblk *k = &m->b[bl[i]];
+        k->seqref--;
+        if (mdl_refcnt(k) == 0) {
+            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
+            freed[nf++] = bl[i];
+        }
+    }
+    join_free(m, freed, nf);
+}
+
+/* "Keep only the first n tokens": the dropped tail's blocks join the free
+ * blocks last first, like a destroy; when n ends inside a block another
+ * sequence holds or that is published, a fresh copy takes its place and the
+ * old one is dropped after (a second join).  The room for the copy counts
+ * what the tail frees. */
+kvp_status mdl_seq_truncate(model *m, int slot, size_t n)
+{
+    mseq *q = &m->sq[slot];
+    if (n > q->ntokens)
+        return KVP_EINVAL;
+    if (n == q->ntokens)
+        return KVP_OK;
+    size_t bs = m->c.bs, fill = n % bs, keep = (n + bs - 1) / bs;
+    kvp_block last = fill ? q->blocks[keep - 1] : KVP_NO_BLOCK;
+    int copy = fill && (mdl_refcnt(&m->b[last]) > 1 || m->b[last].hash >= 0);
+    uint32_t sole = 0;
+    for (size_t i = keep; i < q->nblocks; i++)
+        sole += mdl_refcnt(&m->b[q->blocks[i]]) == 1;
+    if (copy) {
+        kvp_status rc = seq_room(m, mdl_n_free(m, 0) + sole, 1);
+        if (rc)
+            return rc;
+    }
+    uint32_t dropped = q->nblocks - (uint32_t)keep;
+    seq_drop(m, q->blocks + keep, dropped);
+    q->nblocks = (uint32_t)keep;
+    if (copy) {
+        kvp_block b = seq_take(m);
+        m->b[b].fill = (uint32_t)fill;
+        q->blocks[keep - 1] = b;
+        mdl_note_peak(m); /* the copy and its source are both in use */
+        seq_drop(m, &last, 1);
+        m->k.cow_copies++;
+        m->k.alloc_calls++;
+        dropped++;
+    } else if (fill) {
+        m->b[last].fill = (uint32_t)fill;
+    }
+    if (dropped) {
+        m->k.free_calls++;
+        m->k.blocks_freed += dropped;
+    }
+    q->nhashes = m->c.prefix ? (uint32_t)(n / bs) : 0;
+    q->ntokens = n;
+    return KVP_OK;
+}
+
 kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
 {
     if (mdl_seq_find(m, child_id) >= 0)
@@ -1121,21 +1188,108 @@ kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot)
 kvp_status mdl_seq_destroy(model *m, int slot)
 {
     mseq *q = &m->sq[slot];
-    kvp_block freed[MSEQB];
-    uint32_t nf = 0;
-    for (uint32_t i = q->nblocks; i-- > 0;) {
-        mblk *k = &m->b[q->blocks[i]];
-        k->seqref--;
-        if (mdl_refcnt(k) == 0) {
-            k->state = k->hash >= 0 ? KVP_BLOCK_CACHED : KVP_BLOCK_VACANT;
-            freed[nf++] = q->blocks[i];
-        }
-    }
-    join_free(m, freed, nf);
+    seq_drop(m, q->blocks, q->nblocks);
     if (q->nblocks) {
         m->k.free_calls++;
         m->k.blocks_freed += q->nblocks;
     }
     q->live = 0;
     return KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* KV events as a router sees them                                           */
+/* ------------------------------------------------------------------------ */
+
+/* kvpool.h "Events": the last 8 bytes big-endian, 0 sent as 1. */
+static uint64_t external(const kvp_hash *h)
+{
+    uint64_t x = 0;
+    for (int i = 24; i < 32; i++)
+        x = x << 8 | h->b[i];
+    return x ? x : 1;
+}
+
+/* The slot of external hash x in v (added with count 0 when `add`), or -1
+ * (also when v is full). */
+static int sub_slot(msub *v, uint64_t x, int add)
+{
+    for (int i = 0; i < v->n; i++)
+        if (v->ext[i] == x)
+            return i;
+    if (!add || v->n >= MSUB)
+        return -1;
+    v->ext[v->n] = x;
+    v->cnt[v->n] = 0;
+    return v->n++;
+}
+
+int mdl_events_diff(const model *m, msub *v, kvp_pool *p, const kvp_hash *content, char *msg,
+                    size_t cap)
+{
+    const kvp_event *ev = NULL;
+    size_t n = 0;
+    uint64_t dropped = 0;
+    kvp_status s = kvp_events_take(p, &ev, &n, &dropped);
+    if (s != KVP_OK || dropped) {
+        snprintf(msg, cap, "kvp_events_take: %s, %" PRIu64 " dropped", kvp_strerror(s), dropped);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const kvp_event *e = &ev[i];
+        if (e->kind == KVP_EVENT_ALL_CLEARED) {
+            v->n = 0;
+            continue;
+        }
+        for (size_t k = 0; k < e->n_hashes; k++) {
+            int at = sub_slot(v, e->hashes[k], e->kind == KVP_EVENT_STORED);
+            if (at >= 0 && e->kind == KVP_EVENT_STORED) {
+                v->cnt[at]++;
+            } else if (at >= 0 && e->kind == KVP_EVENT_REMOVED && v->cnt[at] > 0) {
+                v->cnt[at]--;
+            } else {
+                snprintf(msg, cap, "event %zu (kind %d): hash %#" PRIx64 " %s", i, (int)e->kind,
+                         e->hashes[k], at < 0 ? "not announced, or the view is full"
+                                              : "removed but not announced");
+                return -1;
+            }
+        }
+    }
+    static msub idx; /* the model's index, counted the same way */
+    idx.n = 0;
+    int indexed = 0, announced = 0;
+    for (uint32_t b = 0; b < m->top; b++) {
+        const mblk *k = &m->b[b];
+        if (k->hash < 0 || !mdl_is_managed(k))
+            continue;
+        int first = 1; /* the first managed block with this content id */
+        for (uint32_t a = 0; a < b && first; a++)
+            first = !(m->b[a].hash == k->hash && mdl_is_managed(&m->b[a]));
+        if (!first)
+            continue;
+        int at = sub_slot(&idx, external(&content[k->hash]), 1);
+        if (at < 0) {
+            snprintf(msg, cap, "index: more than %d external hashes", MSUB);
+            return -1;
+        }
+        idx.cnt[at]++;
+        indexed++;
+    }
+    for (int i = 0; i < v->n; i++)
+        announced += v->cnt[i];
+    for (int i = 0; i < idx.n; i++) {
+        int at = sub_slot(v, idx.ext[i], 0);
+        int got = at < 0 ? 0 : v->cnt[at];
+        if (got != idx.cnt[i]) {
+            snprintf(msg, cap, "hash %#" PRIx64 " announced %d times, indexed as %d hashes",
+                     idx.ext[i], got, idx.cnt[i]);
+            return -1;
+        }
+    }
+    if (announced != indexed) {
+        snprintf(msg, cap, "the subscriber knows %d hashes, the index holds %d", announced,
+                 indexed);
+        return -1;
+    }
+    return 0;
 }

@@ -7,7 +7,8 @@
  * anonymous references, the content index (alphabet of small integer
  * "content ids" instead of 32-byte hashes), eviction callbacks, extend,
  * shrink, retire_top, pool_clear, the counters, and sequences at the level
- * of blocks held / reference counts / cached_tokens.
+ * of blocks held / reference counts / cached_tokens; and what a router that
+ * replays the KV events knows (msub, mdl_events_diff).
  *
  * Why built this way: plain arrays and linear scans, written from the header
  * and not from src/, so it shares no code (and no bugs) with the library.
@@ -84,6 +85,8 @@ typedef struct mcfg {
     int decode;   /* test_model: no shrink or retire_top (the first keeps the
                      free sets, which turns that fast path off for good) and
                      more quiet runs, for the takes that defer */
+    int events;   /* KV events on (the model ignores them; the tests check
+                     what a subscriber sees against the index) */
 } mcfg;
 
 typedef struct mctr {
@@ -181,8 +184,29 @@ kvp_status mdl_pool_clear(model *m);
 kvp_status mdl_seq_create(model *m, uint64_t id, int extra, int *slot);
 kvp_status mdl_seq_admit(model *m, int slot, size_t n, const int *h, size_t *cached);
 kvp_status mdl_seq_append(model *m, int slot, size_t n, const int *h);
+kvp_status mdl_seq_truncate(model *m, int slot, size_t n);
 kvp_status mdl_seq_fork(model *m, int parent, uint64_t child_id, int *slot);
 kvp_status mdl_seq_destroy(model *m, int slot);
 int mdl_seq_find(const model *m, uint64_t id);
+
+/* KV events as a router sees them (kvpool.h "Events"): announcements per
+ * external hash (distinct hashes may share one: content 7 shares content
+ * 0's last 8 bytes on purpose).  Zero-initialised = nothing known. */
+#define MSUB (2 * MB)
+typedef struct msub {
+    uint64_t ext[MSUB];
+    int cnt[MSUB];
+    int n;
+} msub;
+
+/* Take pool p's queued events and apply them to v as a router would
+ * (STORED adds its hashes, REMOVED removes announced ones, ALL_CLEARED
+ * empties), then compare v with the model's index: each external hash
+ * announced once per distinct content id indexed in any list (events are
+ * per hash, not per list).  Nothing may have been dropped.  content[c] is
+ * content id c's hash.  Returns 0, or -1 with the first difference in msg
+ * (cap bytes). */
+int mdl_events_diff(const model *m, msub *v, kvp_pool *p, const kvp_hash *content, char *msg,
+                    size_t cap);
 
 #endif /* KVP_MODEL_H */

@@ -8,6 +8,8 @@ so that code written for it moves with one import line:
 - ``kvpool.compat.atom``        AMD ATOM ``BlockPool`` / ``BlockRetirement``
 - ``kvpool.compat.vllm_mlx``    vllm-mlx ``PagedCacheManager``
 
-Deviations from the originals are listed in each class docstring and in
-docs/PYTHON.md.
+Each module's ``install()`` switches the original system to its drop-in at
+start-up (``kvpool.compat.vllm.install()``), and ``uninstall()`` restores it
+(see ``_adopt``).  Deviations from the originals are listed in each module
+docstring and in docs/PYTHON.md.
 """

@@ -1,15 +1,22 @@
-"""kvpool.compat.atom — drop-in for AMD ATOM's ``BlockPool`` (atom.model_engine).
+"""kvpool.compat.atom — drop-in for AMD ATOM's ``BlockPool`` (atom.model_engine.block_pool).
 
 Owns ``BlockPool``, ``BlockRetirement`` and a ``Block`` record with the
 original's fields, as Python over a native ``kvpool.Pool`` configured like
 ATOM: reuse order ``lowest`` (vacant blocks lowest id first, then cached
 blocks least recently freed first), lazy eviction with ``on_evict(hash)``
 fired when a cached block is handed out again, ``extend`` up to
-``max_blocks`` and ``retire_top`` with relocation.
+``max_blocks``, ``retire_top`` with relocation, raw-unit reservations
+(``reserve_units`` / ``release_units``) and the eviction counters
+(``blocks_evicted``, ``blocks_retired``, ``eviction_stats``).
 
 ATOM hashes are integers; a hash ``h`` (0 <= h < 2**64) is stored as the
 last 8 bytes (big-endian) of the 32-byte kvpool hash and comes back as the
-same integer.
+same integer.  Each block's hash and tokens are kept beside the pool in two
+Python lists, so ``block(id).hash`` and ``.token_ids`` (read per block by
+ATOM's prefix matching) are list reads; only ``ref_count`` asks the pool.
+The pool evicts a cached block's content when it hands the block out, and
+every call that hands blocks out is made by this module, which clears the
+lists there (``_spend``): no callback from the pool per eviction.
 
 Deviations (also in docs/PYTHON.md):
 
@@ -20,27 +27,34 @@ Deviations (also in docs/PYTHON.md):
   immediately; the original only removed it from the free set and evicted
   at the following ``allocate(block_id)``.  ``allocate`` of a popped id
   completes the hand-out as before.
-- ``clear_index`` fires no ``on_evict`` (as the original) — the native
-  "all cleared" notice is swallowed.
+- ``clear_index`` fires no ``on_evict`` (as the original); blocks in use
+  keep their ``hash`` and ``token_ids`` (as the original) but are no longer
+  reachable by hash.
+- ``on_evict`` runs once the pool call that evicted has completed, from
+  the drop-in's method (``pop``, ``allocate``, ``reserve_units``,
+  ``retire_top``), so it may query or change the pool (``num_free``,
+  ``lookup``, ...) and sees the block already handed out; an exception it
+  raises propagates out of that method, as the original's, with the hand-out
+  done.  With duplicate hashes it fires for each block whose content goes
+  (the original fired only for the block its dict pointed at).
+- ``superblocks`` (hybrid models' contiguous state slots) is not supported:
+  passing a map raises ``NotImplementedError``.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Hashable, Iterable, Optional
 
 from .. import _kvpool
+from . import _adopt
 
-__all__ = ["BlockPool", "BlockRetirement", "Block"]
+__all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block"]
 
 _MASK = (1 << 64) - 1
 
 
-def _to_hash(h: int) -> bytes:
-    return bytes(24) + (h & _MASK).to_bytes(8, "big")
-
-
-def _from_hash(b: bytes) -> int:
-    return int.from_bytes(b[24:], "big")
+_pack = struct.Struct(">24xQ").pack  # int hash -> the 32-byte kvpool hash
 
 
 @dataclass(frozen=True)
@@ -52,62 +66,133 @@ class BlockRetirement:
     moved_to: int
 
 
-class Block:
-    """ATOM's block record; ``ref_count`` and ``hash`` read the pool's state."""
+class _Record:
+    """The fields of a Block constructed directly (not one of a pool's)."""
 
-    __slots__ = ("block_id", "_pool", "_tokens")
+    __slots__ = ("ref_count", "hash", "token_ids")
+
+    def __init__(self):
+        self.ref_count = 0
+        self.hash = -1
+        self.token_ids: list = []
+
+
+class Block:
+    """ATOM's block record: ``hash`` and ``token_ids`` as the pool last set
+    them; ``ref_count`` reads the pool.  Constructed directly (no pool) it is
+    a plain record with the original's defaults."""
+
+    __slots__ = ("block_id", "_pool")
 
     def __init__(self, block_id: int, pool: "BlockPool | None" = None):
         self.block_id = block_id
-        self._pool = pool
-        self._tokens: list = []
+        self._pool: Any = _Record() if pool is None else pool
 
     @property
     def ref_count(self) -> int:
-        if self._pool is None:
-            return 0
-        return self._pool._info(self.block_id)["ref_count"]
+        p = self._pool
+        return p.ref_count if type(p) is _Record else p._ref_count(self.block_id)
+
+    @ref_count.setter
+    def ref_count(self, value: int) -> None:
+        self._record("ref_count").ref_count = value
 
     @property
     def hash(self) -> int:
-        if self._pool is None:
-            return -1
-        info = self._pool._info(self.block_id)
-        return _from_hash(info["hash"]) if info["published"] else -1
+        p = self._pool
+        return p.hash if type(p) is _Record else p._hash[self.block_id]
+
+    @hash.setter
+    def hash(self, value: int) -> None:
+        self._record("hash").hash = value
 
     @property
     def token_ids(self) -> list:
-        return self._tokens if self.hash != -1 else []
+        p = self._pool
+        return p.token_ids if type(p) is _Record else p._tokens[self.block_id]
+
+    @token_ids.setter
+    def token_ids(self, value: list) -> None:
+        self._record("token_ids").token_ids = value
+
+    def _record(self, name: str) -> _Record:
+        """The plain record behind a directly constructed block (AttributeError for a pool's)."""
+        p = self._pool
+        if type(p) is not _Record:
+            raise AttributeError(f"{name} of a pool's block is the pool's "
+                                 "(publish / claim / free change it)")
+        return p
+
+    def update(self, hash: int, token_ids: list) -> None:  # noqa: A002  (the original's name)
+        """Set hash and tokens (a record's; a pool's block is published through the pool)."""
+        self.hash = hash
+        self.token_ids = token_ids
+
+    def reset(self) -> None:
+        """Back to a live block with no content (a record's)."""
+        self.ref_count = 1
+        self.hash = -1
+        self.token_ids = []
 
     def __repr__(self) -> str:
         return f"Block(block_id={self.block_id}, ref_count={self.ref_count}, hash={self.hash})"
+
+
+_NO_TOKENS: list = []
 
 
 class BlockPool:
     """Paged blocks with ref counts and a content-addressed index, over kvpool."""
 
     def __init__(self, num_blocks: int, on_evict: Optional[Callable[[int], None]] = None,
-                 max_blocks: Optional[int] = None):
+                 max_blocks: Optional[int] = None, superblocks: Any = None):
+        if superblocks is not None:
+            raise NotImplementedError("superblocks are not supported by the kvpool drop-in")
         self.max_blocks: int = num_blocks if max_blocks is None else max_blocks
         if not 0 <= num_blocks <= self.max_blocks:
             raise ValueError(f"{num_blocks} blocks outside 0..{self.max_blocks}")
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
-                                  max_blocks=self.max_blocks, reuse="lowest",
-                                  on_evict=self._evicted if on_evict else None)
+                                  max_blocks=self.max_blocks, reuse="lowest")
         self.num_blocks: int = num_blocks
+        self.superblocks = None
         self.blocks: list = [Block(i, self) for i in range(self.max_blocks)]
+        self._hash: list = [-1] * self.max_blocks     # block id -> int hash, -1 = none
+        self._tokens: list = [_NO_TOKENS] * self.max_blocks
         self._popped: set = set()
+        self._raw_unit_owner: dict = {}
+        self._stale: set = set()  # hashed blocks clear_index left live: no longer indexed
+        self.blocks_evicted: int = 0
+        self.blocks_retired: int = 0
 
-    def _evicted(self, h: Optional[bytes], block: Optional[int]) -> None:
-        if h is not None and self._on_evict is not None:
-            self._on_evict(_from_hash(h))
+    def _spend(self, block_id: int, retiring: bool = False) -> None:
+        """block_id was just taken for other content: whatever it held is gone.
 
-    def _info(self, block_id: int) -> dict:
+        The pool evicts a cached block's content when it hands the block out
+        (take, take_id, alloc_blocks, retire_top), and every such call is made
+        here, so this is where the eviction is counted and ``on_evict`` fires
+        — once the pool call has completed — without a callback per eviction
+        from the pool."""
+        h = self._hash[block_id]
+        if h == -1:
+            return
+        self._hash[block_id] = -1
+        self._tokens[block_id] = _NO_TOKENS
+        if self._stale and block_id in self._stale:
+            self._stale.discard(block_id)  # not indexed since clear_index: nothing evicted
+            return
+        if retiring:
+            self.blocks_retired += 1
+        else:
+            self.blocks_evicted += 1
+        if self._on_evict is not None:
+            self._on_evict(h)
+
+    def _ref_count(self, block_id: int) -> int:
         try:
-            return self._pool.block_info(block_id)
+            return self._pool.block_info(block_id)["ref_count"]
         except _kvpool.RangeError:
-            return {"ref_count": 0, "published": False, "state": "vacant", "hash": None}
+            return 0
 
     # ---- counts ---------------------------------------------------------
     @property
@@ -123,11 +208,24 @@ class BlockPool:
         """Blocks reachable by content hash, live or merely not yet overwritten."""
         return self._pool.stats()["indexed"]
 
+    @property
+    def num_reusable_free(self) -> int:
+        """Free blocks still holding content a prefix hit could claim."""
+        return self._pool.stats()["cached"]
+
+    def eviction_stats(self) -> dict:
+        """Content this pool destroyed, and the headroom it has left (counters)."""
+        s = self._pool.stats()
+        return {"blocks_evicted": self.blocks_evicted, "blocks_retired": self.blocks_retired,
+                "blocks_total": self.num_blocks, "blocks_used": s["in_use"] - len(self._popped),
+                "blocks_free": s["free"], "blocks_free_reusable": s["cached"],
+                "blocks_indexed": s["indexed"]}
+
     def has_free(self, n: int) -> bool:
-        return self.num_free >= n
+        return self._pool.free_count() >= n
 
     def is_used(self, block_id: int) -> bool:
-        return block_id not in self._popped and self._info(block_id)["state"] == "in_use"
+        return block_id not in self._popped and self._ref_count(block_id) > 0
 
     def block(self, block_id: int) -> Block:
         return self.blocks[block_id]
@@ -136,21 +234,36 @@ class BlockPool:
     def lookup(self, h: int) -> int:
         """Block id indexed under content hash h, or -1."""
         try:
-            return self._pool.lookup(_to_hash(h))
-        except _kvpool.NotFoundError:
+            return self._pool.lookup(_pack(h & _MASK))
+        except _kvpool.NotFoundError:  # a prefix match misses once per request
             return -1
 
     def publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""
-        info = self._pool.block_info(block_id)
-        if info["published"] and _from_hash(info["hash"]) != (h & _MASK):
-            self._pool.unpublish(block_id)  # the original overwrote the block's hash
-        self._pool.publish(block_id, _to_hash(h))
-        self.blocks[block_id]._tokens = list(token_ids)
+        h &= _MASK
+        old = self._hash[block_id]
+        if old != -1 and old != h:  # the original overwrote the block's hash
+            try:
+                self._pool.unpublish(block_id)
+            except _kvpool.NotFoundError:
+                pass  # kept after clear_index: not indexed any more
+        if self._stale:
+            self._stale.discard(block_id)
+        self._pool.publish(block_id, _pack(h))
+        self._hash[block_id] = h
+        self._tokens[block_id] = token_ids
 
     def clear_index(self) -> None:
         """Drop every content-hash entry, keeping blocks live sequences hold."""
         self._pool.clear_index()
+        hs, ts = self._hash, self._tokens
+        for i in range(self.max_blocks):
+            if hs[i] != -1:
+                if self._ref_count(i) == 0:
+                    hs[i] = -1
+                    ts[i] = _NO_TOKENS
+                else:
+                    self._stale.add(i)
 
     # ---- allocation -----------------------------------------------------
     def pop(self) -> int:
@@ -160,48 +273,126 @@ class BlockPool:
         except _kvpool.ExhaustedError:
             raise AssertionError("No free blocks available") from None
         self._popped.add(block_id)
+        if self._hash[block_id] != -1:
+            self._spend(block_id)
         return block_id
 
     def allocate(self, block_id: int) -> Block:
         """Take block_id for fresh content (ref count 1), evicting whatever it held."""
-        if block_id in self._popped:
-            self._popped.discard(block_id)
+        popped = self._popped
+        if block_id in popped:
+            popped.discard(block_id)
         else:
             try:
                 self._pool.take_id(block_id)
             except _kvpool.BusyError:
                 raise AssertionError(f"block {block_id} is in use") from None
-        self.blocks[block_id]._tokens = []
+            if self._hash[block_id] != -1:
+                self._spend(block_id)
         return self.blocks[block_id]
 
     def claim(self, block_id: int) -> Block:
         """Take a share of block_id for the content it already holds."""
-        self._pool.claim(block_id)
+        if self._popped and block_id in self._popped:
+            self._popped.discard(block_id)  # popped: its one reference is already taken
+        else:
+            self._pool.claim(block_id)
         return self.blocks[block_id]
 
     def free(self, block_id: int) -> None:
-        self._popped.discard(block_id)
+        if block_id in self._raw_unit_owner:
+            raise AssertionError(f"block {block_id} is a reserved raw unit; use release_units")
+        if self._popped:
+            self._popped.discard(block_id)
         self._pool.free(block_id)
+
+    # ---- raw units ------------------------------------------------------
+    def reserve_units(self, count: int, owner: Hashable) -> Optional[list]:
+        """Reserve count blocks as raw storage units of owner, or None when short."""
+        if count < 0:
+            raise ValueError(f"unit count must be non-negative, got {count}")
+        if owner is None:
+            raise ValueError("a raw-unit reservation needs an owner")
+        if count == 0:
+            return []
+        try:
+            ids = list(self._pool.alloc_blocks(count))
+        except _kvpool.ExhaustedError:
+            return None
+        for piece, block_id in enumerate(ids):
+            self._raw_unit_owner[block_id] = (owner, piece)
+            self._spend(block_id)
+        return ids
+
+    def is_reserved_unit(self, block_id: int) -> bool:
+        """Whether block_id is held by a raw-unit reservation."""
+        return block_id in self._raw_unit_owner
+
+    def reserved_unit_owner(self, block_id: int) -> Optional[tuple]:
+        """(owner, piece index) of a reserved raw unit, or None."""
+        return self._raw_unit_owner.get(block_id)
+
+    def release_units(self, unit_ids: Iterable[int], owner: Hashable) -> None:
+        """Release a whole raw-unit reservation (ids in reservation order); all or nothing."""
+        ids = list(unit_ids)
+        if len(ids) != len(set(ids)):
+            raise ValueError("a raw-unit release contains duplicate ids")
+        for piece, block_id in enumerate(ids):
+            actual = self._raw_unit_owner.get(block_id)
+            if actual != (owner, piece):
+                raise AssertionError(f"raw unit {block_id} belongs to {actual!r}, "
+                                     f"not {(owner, piece)!r}")
+        for block_id in ids:
+            del self._raw_unit_owner[block_id]
+        if ids:
+            self._pool.free(ids)
 
     # ---- resizing -------------------------------------------------------
     def extend(self, count: int) -> int:
         """Grow by up to count blocks (capped at max_blocks); returns how many."""
-        taken = self._pool.extend(min(count, self.max_blocks - self.num_blocks))
+        taken = self._pool.extend(max(0, min(count, self.max_blocks - self.num_blocks)))
         self.num_blocks += taken
         return taken
 
     def retire_top(self) -> Optional[BlockRetirement]:
         """Take the highest block id out of the pool, or None if it cannot."""
-        if self.num_blocks == 0:
+        if self.num_blocks == 0 or self.num_blocks - 1 in self._raw_unit_owner:
             return None
+        top = self.num_blocks - 1
         try:
             retired, moved_to = self._pool.retire_top()
         except _kvpool.ExhaustedError:
             return None
         self.num_blocks -= 1
-        if moved_to is None:
-            self.blocks[retired]._tokens = []
+        if moved_to is None:  # it was free: its content, if any, is gone
+            self._spend(retired, retiring=True)
             return BlockRetirement(retired, -1)
-        self.blocks[moved_to]._tokens = self.blocks[retired]._tokens
-        self.blocks[retired]._tokens = []
+        self._spend(moved_to, retiring=True)  # the destination's own content is the price
+        hs, ts = self._hash, self._tokens
+        hs[moved_to], ts[moved_to] = hs[top], ts[top]
+        hs[top], ts[top] = -1, _NO_TOKENS
+        if top in self._stale:
+            self._stale.discard(top)
+            self._stale.add(moved_to)
         return BlockRetirement(retired, moved_to)
+
+
+# ---- adoption -------------------------------------------------------------
+_adoption = _adopt.Adoption(
+    "atom",
+    patch={"atom.model_engine.block_pool": {"BlockPool": BlockPool}},
+    register={"atom.model_engine.block_pool": {"BlockPool": BlockPool,
+                                               "BlockRetirement": BlockRetirement},
+              "atom.model_engine.kv_block": {"Block": Block}})
+
+
+def install() -> bool:
+    """Make ATOM use this BlockPool (``atom.model_engine.block_pool`` and the ATOM
+    modules that imported it by name); without ATOM, register this module under
+    ATOM's module paths.  True when ATOM itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()

@@ -1,47 +1,64 @@
 """kvpool.compat.veloxquant — drop-in for VeloxQuant-MLX's ``BlockPoolAllocator``.
 
-Owns ``PoolConfig``, ``Block``, ``AllocationStats``, ``BlockPoolAllocator`` and
-the two exceptions with the names of ``veloxquant_mlx.memory.block_pool``,
-as Python over one native, thread-safe ``kvpool.Pool`` (reuse order LIFO,
-as the original; owners are the request ids; format tags per block; a
-stats snapshot after every changing call, as the original keeps history).
+Owns ``PoolConfig``, ``Block``, ``AllocationStats``, ``BlockPoolAllocator``
+and, when VeloxQuant-MLX itself is not importable, the two exceptions, with
+the names of ``veloxquant_mlx.memory.block_pool`` and
+``veloxquant_mlx.core.exceptions``, as Python over one native, thread-safe
+``kvpool.Pool`` (reuse order LIFO, as the original; owners are the request
+ids; format tags per block; a stats snapshot after every changing call in
+a history of ``DEFAULT_HISTORY_SIZE``).  When ``veloxquant_mlx`` is
+importable its own ``BlockPoolExhaustedError`` and
+``OwnerAlreadyActiveError`` are the ones raised, so ``except`` clauses
+written for it keep working.
+
+As the original: ``allocate(n_tokens)`` fills each block (``block_size``
+tokens, the last one the remainder), so fragmentation counts the partial
+one; ``n_allocations`` / ``n_frees`` / ``n_reused`` count blocks;
+``blocks_in_use()`` is their difference; freeing a free block is a no-op;
+with ``grow_on_exhaustion`` a short stream grows up to ``max_blocks`` and
+the call still raises when that is not enough; ``separate_kv`` gives each
+stream ``n_blocks // 2`` blocks; ``to_prometheus`` writes the original's
+metric names.
 
 Deviations (also in docs/PYTHON.md):
 
-- With ``separate_kv=True`` the ``n_blocks`` initial blocks are split between
-  the K and V lists (K gets the first ceil(n/2) ids); the original's docs do
-  not say whether n_blocks is per stream or in total.
 - ``Block`` objects handed out are canonical per id and read the pool's C
-  state; assigning ``block.n_used`` goes through ``mark_used`` so the
-  fragmentation count stays exact (the documented intent of ``mark_used``;
-  writing the field directly in the original silently corrupts it).  The
-  fill of a free block is not kept (``mark_used`` on a free block is a no-op).
-- ``n_reused`` counts blocks (kvpool's ``reused``), not allocate() calls.
-- ``free(blocks)`` is all-or-nothing: a block that is already free raises
-  ``kvpool.DoubleFreeError`` and frees nothing.
-- Exceptions derive from the kvpool ones (``BlockPoolExhaustedError`` is a
-  ``kvpool.ExhaustedError``, ``OwnerAlreadyActiveError`` a
-  ``kvpool.OwnerActiveError``).
+  state; assigning ``block.n_used`` goes through ``mark_used`` (a kvpool
+  addition) so the fragmentation count stays exact — writing the field in
+  the original left the count stale until the next allocate or free.  A
+  block whose ``n_used`` is set to 0 while in use is not counted as
+  fragmented (the original counts it).
+- The exceptions defined here (VeloxQuant-MLX absent) also derive from the
+  kvpool ones (``kvpool.ExhaustedError``, ``kvpool.OwnerActiveError``).
 """
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from .. import _kvpool
+from . import _adopt
 
-__all__ = ["PoolConfig", "Block", "AllocationStats", "BlockPoolAllocator",
-           "BlockPoolExhaustedError", "OwnerAlreadyActiveError"]
-
-
-class BlockPoolExhaustedError(_kvpool.ExhaustedError):
-    """Not enough free blocks and the pool may not grow enough."""
+__all__ = ["install", "uninstall", "PoolConfig", "Block", "AllocationStats",
+           "BlockPoolAllocator", "BlockPoolExhaustedError", "OwnerAlreadyActiveError", "DEFAULT_BLOCK_SIZE",
+           "DEFAULT_HISTORY_SIZE"]
 
 
-class OwnerAlreadyActiveError(_kvpool.OwnerActiveError):
-    """register_owner() for an owner that is still active."""
+try:  # the original's own classes when VeloxQuant-MLX is importable
+    from veloxquant_mlx.core.exceptions import (  # type: ignore[import-not-found]
+        BlockPoolExhaustedError,
+        OwnerAlreadyActiveError,
+    )
+except ImportError:
+    class BlockPoolExhaustedError(_kvpool.ExhaustedError):  # type: ignore[no-redef]
+        """Not enough free blocks and the pool may not grow enough."""
 
+    class OwnerAlreadyActiveError(_kvpool.OwnerActiveError):  # type: ignore[no-redef]
+        """register_owner() for an owner that is still active."""
+
+DEFAULT_BLOCK_SIZE: int = 16
+DEFAULT_HISTORY_SIZE: int = 256
 
 _FORMATS = {"fp16": 0, "bf16": 1, "fp8": 2, "int8": 3, "int4": 4, "int2": 5}
 _STREAM_NAMES = {0: "kv", 1: "k", 2: "v"}
@@ -49,29 +66,49 @@ _STREAM_NAMES = {0: "kv", 1: "k", 2: "v"}
 
 @dataclass
 class PoolConfig:
-    """Configuration for a BlockPoolAllocator (see the original's docs)."""
-    block_size: int = 16
+    """Configuration for a BlockPoolAllocator; refuses sizes the original refuses."""
+    block_size: int = DEFAULT_BLOCK_SIZE
     n_blocks: int = 1024
     separate_kv: bool = True
     grow_on_exhaustion: bool = False
     max_blocks: Optional[int] = None
 
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"PoolConfig: block_size must be >= 1, got {self.block_size}")
+        if self.n_blocks < 1:
+            raise ValueError(f"PoolConfig: n_blocks must be >= 1, got {self.n_blocks}")
+        if self.max_blocks is not None and self.max_blocks < self.n_blocks:
+            raise ValueError(f"PoolConfig: max_blocks ({self.max_blocks}) must be >= "
+                             f"n_blocks ({self.n_blocks})")
+
+
+class _Record:
+    """The fields of a Block constructed directly (not one an allocator handed out)."""
+
+    __slots__ = ("stream", "format", "n_used", "ever_allocated")
+
+    def __init__(self, stream: str, format: str, n_used: int, ever_allocated: bool):  # noqa: A002
+        self.stream, self.format, self.n_used, self.ever_allocated = \
+            stream, format, n_used, ever_allocated
+
 
 class Block:
     """A block of KV-cache storage.
 
-    Constructed directly it is a plain record; the blocks an allocator hands
-    out are bound to it and every field reads the pool's current state.
+    Constructed directly it is a plain record with the original dataclass's
+    fields and defaults; the blocks an allocator hands out are bound to it
+    and every field reads the pool's current state.
     """
 
-    __slots__ = ("block_id", "_alloc", "_stream", "_format", "_n_used", "_owner", "_ever")
+    __slots__ = ("block_id", "_alloc", "_owner", "_rec")
 
     def __init__(self, block_id: int, stream: str = "kv", format: str = "fp16", n_used: int = 0,
                  owner: Optional[int] = None, ever_allocated: bool = False):
         self.block_id = block_id
-        self._alloc = None
-        self._stream, self._format, self._n_used = stream, format, n_used
-        self._owner, self._ever = owner, ever_allocated
+        self._alloc: Optional["BlockPoolAllocator"] = None
+        self._owner = owner  # a bound block's owner when it was handed out (a hint for free)
+        self._rec: Optional[_Record] = _Record(stream, format, n_used, ever_allocated)
 
     def _info(self):
         return self._alloc._pool.block_info(self.block_id)
@@ -79,25 +116,33 @@ class Block:
     @property
     def stream(self) -> str:
         if self._alloc is None:
-            return self._stream
+            return self._rec.stream
         return _STREAM_NAMES[self._info()["stream"]]
+
+    @stream.setter
+    def stream(self, value: str) -> None:
+        self._record("stream").stream = value
 
     @property
     def format(self) -> str:
         if self._alloc is None:
-            return self._format
+            return self._rec.format
         return self._alloc._format_name(self._info()["format"])
+
+    @format.setter
+    def format(self, value: str) -> None:
+        self._record("format").format = value
 
     @property
     def n_used(self) -> int:
         if self._alloc is None:
-            return self._n_used
+            return self._rec.n_used
         return self._info()["fill"]
 
     @n_used.setter
     def n_used(self, value: int) -> None:
         if self._alloc is None:
-            self._n_used = value
+            self._rec.n_used = value
         else:
             self._alloc.mark_used(self, value)
 
@@ -110,11 +155,26 @@ class Block:
             return None
         return info["owner"]
 
+    @owner.setter
+    def owner(self, value: Optional[int]) -> None:
+        self._record("owner")
+        self._owner = value
+
     @property
     def ever_allocated(self) -> bool:
         if self._alloc is None:
-            return self._ever
+            return self._rec.ever_allocated
         return self._info()["ever_allocated"]
+
+    @ever_allocated.setter
+    def ever_allocated(self, value: bool) -> None:
+        self._record("ever_allocated").ever_allocated = value
+
+    def _record(self, name: str) -> _Record:
+        """The plain record of a directly constructed block (AttributeError for a handed-out one)."""
+        if self._alloc is not None:
+            raise AttributeError(f"{name} of a handed-out block is the pool's")
+        return self._rec
 
     def __repr__(self) -> str:
         return (f"Block(block_id={self.block_id}, stream={self.stream!r}, format={self.format!r}, "
@@ -123,7 +183,7 @@ class Block:
 
 @dataclass
 class AllocationStats:
-    """Running counters for a BlockPoolAllocator (cumulative since construction)."""
+    """Running counters for a BlockPoolAllocator (cumulative since construction, in blocks)."""
     n_blocks: int
     n_allocations: int = 0
     n_frees: int = 0
@@ -132,22 +192,14 @@ class AllocationStats:
     n_grown: int = 0
     n_retired: int = 0
     peak_blocks_in_use: int = 0
-    _fragmented_count: int = 0
-    _in_use: int = field(default=0, repr=False)
-
-    @classmethod
-    def _from_native(cls, s: dict) -> "AllocationStats":
-        return cls(n_blocks=s["blocks"], n_allocations=s["alloc_calls"], n_frees=s["free_calls"],
-                   n_reused=s["reused"], n_exhausted=s["exhausted"], n_grown=s["grown"],
-                   n_retired=s["retired"], peak_blocks_in_use=s["peak_in_use"],
-                   _fragmented_count=s["fragmented"], _in_use=s["in_use"])
+    _fragmented_count: int = field(default=0, repr=False)
 
     def blocks_in_use(self) -> int:
         """Current number of allocated (non-free) blocks."""
-        return self._in_use
+        return self.n_allocations - self.n_frees
 
     def fragmentation(self) -> float:
-        """Fraction of managed blocks allocated and partly filled (0.0 with no blocks)."""
+        """Fraction of managed blocks allocated and not full (0.0 with no blocks)."""
         return self._fragmented_count / self.n_blocks if self.n_blocks else 0.0
 
     def snapshot(self) -> "AllocationStats":
@@ -155,64 +207,62 @@ class AllocationStats:
         return replace(self)
 
     def to_prometheus(self, prefix: str = "veloxquant_block_pool") -> str:
-        """Prometheus text exposition of these counters (newline-terminated)."""
-        rows = [
-            ("n_blocks", "gauge", "Total blocks managed by the pool.", self.n_blocks),
-            ("blocks_in_use", "gauge", "Blocks currently allocated.", self.blocks_in_use()),
-            ("peak_blocks_in_use", "gauge", "High-water mark of blocks in use.",
-             self.peak_blocks_in_use),
-            ("fragmentation", "gauge", "Fraction of blocks allocated and partly filled.",
-             self.fragmentation()),
-            ("allocations_total", "counter", "Successful allocate() calls.", self.n_allocations),
-            ("frees_total", "counter", "free() calls.", self.n_frees),
-            ("reused_total", "counter", "Allocations served by previously freed blocks.",
-             self.n_reused),
-            ("exhausted_total", "counter", "Allocation attempts refused for lack of blocks.",
-             self.n_exhausted),
-            ("grown_total", "counter", "Blocks added by growth on exhaustion.", self.n_grown),
-            ("retired_total", "counter", "Blocks retired by shrink().", self.n_retired),
-        ]
+        """Prometheus text exposition (the original's names and types), newline-terminated."""
+        rows = (("blocks_in_use", "gauge", self.blocks_in_use()),
+                ("blocks_total", "gauge", self.n_blocks),
+                ("fragmentation", "gauge", f"{self.fragmentation():.6f}"),
+                ("peak_blocks_in_use", "gauge", self.peak_blocks_in_use),
+                ("allocations_total", "counter", self.n_allocations),
+                ("frees_total", "counter", self.n_frees),
+                ("reused_total", "counter", self.n_reused),
+                ("exhausted_total", "counter", self.n_exhausted),
+                ("grown_total", "counter", self.n_grown),
+                ("retired_total", "counter", self.n_retired))
         out = []
-        for name, kind, help_, value in rows:
-            out.append(f"# HELP {prefix}_{name} {help_}")
+        for name, kind, value in rows:
             out.append(f"# TYPE {prefix}_{name} {kind}")
             out.append(f"{prefix}_{name} {value}")
         return "\n".join(out) + "\n"
+
+    def __repr__(self) -> str:
+        return (f"AllocationStats(in_use={self.blocks_in_use()}/{self.n_blocks}, "
+                f"allocations={self.n_allocations}, frees={self.n_frees}, "
+                f"reused={self.n_reused}, exhausted={self.n_exhausted}, "
+                f"grown={self.n_grown}, retired={self.n_retired}, "
+                f"peak={self.peak_blocks_in_use}, fragmentation={self.fragmentation():.3f})")
 
 
 class BlockPoolAllocator:
     """Fixed-size block allocator for KV-cache storage, over kvpool.
 
     Thread-safe (the native pool locks every call).  See the module docstring
-    for the deviations from the original.
+    for what follows the original and the deviations.
     """
 
     def __init__(self, config: Optional[PoolConfig] = None):
         self.config = config or PoolConfig()
         c = self.config
-        if c.max_blocks is not None and c.max_blocks < c.n_blocks:
-            raise ValueError("max_blocks below n_blocks")
+        per_stream = c.n_blocks // 2 if c.separate_kv else c.n_blocks
+        n = per_stream * (2 if c.separate_kv else 1)
+        cap = c.max_blocks if c.grow_on_exhaustion else c.n_blocks
         self._pool = _kvpool.Pool(
-            block_size=c.block_size, num_blocks=c.n_blocks,
-            max_blocks=(c.max_blocks or 0) if c.grow_on_exhaustion else c.n_blocks,
+            block_size=c.block_size, num_blocks=n, max_blocks=cap or 0,
             separate_kv=c.separate_kv, grow_on_exhaustion=c.grow_on_exhaustion,
-            thread_safe=True, reuse="lifo", history_every_call=True, history_len=1024,
-            prefix_caching=False)
-        self._blocks: dict = {}
+            thread_safe=True, reuse="lifo", prefix_caching=False)
+        self.history: deque = deque(maxlen=DEFAULT_HISTORY_SIZE)
+        self._blocks: list = []  # block id -> its canonical Block, made on first hand-out
         self._fmt_names = {v: k for k, v in _FORMATS.items()}
         self._fmt_tags = dict(_FORMATS)
 
     # ---- helpers --------------------------------------------------------
     def _stream(self, stream: str) -> int:
-        if self.config.separate_kv:
-            if stream == "k":
-                return _kvpool.STREAM_K
-            if stream == "v":
-                return _kvpool.STREAM_V
-            raise ValueError(f"invalid stream {stream!r} (expected 'k' or 'v')")
-        if stream in ("k", "v", "kv"):
+        if not self.config.separate_kv:
             return _kvpool.STREAM_SHARED
-        raise ValueError(f"invalid stream {stream!r}")
+        if stream == "k":
+            return _kvpool.STREAM_K
+        if stream == "v":
+            return _kvpool.STREAM_V
+        raise ValueError(f"BlockPoolAllocator: stream must be 'k' or 'v', got {stream!r}")
 
     def _format_tag(self, fmt: str) -> int:
         tag = self._fmt_tags.get(fmt)
@@ -228,24 +278,33 @@ class BlockPoolAllocator:
         return self._fmt_names.get(tag, f"user{tag}")
 
     def _block(self, block_id: int) -> Block:
-        b = self._blocks.get(block_id)
+        blocks = self._blocks
+        if block_id >= len(blocks):
+            blocks.extend([None] * (block_id + 1 - len(blocks)))
+        b = blocks[block_id]
         if b is None:
-            b = Block(block_id)
+            b = blocks[block_id] = Block(block_id)
             b._alloc = self
-            self._blocks[block_id] = b
+            b._rec = None
         return b
+
+    def _stats(self, s: dict) -> AllocationStats:
+        return AllocationStats(n_blocks=s["blocks"], n_allocations=s["blocks_allocated"],
+                               n_frees=s["blocks_freed"], n_reused=s["reused"],
+                               n_exhausted=s["exhausted"],
+                               n_grown=s["grown"] + s["extended"], n_retired=s["retired"],
+                               peak_blocks_in_use=s["peak_in_use"],
+                               _fragmented_count=s["fragmented"])
 
     # ---- public API -----------------------------------------------------
     @property
     def stats(self) -> AllocationStats:
         """Current counters."""
-        return AllocationStats._from_native(self._pool.stats())
+        return self._stats(self._pool.stats())
 
-    @property
-    def history(self) -> deque:
-        """Snapshots taken after every changing call, oldest first."""
-        return deque((AllocationStats._from_native(s) for s in self._pool.stats_history()),
-                     maxlen=1024)
+    def _record(self) -> None:
+        """A stats snapshot into ``history`` after a changing call, as the original."""
+        self.history.append(self._stats(self._pool.stats()))
 
     def register_owner(self, owner: int) -> None:
         """Mark owner active; a second registration of an active owner raises."""
@@ -262,26 +321,56 @@ class BlockPoolAllocator:
             pass
 
     def allocate(self, stream: str, n_tokens: int, owner: int, format: str = "fp16") -> list:
-        """Allocate ceil(n_tokens / block_size) blocks to owner; all or nothing."""
+        """Allocate ceil(n_tokens / block_size) blocks to owner, filled in order; all or nothing."""
         if n_tokens <= 0:
-            raise ValueError("n_tokens must be > 0")
+            raise ValueError(f"BlockPoolAllocator: n_tokens must be > 0, got {n_tokens}")
         s = self._stream(stream)
+        pool, bs = self._pool, self.config.block_size
         try:
-            ids = self._pool.alloc(n_tokens, owner, s, self._format_tag(format))
+            ids = pool.alloc(n_tokens, owner, s, self._format_tag(format))
         except _kvpool.ExhaustedError as e:
+            self._grow_to_cap(s)
+            self._record()
             raise BlockPoolExhaustedError(str(e)) from None
-        return [self._block(i) for i in ids]
+        n = len(ids)
+        fills = [bs] * n
+        fills[-1] = n_tokens - bs * (n - 1)
+        pool.set_fill_many(ids, fills)
+        self._record()
+        out = [self._block(i) for i in ids]
+        for b in out:
+            b._owner = owner  # a hint for free(); the pool's record is the truth
+        return out
+
+    def _grow_to_cap(self, stream: int) -> None:
+        """The original grows a short stream as far as max_blocks allows even when
+        that is not enough for the request that then fails."""
+        c = self.config
+        if not c.grow_on_exhaustion:
+            return
+        if c.max_blocks is None:
+            return  # unbounded growth: the native pool already grew what it could
+        room = c.max_blocks - self._pool.stats()["blocks"]
+        if room > 0:
+            self._pool.extend(room, stream)
 
     def free(self, blocks: list) -> None:
-        """Return blocks to their free lists (all or nothing)."""
+        """Return blocks to their free lists; blocks already free are skipped."""
         by_owner: dict = {}
-        for b in blocks:
-            info = self._pool.block_info(b.block_id)
-            if info["state"] != "in_use":
-                raise _kvpool.DoubleFreeError(f"block {b.block_id} is already free")
-            by_owner.setdefault(info["owner"], []).append(b.block_id)
-        for owner, ids in by_owner.items():
-            self._pool.free(ids, owner)
+        for b in blocks:  # grouped by the owner each block was allocated to
+            by_owner.setdefault(b._owner, []).append(b)
+        for owner, group in by_owner.items():
+            if owner is not None:
+                try:  # one native call per owner: all of them still checked out
+                    self._pool.free([b.block_id for b in group], owner)
+                    continue
+                except (_kvpool.DoubleFreeError, _kvpool.NotOwnerError):
+                    pass  # some were freed another way (free_all): go by the pool's records
+            for b in group:
+                current = b.owner
+                if current is not None:  # already free: skipped, as the original
+                    self._pool.free([b.block_id], current)
+        self._record()
 
     def free_all(self, owner: int) -> None:
         """Free every block checked out to owner: O(its blocks)."""
@@ -289,6 +378,8 @@ class BlockPoolAllocator:
             self._pool.free_owner(owner)
         except _kvpool.NotFoundError:
             pass
+        self.release_owner(owner)  # a registered owner that never allocated: inactive too
+        self._record()
 
     def blocks_for(self, owner: int) -> list:
         """The blocks owner holds, in allocation order."""
@@ -304,8 +395,11 @@ class BlockPoolAllocator:
     def shrink(self, stream: str, target_free: int) -> int:
         """Retire free blocks of stream down to target_free; returns how many."""
         if target_free < 0:
-            raise ValueError("target_free must be >= 0")
-        return self._pool.shrink(target_free, self._stream(stream))
+            raise ValueError(f"BlockPoolAllocator: target_free must be >= 0, got {target_free}")
+        retired = self._pool.shrink(target_free, self._stream(stream))
+        if retired:
+            self._record()
+        return retired
 
     def mark_used(self, block: Block, n_used: int) -> None:
         """Set a checked-out block's fill level, keeping fragmentation exact."""
@@ -313,3 +407,33 @@ class BlockPoolAllocator:
             self._pool.set_fill(block.block_id, n_used)
         except _kvpool.DoubleFreeError:
             pass  # a free block is never fragmented; its fill is not kept
+
+    def __repr__(self) -> str:
+        return f"BlockPoolAllocator({self.stats!r})"
+
+
+# ---- adoption -------------------------------------------------------------
+_NAMES = {"BlockPoolAllocator": BlockPoolAllocator, "PoolConfig": PoolConfig, "Block": Block,
+          "AllocationStats": AllocationStats}
+_ERRORS = {"BlockPoolExhaustedError": BlockPoolExhaustedError,
+           "OwnerAlreadyActiveError": OwnerAlreadyActiveError}
+_adoption = _adopt.Adoption(
+    "veloxquant_mlx",
+    patch={"veloxquant_mlx.memory.block_pool": _NAMES},
+    register={"veloxquant_mlx.memory.block_pool": dict(
+                  _NAMES, **_ERRORS, DEFAULT_BLOCK_SIZE=DEFAULT_BLOCK_SIZE,
+                  DEFAULT_HISTORY_SIZE=DEFAULT_HISTORY_SIZE),
+              "veloxquant_mlx.core.exceptions": _ERRORS})
+
+
+def install() -> bool:
+    """Make VeloxQuant-MLX use this BlockPoolAllocator (``veloxquant_mlx.memory.block_pool``
+    and the modules that imported it by name); without VeloxQuant-MLX, register this
+    module and its exceptions under the original's module paths.  True when
+    VeloxQuant-MLX itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()

@@ -1,33 +1,43 @@
 """kvpool.compat.vllm — drop-in for vLLM v1's ``BlockPool`` (vllm/v1/core/block_pool.py).
 
 Owns the vLLM-shaped face of kvpool: ``BlockPool`` as vLLM's KVCacheManager
-uses it, its canonical ``KVCacheBlock`` objects and the KV-cache event
-classes.  The hot path (``get_new_blocks``, ``free_blocks``, ``touch``,
-``get_cached_block``, ``get_num_free_blocks``, ``get_usage`` and the block
-objects) is implemented in C in ``kvpool._kvpool._VllmBlockPool``; the rest
-is Python over it.  The pool underneath is a kvpool pool with a null block
-(id 0), prefix caching as configured and reuse order ``fifo`` — vLLM's single
-free queue, never-used blocks first in id order, freed blocks appended in the
-order given, cached content evicted when its block is handed out again.
+uses it, its canonical ``KVCacheBlock`` objects, the KV-cache event classes
+(vLLM's own when vLLM is importable) and ``install()`` / ``uninstall()``.
+The hot path (``get_new_blocks``, ``free_blocks``, ``touch``, the lookup
+behind ``get_cached_block``, ``get_num_free_blocks``, ``get_usage`` and the
+block objects) is implemented in C in ``kvpool._kvpool._VllmBlockPool``; the
+rest is Python over it.  The pool underneath is a kvpool pool with a null
+block (id 0), prefix caching as configured and reuse order ``fifo`` — one
+free queue, never-used blocks first in id order, freed blocks appended in
+the order given, cached content evicted when its block is handed out again.
 
-Semantics follow current vLLM (signatures of v0.11+): ``touch`` takes a flat
-sequence of blocks (a sequence of groups is accepted too),
+Semantics follow current vLLM: ``touch`` takes a flat sequence of blocks (a
+sequence of groups is accepted too); ``get_cached_block(block_hash,
+kv_cache_group_ids)`` takes its arguments by position or keyword;
 ``cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
-block_size, kv_cache_group_id)`` reads ``request.block_hashes``, and
-``take_events`` returns ``BlockStored`` / ``BlockRemoved`` /
-``AllBlocksCleared`` objects carrying 64-bit integer hashes.
+block_size, kv_cache_group_id)`` reads ``request.block_hashes``, hashes
+longer than 32 bytes included (folded, see ``_fold``); ``take_events``
+returns ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` with every
+field the class has, carrying 64-bit integer hashes; ``free_block_queue``
+and ``cached_block_hash_to_block`` are read-only views of what vLLM's own
+code reads of them.
 
 Deviations (also in docs/PYTHON.md):
 
 - Blocks are canonical objects created once; ``block_id``, ``ref_cnt``,
   ``block_hash`` and ``is_null`` are read-only views of the C state (vLLM's
   are writable dataclass fields; vLLM code only writes them from the pool).
-  The free-list links (``prev_free_block``/``next_free_block``) and
-  ``free_block_queue`` are not exposed: the queue lives in C.
+  The free-list links are not exposed and ``free_block_queue`` offers
+  ``num_free_blocks`` only: the queue lives in C.
+- One FIFO free queue: vLLM since PR #42656 puts a freed block without a
+  hash at the head and cached blocks at the tail (kvpool's ``lifo``), which
+  needs the C pool created with ``reuse="lifo"``.  The null block is taken
+  at construction (vLLM takes it on first use of ``null_block``).
 - Freeing a block more times than it is referenced raises
   ``kvpool.DoubleFreeError`` and changes nothing (vLLM lets ``ref_cnt`` go
   negative).  The null block is skipped by ``free_blocks`` and ``touch``.
-- Block hashes may be 1..32 bytes (vLLM's SHA-256 based hashes are 32).
+- A block cached under a folded long hash reports the fold as its
+  ``block_hash``.
 - Events: a hash is announced when its first copy enters the cache and
   removed when its last copy leaves (vLLM reports every copy); the event
   queue is bounded (2 x num_gpu_blocks hashes, at least 4096) between two
@@ -36,54 +46,133 @@ Deviations (also in docs/PYTHON.md):
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 from .. import _kvpool
+from . import _adopt
 from .._kvpool import KVCacheBlock
 
 __all__ = [
-    "BlockPool", "KVCacheBlock", "KVCacheEvent", "BlockStored", "BlockRemoved",
+    "install", "uninstall", "BlockPool", "KVCacheBlock", "KVCacheEvent", "BlockStored", "BlockRemoved",
     "AllBlocksCleared", "MEDIUM_GPU",
 ]
 
 logger = logging.getLogger(__name__)
 
-MEDIUM_GPU = "GPU"
+try:  # vLLM's own event classes when vLLM is importable (isinstance holds for them)
+    from vllm.distributed.kv_events import (  # type: ignore[import-not-found]
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        KVCacheEvent,
+    )
+    try:
+        from vllm.distributed.kv_events import MEDIUM_GPU  # type: ignore[import-not-found]
+    except ImportError:
+        MEDIUM_GPU = "GPU"
+except ImportError:
+    MEDIUM_GPU = "GPU"
+
+    class KVCacheEvent:  # type: ignore[no-redef]
+        """Base class of the KV-cache events (vllm.distributed.kv_events)."""
+
+    @dataclass
+    class BlockStored(KVCacheEvent):  # type: ignore[no-redef]
+        """Blocks entered the prefix cache (hashes as 64-bit integers); vLLM's fields."""
+        block_hashes: list
+        parent_block_hash: Optional[int]
+        token_ids: list
+        block_size: int
+        lora_id: Optional[int]
+        medium: Optional[str] = MEDIUM_GPU
+        lora_name: Optional[str] = None
+        extra_keys: Optional[list] = None
+        group_idx: Optional[int] = None
+        kv_cache_spec_kind: Optional[str] = None
+        kv_cache_spec_sliding_window: Optional[int] = None
+
+    @dataclass
+    class BlockRemoved(KVCacheEvent):  # type: ignore[no-redef]
+        """Blocks left the prefix cache."""
+        block_hashes: list
+        medium: Optional[str] = MEDIUM_GPU
+        group_idx: Optional[int] = None
+
+    @dataclass
+    class AllBlocksCleared(KVCacheEvent):  # type: ignore[no-redef]
+        """The whole prefix cache was dropped (or events were lost)."""
 
 
-class KVCacheEvent:
-    """Base class of the KV-cache events (vllm.distributed.kv_events)."""
+_FIELDS: dict = {}
 
 
-@dataclass
-class BlockStored(KVCacheEvent):
-    """Blocks entered the prefix cache (hashes as 64-bit integers)."""
-    block_hashes: list
-    parent_block_hash: Optional[int]
-    token_ids: list
-    block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str] = MEDIUM_GPU
-    lora_name: Optional[str] = None
-
-
-@dataclass
-class BlockRemoved(KVCacheEvent):
-    """Blocks left the prefix cache."""
-    block_hashes: list
-    medium: Optional[str] = MEDIUM_GPU
-
-
-@dataclass
-class AllBlocksCleared(KVCacheEvent):
-    """The whole prefix cache was dropped (or events were lost)."""
+def _event(cls, **fields):
+    """cls(**fields) keeping only the fields this version of the class has."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = getattr(cls, "__struct_fields__", None)  # vLLM's msgspec structs
+        if names is None:
+            names = tuple(f.name for f in dataclasses.fields(cls))
+        _FIELDS[cls] = names = frozenset(names)
+    return cls(**{k: v for k, v in fields.items() if k in names})
 
 
 def _ext(h: bytes) -> int:
     """vLLM's integer form of a block hash: the last 8 bytes, big-endian."""
     return int.from_bytes(bytes(h)[-8:], "big") or 1
+
+
+def _fold(h: bytes) -> bytes:
+    """The 32-byte key of a hash longer than 32 bytes (vLLM concatenates hashes
+    when a group's block size is a multiple of the hash block size): 24 bytes
+    of SHA-256 over all of it, then its own last 8 bytes, so the integer in
+    events (the last 8 bytes) is the one vLLM reports for it."""
+    h = bytes(h)
+    return hashlib.sha256(h).digest()[:24] + h[-8:]
+
+
+_native_get_cached_block = _kvpool._VllmBlockPool.get_cached_block
+
+
+class _FreeQueueView:
+    """What vLLM's code reads of ``BlockPool.free_block_queue``."""
+
+    __slots__ = ("_bp",)
+
+    def __init__(self, bp: "BlockPool"):
+        self._bp = bp
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._bp.get_num_free_blocks()
+
+
+class _CachedBlocksView:
+    """What vLLM's code reads of ``BlockPool.cached_block_hash_to_block``
+    (``BlockHashToBlockMap``): the block cached under a BlockHashWithGroupId
+    (the block hash, then the group id as 4 big-endian bytes), and the count."""
+
+    __slots__ = ("_bp",)
+
+    def __init__(self, bp: "BlockPool"):
+        self._bp = bp
+
+    def get_one_block(self, key: bytes):
+        key = bytes(key)
+        if len(key) < 5:
+            return None
+        got = self._bp.get_cached_block(key[:-4], [int.from_bytes(key[-4:], "big")])
+        return None if got is None else got[0]
+
+    def __contains__(self, key: bytes) -> bool:
+        return self.get_one_block(key) is not None
+
+    def __len__(self) -> int:
+        return self._bp.pool.stats()["indexed"]
 
 
 class BlockPool(_kvpool._VllmBlockPool):
@@ -106,8 +195,28 @@ class BlockPool(_kvpool._VllmBlockPool):
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size,
                          enable_kv_cache_events)
 
+    # ---- lookups and views ----------------------------------------------
+    def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]):
+        """The cached block of each group for block_hash (a list), or None when
+        any group misses.  Arguments by position or keyword, as vLLM's; a hash
+        longer than 32 bytes is looked up under its fold (see ``_fold``)."""
+        if len(block_hash) > 32:
+            block_hash = _fold(block_hash)
+        return _native_get_cached_block(self, block_hash, kv_cache_group_ids)
+
+    @property
+    def free_block_queue(self) -> "_FreeQueueView":
+        """Read-only view of the free queue: ``num_free_blocks`` (vLLM's code reads
+        only that; the queue itself lives in C)."""
+        return _FreeQueueView(self)
+
+    @property
+    def cached_block_hash_to_block(self) -> "_CachedBlocksView":
+        """Read-only view of the prefix index: ``get_one_block(key)`` and ``len()``."""
+        return _CachedBlocksView(self)
+
     # ---- events ---------------------------------------------------------
-    def _drain(self, stored_tokens=None) -> None:
+    def _drain(self, stored_tokens=None, group_idx=None) -> None:
         """Move native events into kv_event_queue as vLLM event objects."""
         if not self.enable_kv_cache_events:
             return
@@ -128,13 +237,15 @@ class BlockPool(_kvpool._VllmBlockPool):
                 parent_hash = parent
                 if stored_tokens is not None:
                     toks, lora_id, lora_name, parent_hash = stored_tokens(list(hashes))
-                self.kv_event_queue.append(BlockStored(
-                    block_hashes=list(hashes), parent_block_hash=parent_hash, token_ids=toks,
-                    block_size=block_size, lora_id=lora_id, medium=medium, lora_name=lora_name))
+                self.kv_event_queue.append(_event(
+                    BlockStored, block_hashes=list(hashes), parent_block_hash=parent_hash,
+                    token_ids=toks, block_size=block_size, lora_id=lora_id, medium=medium,
+                    lora_name=lora_name, extra_keys=None, group_idx=group_idx))
             elif kind == _kvpool.EVENT_REMOVED:
-                self.kv_event_queue.append(BlockRemoved(block_hashes=list(hashes), medium=medium))
+                self.kv_event_queue.append(_event(BlockRemoved, block_hashes=list(hashes),
+                                                  medium=medium))
             else:
-                self.kv_event_queue.append(AllBlocksCleared())
+                self.kv_event_queue.append(_event(AllBlocksCleared))
 
     def take_events(self) -> list:
         """Atomically take all events and clear the queue."""
@@ -161,11 +272,12 @@ class BlockPool(_kvpool._VllmBlockPool):
             raise ValueError("block_size must equal hash_block_size in this drop-in")
         new_blocks = blocks[num_cached_blocks:num_full_blocks]
         new_hashes = hashes[num_cached_blocks:num_full_blocks]
+        keys = [_fold(h) if len(h) > 32 else h for h in new_hashes]
         if not self.enable_kv_cache_events:
-            self._cache_blocks(new_blocks, new_hashes, kv_cache_group_id)
+            self._cache_blocks(new_blocks, keys, kv_cache_group_id)
             return
         self._drain()
-        self._cache_blocks(new_blocks, new_hashes, kv_cache_group_id)
+        self._cache_blocks(new_blocks, keys, kv_cache_group_id)
         all_tokens = getattr(request, "all_token_ids", None)
         lora = getattr(request, "lora_request", None)
         index = {}
@@ -184,7 +296,7 @@ class BlockPool(_kvpool._VllmBlockPool):
             return (toks, getattr(lora, "adapter_id", getattr(lora, "id", None)) if lora else None,
                     getattr(lora, "name", None) if lora else None, parent)
 
-        self._drain(stored)
+        self._drain(stored, kv_cache_group_id)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Evict the given blocks from the prefix cache (blocks in use stay allocated)."""
@@ -207,7 +319,32 @@ class BlockPool(_kvpool._VllmBlockPool):
                 events.append((_kvpool.EVENT_ALL_CLEARED, (), None, (), 0, None, (), MEDIUM_GPU))
             for e in events:
                 if e[0] == _kvpool.EVENT_ALL_CLEARED:
-                    self.kv_event_queue.append(AllBlocksCleared())
+                    self.kv_event_queue.append(_event(AllBlocksCleared))
                 elif e[0] == _kvpool.EVENT_REMOVED:
-                    self.kv_event_queue.append(BlockRemoved(block_hashes=list(e[1]), medium=e[7]))
+                    self.kv_event_queue.append(_event(BlockRemoved, block_hashes=list(e[1]),
+                                                      medium=e[7]))
         return True
+
+
+# ---- adoption -------------------------------------------------------------
+_adoption = _adopt.Adoption(
+    "vllm",
+    patch={"vllm.v1.core.block_pool": {"BlockPool": BlockPool}},
+    register={"vllm.v1.core.block_pool": {"BlockPool": BlockPool},
+              "vllm.v1.core.kv_cache_utils": {"KVCacheBlock": KVCacheBlock},
+              "vllm.distributed.kv_events": {
+                  "KVCacheEvent": KVCacheEvent, "BlockStored": BlockStored,
+                  "BlockRemoved": BlockRemoved, "AllBlocksCleared": AllBlocksCleared,
+                  "MEDIUM_GPU": MEDIUM_GPU}})
+
+
+def install() -> bool:
+    """Make vLLM use this BlockPool: ``vllm.v1.core.block_pool.BlockPool`` and every
+    loaded vLLM module that imported it by name; without vLLM, register this module's
+    classes under vLLM's module paths.  True when vLLM itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()

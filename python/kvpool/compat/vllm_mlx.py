@@ -1,20 +1,27 @@
 """kvpool.compat.vllm_mlx — drop-in for vllm-mlx's ``PagedCacheManager`` (vllm_mlx.paged_cache).
 
 Owns ``PagedCacheManager``, ``CacheBlock`` (alias ``KVCacheBlock``),
-``BlockTable``, ``CacheStats`` and ``compute_block_hash`` with the original's
-names and signatures, as Python over a native ``kvpool.Pool``: block 0 is the
-null block, one free queue in the order blocks were freed (reuse ``fifo``,
-LRU eviction), ref counts, and the chained-hash prefix index.
-``compute_block_hash`` produces the same bytes as the original (SHA-256 over
-the parent hash, or ``b"vllm-mlx-root"``, then ``str(tuple(token_ids))`` and
-``str(extra_keys)``), so hashes stay comparable across the two.
+``BlockTable``, ``CacheStats``, ``compute_block_hash`` and ``install()`` /
+``uninstall()``, with the original's names and signatures, as Python over a
+native ``kvpool.Pool``: block 0 is the null block, one free queue in the
+order blocks were freed (reuse ``fifo``, LRU eviction), ref counts, and the
+chained-hash prefix index.  ``compute_block_hash`` and the legacy
+``PagedCacheManager.compute_block_hash`` produce the same bytes as the
+original's, so hashes stay comparable across the two.
+
+No per-block dict on the hot paths: a manager's blocks keep their prefix
+hash beside the pool (the pool's eviction callback clears it), their
+``last_access`` in one array of doubles and their legacy hash in one dict
+(only blocks that have one); ``free_block`` reads the free count around
+the native free.  ``ref_count`` still asks the pool (``block_info``).
 
 Deviations, each following the original's documented intent (also in
 docs/PYTHON.md):
 
-- ``CacheBlock`` objects are canonical per id; ``ref_count``, ``block_hash``
-  and ``is_null`` read the pool's state.  ``prev_free_block`` /
-  ``next_free_block`` are always None (the free queue lives in C).
+- ``CacheBlock`` objects of a manager are canonical per id; ``ref_count``,
+  ``block_hash``, ``is_null`` and the free-list links (always None) are
+  read-only on them.  Constructed directly, a ``CacheBlock`` is a plain
+  record taking the original dataclass's fields.
 - ``get_blocks_for_generation``: the original copies every shared block and
   drops the source reference without freeing it when it reaches zero (a
   leak); here a copy takes a fresh block, drops one reference on the source
@@ -22,11 +29,10 @@ docs/PYTHON.md):
 - ``increment_ref`` / ``fork_block_table`` work on any block in use; the
   original's ``shared_blocks`` bookkeeping is replaced by the pool's exact
   count (``get_stats`` recomputed it anyway).
-- ``evict_lru_blocks`` evicts the content of the least recently freed cached
-  blocks and leaves them free (the documented intent); the original popped
-  and re-appended vacant blocks too, counting them as evicted.
-- ``reset_prefix_cache`` keeps ``evictions`` as a running count (the
-  original zeroed it together with hits and misses).
+- ``evict_lru_blocks(n)`` returns how many free blocks it went over, as the
+  original, and evicts the content of the least recently freed cached
+  blocks; the original rotated the front of its one queue, vacant blocks
+  included.
 """
 from __future__ import annotations
 
@@ -34,12 +40,16 @@ import hashlib
 import logging
 import threading
 import time
+from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NewType, Optional, Tuple
 
 from .. import _kvpool
+from . import _adopt
 
-__all__ = ["PagedCacheManager", "CacheBlock", "KVCacheBlock", "BlockTable", "CacheStats",
+__all__ = ["install", "uninstall", "PagedCacheManager", "CacheBlock", "KVCacheBlock",
+           "BlockTable", "CacheStats",
            "BlockHash", "compute_block_hash"]
 
 logger = logging.getLogger(__name__)
@@ -50,52 +60,147 @@ BlockHash = NewType("BlockHash", bytes)
 def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
                        extra_keys: Optional[Tuple[Any, ...]] = None) -> BlockHash:
     """Chained content hash of one block (parent hash, tokens, optional extra keys)."""
-    hasher = hashlib.sha256()
-    hasher.update(parent_hash if parent_hash else b"vllm-mlx-root")
-    hasher.update(bytes(str(tuple(token_ids)), "utf-8"))
+    hasher = _sha256(parent_hash if parent_hash else b"vllm-mlx-root")
+    hasher.update(str(tuple(token_ids)).encode())
     if extra_keys:
-        hasher.update(bytes(str(extra_keys), "utf-8"))
+        hasher.update(str(extra_keys).encode())
     return BlockHash(hasher.digest())
 
 
+_sha256 = hashlib.sha256
+_low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
+_ROOT = b"vllm-mlx-root"
+_MEMO_ENTRIES = 8192  # chain hashes remembered per manager (shared prompts hash once)
+
+
+class _Record:
+    """The fields of a CacheBlock constructed directly (not bound to a manager)."""
+
+    __slots__ = ("ref_count", "is_null", "prev_free_block", "next_free_block", "last_access",
+                 "hash_value")
+
+    def __init__(self, ref_count, is_null, prev_free_block, next_free_block, last_access,
+                 hash_value):
+        self.hash_value = hash_value
+        self.ref_count = ref_count
+        self.is_null = is_null
+        self.prev_free_block = prev_free_block
+        self.next_free_block = next_free_block
+        self.last_access = last_access
+
+
 class CacheBlock:
-    """KV cache block metadata; pool-backed fields read the kvpool state."""
+    """KV cache block metadata.
 
-    __slots__ = ("block_id", "_mgr", "_hash", "cache_data", "token_count", "hash_value",
-                 "last_access", "__weakref__")
+    Constructed directly it takes the original dataclass's fields, by
+    position or keyword, with the same defaults, and every field is a plain
+    value.  The blocks a manager owns are bound to it: ``ref_count`` and
+    ``is_null`` read the pool, ``block_hash`` is the content hash the block
+    is cached under (cleared by the pool's eviction callback), and
+    ``last_access`` lives in the manager's array of timestamps.
+    """
 
-    def __init__(self, block_id: int, mgr: "PagedCacheManager | None" = None):
+    __slots__ = ("block_id", "_mgr", "_hash", "cache_data", "token_count")
+
+    def __init__(self, block_id: int, ref_count: int = 0, block_hash: Optional[BlockHash] = None,
+                 prev_free_block: "Optional[CacheBlock]" = None,
+                 next_free_block: "Optional[CacheBlock]" = None, is_null: bool = False,
+                 cache_data: Optional[List[Tuple[Any, Any]]] = None, token_count: int = 0,
+                 hash_value: Optional[str] = None, last_access: Optional[float] = None):
         self.block_id = block_id
-        self._mgr = mgr
-        self._hash: Optional[bytes] = None
-        self.cache_data = None
-        self.token_count = 0
-        self.hash_value: Optional[str] = None
-        self.last_access = time.time()
+        self._mgr: Any = _Record(ref_count, is_null, prev_free_block, next_free_block,
+                                 time.time() if last_access is None else last_access, hash_value)
+        self._hash = block_hash
+        self.cache_data = cache_data
+        self.token_count = token_count
 
-    def _info(self) -> dict:
-        return self._mgr._pool.block_info(self.block_id)
+    @classmethod
+    def _bound(cls, block_id: int, mgr: "PagedCacheManager") -> "CacheBlock":
+        b = cls.__new__(cls)
+        b.block_id = block_id
+        b._mgr = mgr
+        b._hash = None
+        b.cache_data = None
+        b.token_count = 0
+        return b
 
     @property
     def ref_count(self) -> int:
-        return self._info()["ref_count"] if self._mgr else 0
+        m = self._mgr
+        return m.ref_count if type(m) is _Record else m._ref_count(self.block_id)
+
+    @ref_count.setter
+    def ref_count(self, value: int) -> None:
+        m = self._mgr
+        if type(m) is not _Record:
+            raise AttributeError("ref_count of a managed block is the pool's; use "
+                                 "increment_ref / free_block")
+        m.ref_count = value
 
     @property
     def block_hash(self) -> Optional[BlockHash]:
-        if self._hash is None or self._mgr is None:
-            return None
-        info = self._info()
-        if info["published"] and info["hash"] == self._hash:
-            return BlockHash(self._hash)
-        self._hash = None
-        return None
+        return self._hash
+
+    @block_hash.setter
+    def block_hash(self, value: Optional[BlockHash]) -> None:
+        if type(self._mgr) is not _Record:
+            raise AttributeError("block_hash of a managed block is set by cache_full_blocks")
+        self._hash = value
 
     @property
     def is_null(self) -> bool:
-        return self.block_id == 0
+        m = self._mgr
+        return m.is_null if type(m) is _Record else self.block_id == 0
 
-    prev_free_block = None
-    next_free_block = None
+    @is_null.setter
+    def is_null(self, value: bool) -> None:
+        if type(self._mgr) is not _Record:
+            raise AttributeError("is_null of a managed block is fixed (block 0)")
+        self._mgr.is_null = value
+
+    def _link(name):  # noqa: N805  (builds the two free-list link properties)
+        def get(self):
+            m = self._mgr
+            return getattr(m, name) if type(m) is _Record else None
+
+        def put(self, value):
+            if type(self._mgr) is not _Record:
+                raise AttributeError(f"{name} of a managed block: the free queue lives in C")
+            setattr(self._mgr, name, value)
+        return property(get, put)
+
+    prev_free_block = _link("prev_free_block")
+    next_free_block = _link("next_free_block")
+    del _link
+
+    @property
+    def hash_value(self) -> Optional[str]:
+        """The legacy string hash (a manager keeps them in one dict, only for blocks that have one)."""
+        m = self._mgr
+        return m.hash_value if type(m) is _Record else m._hash_values.get(self.block_id)
+
+    @hash_value.setter
+    def hash_value(self, value: Optional[str]) -> None:
+        m = self._mgr
+        if type(m) is _Record:
+            m.hash_value = value
+        elif value is None:
+            m._hash_values.pop(self.block_id, None)
+        else:
+            m._hash_values[self.block_id] = value
+
+    @property
+    def last_access(self) -> float:
+        m = self._mgr
+        return m.last_access if type(m) is _Record else m._last_access[self.block_id]
+
+    @last_access.setter
+    def last_access(self, value: float) -> None:
+        m = self._mgr
+        if type(m) is _Record:
+            m.last_access = value
+        else:
+            m._last_access[self.block_id] = value
 
     def is_full(self, block_size: int) -> bool:
         """Check if block is at capacity."""
@@ -106,9 +211,10 @@ class CacheBlock:
         return self.ref_count > 1
 
     def reset_hash(self) -> None:
-        """Drop the block's hash from the cache (an eviction)."""
-        if self.block_hash is not None:
-            self._mgr._pool.unpublish(self.block_id)
+        """Drop the block's hash; a managed block also leaves the prefix cache (an eviction)."""
+        m = self._mgr
+        if self._hash is not None and type(m) is not _Record:
+            m._pool.unpublish(self.block_id)  # the eviction callback clears the fields
         self._hash = None
         self.hash_value = None
 
@@ -117,11 +223,42 @@ class CacheBlock:
         self.last_access = time.time()
 
     def __repr__(self) -> str:
+        p, n = self.prev_free_block, self.next_free_block
         return (f"CacheBlock(id={self.block_id}, ref={self.ref_count}, "
-                f"tokens={self.token_count}, prev=None, next=None)")
+                f"tokens={self.token_count}, prev={p.block_id if p else None}, "
+                f"next={n.block_id if n else None})")
 
 
 KVCacheBlock = CacheBlock
+
+
+class _AllocatedBlocks(Mapping):
+    """Read-only mapping id -> CacheBlock of the blocks in use (the null block included)."""
+
+    __slots__ = ("_mgr",)
+
+    def __init__(self, mgr: "PagedCacheManager"):
+        self._mgr = mgr
+
+    def __contains__(self, block_id) -> bool:
+        m = self._mgr
+        return (type(block_id) is int and 0 <= block_id < m.max_blocks
+                and m._ref_count(block_id) > 0)
+
+    def __getitem__(self, block_id) -> CacheBlock:
+        if block_id not in self:
+            raise KeyError(block_id)
+        return self._mgr.blocks[block_id]
+
+    def get(self, block_id, default=None):
+        return self[block_id] if block_id in self else default
+
+    def __len__(self) -> int:
+        return self._mgr._pool.stats()["in_use"]
+
+    def __iter__(self):
+        m = self._mgr
+        return (i for i in range(m.max_blocks) if m._ref_count(i) > 0)
 
 
 @dataclass
@@ -170,21 +307,51 @@ class PagedCacheManager:
     def _make_pool(self) -> None:
         self._pool = _kvpool.Pool(block_size=self.block_size, num_blocks=self.max_blocks,
                                   null_block=True, reuse="fifo",
-                                  prefix_caching=self.enable_caching)
-        self.blocks: List[CacheBlock] = [CacheBlock(i, self) for i in range(self.max_blocks)]
+                                  prefix_caching=self.enable_caching, on_evict=self._evicted)
+        self._last_access = array("d", [time.time()]) * self.max_blocks
+        bound = CacheBlock._bound
+        self.blocks: List[CacheBlock] = [bound(i, self) for i in range(self.max_blocks)]
         self.null_block = self.blocks[0]
-        self.null_block.token_count = 0
+        self.allocated_blocks = _AllocatedBlocks(self)
         self.hash_to_block: Dict[str, int] = {}
+        self._hash_values: Dict[int, str] = {}  # block id -> legacy hash, for blocks with one
         self.request_tables: Dict[str, BlockTable] = {}
         self._hits = self._misses = self._cow = 0
         self._evict_base = 0
+        self._memo: Dict[Tuple[Optional[bytes], Tuple[int, ...]], bytes] = {}
+
+    def _hash_of(self, parent: Optional[bytes], toks: List[int]) -> Tuple[bytes, tuple]:
+        """(compute_block_hash(parent, toks), memo key); a hash found in the memo
+        is not recomputed.  The memo holds the blocks prefix hits found, so a
+        shared prompt is hashed once, not on every request (bounded; cleared
+        when full)."""
+        key = (parent, tuple(toks))
+        h = self._memo.get(key)
+        if h is None:
+            h = _sha256((parent or _ROOT) + str(key[1]).encode()).digest()
+        return h, key
+
+    def _remember(self, key: tuple, h: bytes) -> None:
+        memo = self._memo
+        if len(memo) >= _MEMO_ENTRIES:
+            memo.clear()
+        memo[key] = h
+
+    def _evicted(self, h: Optional[bytes], block_id: Optional[int]) -> None:
+        """The pool's eviction callback: the block's content left the prefix cache."""
+        if block_id is None:
+            return
+        b = self.blocks[block_id]
+        legacy = self._hash_values.pop(block_id, None)
+        if legacy and self.hash_to_block.get(legacy) == block_id:
+            del self.hash_to_block[legacy]
+        b._hash = None
+        b.cache_data = None
+
+    def _ref_count(self, block_id: int) -> int:
+        return self._pool.block_info(block_id)["ref_count"]
 
     # ---- properties -----------------------------------------------------
-    @property
-    def allocated_blocks(self) -> Dict[int, CacheBlock]:
-        """Blocks in use (the null block included), by id."""
-        return {b.block_id: b for b in self.blocks if b._info()["state"] == "in_use"}
-
     @property
     def stats(self) -> CacheStats:
         return self.get_stats()
@@ -196,45 +363,38 @@ class PagedCacheManager:
 
     @property
     def usage(self) -> float:
-        """Cache usage ratio (0.0 to 1.0)."""
-        total = self.max_blocks
-        return 0.0 if total == 0 else 1.0 - self.free_blocks / total
+        """Cache usage ratio (0.0 to 1.0), the null block excluded."""
+        total = self.max_blocks - 1
+        return 0.0 if total <= 0 else 1.0 - self._pool.free_count() / total
 
     # ---- allocation -----------------------------------------------------
+    # allocate_block and get_new_blocks are one native call each: under the
+    # GIL that call is atomic, so they take no lock of their own.
     def allocate_block(self) -> Optional[CacheBlock]:
         """Allocate one block, or None when out of blocks."""
-        with self._lock:
-            try:
-                block_id = self._pool.take()
-            except _kvpool.ExhaustedError:
-                logger.warning("Out of cache blocks")
-                return None
-            b = self.blocks[block_id]
-            self._reset_block(b)
-            return b
-
-    def _reset_block(self, b: CacheBlock) -> None:
-        if b.hash_value and self.hash_to_block.get(b.hash_value) == b.block_id:
-            del self.hash_to_block[b.hash_value]
-        b._hash = None
-        b.hash_value = None
-        b.cache_data = None
-        b.token_count = 0
-        b.touch()
+        try:
+            block_id = self._pool.take()
+        except _kvpool.ExhaustedError:
+            logger.warning("Out of cache blocks")
+            return None
+        self._last_access[block_id] = time.time()
+        return self.blocks[block_id]
 
     def get_new_blocks(self, num_blocks: int) -> List[CacheBlock]:
         """Allocate num_blocks blocks (vLLM style); ValueError if not enough are free."""
-        with self._lock:
-            if num_blocks == 0:
-                return []
-            free = self._pool.free_count()
-            if num_blocks > free:
-                raise ValueError(f"Cannot allocate {num_blocks} blocks, only {free} available")
+        if num_blocks <= 0:
+            if num_blocks < 0:
+                raise ValueError(f"Cannot allocate {num_blocks} blocks")
+            return []
+        try:
             ids = self._pool.alloc_blocks(num_blocks)
-            out = [self.blocks[i] for i in ids]
-            for b in out:
-                self._reset_block(b)
-            return out
+        except _kvpool.ExhaustedError:
+            raise ValueError(f"Cannot allocate {num_blocks} blocks, only "
+                             f"{self._pool.free_count()} available") from None
+        blocks, stamp, now = self.blocks, self._last_access, time.time()
+        for i in ids:
+            stamp[i] = now
+        return [blocks[i] for i in ids]
 
     def allocate_blocks_for_tokens(self, num_tokens: int) -> List[CacheBlock]:
         """Allocate enough blocks to hold num_tokens."""
@@ -243,54 +403,86 @@ class PagedCacheManager:
     def free_block(self, block_id: int) -> bool:
         """Drop one reference; True if the block became free."""
         with self._lock:
-            if block_id == 0 or not 0 <= block_id < self.max_blocks:
-                return False
-            b = self.blocks[block_id]
-            if b._info()["state"] != "in_use":
+            if block_id == 0:
+                return False  # the null block is never freed
+            pool = self._pool
+            before = pool.free_count()
+            try:
+                pool.free(block_id)
+            except (_kvpool.Error, TypeError, OverflowError):
                 logger.warning(f"Attempted to free unknown block: {block_id}")
                 return False
-            self._pool.free(block_id)
-            return b._info()["state"] != "in_use"
+            return pool.free_count() != before
 
     decrement_ref = free_block
 
-    def increment_ref(self, block_id: int) -> bool:
-        """One more reference on a block in use."""
+    def free_block_batch(self, blocks: Iterable[CacheBlock]) -> None:
+        """Drop one reference on each block, in order (the first given is reused first)."""
         with self._lock:
-            if not 0 < block_id < self.max_blocks:
+            self._release([b.block_id for b in blocks if b.block_id != 0])
+
+    def _release(self, ids: List[int]) -> None:
+        """Drop one reference per id in one native call; when one of them is not
+        in use (the call is refused whole), each is dropped on its own instead."""
+        if not ids:
+            return
+        try:
+            self._pool.free(ids)
+        except (_kvpool.Error, TypeError, OverflowError):
+            for i in ids:
+                self.free_block(i)
+
+    def increment_ref(self, block_id: int) -> bool:
+        """One more reference on a block in use; False (and nothing changes) otherwise."""
+        with self._lock:
+            if type(block_id) is not int or not 0 < block_id < self.max_blocks:
                 return False
-            b = self.blocks[block_id]
-            if b._info()["state"] != "in_use":
+            if self._ref_count(block_id) == 0:
                 return False
             self._pool.claim(block_id)
-            b.touch()
+            self._last_access[block_id] = time.time()
             return True
 
     def touch(self, blocks: Iterable[CacheBlock]) -> None:
         """Cache hit: one more reference each; a free block leaves the free queue."""
         with self._lock:
-            for b in blocks:
-                if b.is_null:
-                    continue
-                try:
-                    self._pool.claim(b.block_id)
-                except _kvpool.NotFoundError:
-                    self._pool.take_id(b.block_id)
-                b.touch()
+            blocks = [b for b in blocks if b.block_id != 0]
+            ids = [b.block_id for b in blocks]
+            pool = self._pool
+            try:
+                pool.claim_many(ids)
+            except _kvpool.Error:  # a free block without a hash: taken by id
+                for i in ids:
+                    try:
+                        pool.claim(i)
+                    except _kvpool.NotFoundError:
+                        pool.take_id(i)
+            stamp, now = self._last_access, time.time()
+            for i in ids:
+                stamp[i] = now
 
     # ---- prefix cache ---------------------------------------------------
+    def _lookup(self, block_hash: bytes) -> int:
+        """Block id cached under block_hash, or -1."""
+        if len(block_hash) == 32:
+            got = self._pool.lookup_many(block_hash)[0][0]
+            return -1 if got is None else got
+        try:
+            return self._pool.lookup(block_hash)
+        except (_kvpool.NotFoundError, _kvpool.InvalidArgumentError):
+            return -1
+
     def get_cached_block(self, block_hash: BlockHash) -> Optional[CacheBlock]:
         """The cached block with this hash, or None (counts a hit or a miss)."""
         if not self.enable_caching:
             return None
         with self._lock:
-            try:
-                b = self.blocks[self._pool.lookup(bytes(block_hash))]
-            except _kvpool.NotFoundError:
+            bid = self._lookup(bytes(block_hash))
+            if bid < 0:
                 self._misses += 1
                 return None
             self._hits += 1
-            return b
+            return self.blocks[bid]
 
     def cache_full_blocks(self, blocks: List[CacheBlock], token_ids: List[int],
                           num_cached_blocks: int, num_full_blocks: int) -> None:
@@ -298,20 +490,22 @@ class PagedCacheManager:
         if not self.enable_caching or num_cached_blocks >= num_full_blocks:
             return
         with self._lock:
-            parent = blocks[num_cached_blocks - 1].block_hash if num_cached_blocks > 0 else None
+            bs, publish, legacy_index = self.block_size, self._pool.publish, self.hash_to_block
+            legacy_values = self._hash_values
+            parent = blocks[num_cached_blocks - 1]._hash if num_cached_blocks > 0 else None
             for i in range(num_cached_blocks, num_full_blocks):
                 b = blocks[i]
-                if b.block_hash is not None:
-                    parent = b.block_hash
+                if b._hash is not None:
+                    parent = b._hash
                     continue
-                toks = token_ids[i * self.block_size:(i + 1) * self.block_size]
+                toks = token_ids[i * bs:(i + 1) * bs]
                 h = compute_block_hash(parent, toks)
-                self._pool.publish(b.block_id, h)
-                b._hash = bytes(h)
+                publish(b.block_id, h)
+                b._hash = h
                 b.token_count = len(toks)
-                legacy = self.compute_block_hash(toks)
-                b.hash_value = legacy
-                self.hash_to_block[legacy] = b.block_id
+                legacy = _sha256(bytes(map(_low8, toks))).hexdigest()[:16]
+                legacy_values[b.block_id] = legacy
+                legacy_index[legacy] = b.block_id
                 parent = h
 
     def get_computed_blocks(self, token_ids: List[int]) -> Tuple[List[CacheBlock], int]:
@@ -321,27 +515,30 @@ class PagedCacheManager:
         with self._lock:
             out: List[CacheBlock] = []
             parent = None
-            for i in range(len(token_ids) // self.block_size):
-                h = compute_block_hash(parent, token_ids[i * self.block_size:(i + 1) * self.block_size])
-                try:
-                    out.append(self.blocks[self._pool.lookup(h)])
-                except _kvpool.NotFoundError:
+            bs, blocks, lookup, memo = self.block_size, self.blocks, self._lookup, self._memo
+            for i in range(len(token_ids) // bs):
+                h, key = self._hash_of(parent, token_ids[i * bs:(i + 1) * bs])
+                bid = lookup(h)
+                if bid < 0:
                     self._misses += 1
                     break
-                self._hits += 1
+                if key not in memo:
+                    self._remember(key, h)
+                out.append(blocks[bid])
                 parent = h
-            return out, len(out) * self.block_size
+            self._hits += len(out)
+            return out, len(out) * bs
 
     @staticmethod
     def compute_block_hash(tokens: List[int]) -> str:
-        """Legacy string hash of a token list (16 hex digits of SHA-256)."""
-        return hashlib.sha256(b"".join(t.to_bytes(4, "big") for t in tokens)).hexdigest()[:16]
+        """Legacy string hash of a token list: 16 hex digits of SHA-256 over each token & 0xFF."""
+        return _sha256(bytes(map(_low8, tokens))).hexdigest()[:16]
 
     def find_cached_block(self, tokens: List[int]) -> Optional[CacheBlock]:
         """Legacy lookup by token content among blocks in use."""
         with self._lock:
             bid = self.hash_to_block.get(self.compute_block_hash(tokens))
-            if bid is not None and self.blocks[bid]._info()["state"] == "in_use":
+            if bid is not None and bid in self.allocated_blocks:
                 self.blocks[bid].touch()
                 self._hits += 1
                 return self.blocks[bid]
@@ -376,16 +573,15 @@ class PagedCacheManager:
         with self._lock:
             t = self.request_tables.pop(request_id, None)
             if t:
-                for bid in t.block_ids:
-                    self.free_block(bid)
+                self._release([bid for bid in t.block_ids if bid != 0])
 
     def add_block_to_table(self, table: BlockTable, block: CacheBlock, tokens_in_block: int) -> None:
         with self._lock:
             table.block_ids.append(block.block_id)
             block.token_count = tokens_in_block
             table.num_tokens += tokens_in_block
-            if not block.is_null:
-                self._pool.set_fill(block.block_id, min(tokens_in_block, self.block_size))
+            if block.block_id != 0:
+                self._pool.set_fill(block.block_id, min(max(tokens_in_block, 0), self.block_size))
 
     def find_shared_prefix(self, tokens: List[int]) -> Tuple[List[int], List[int]]:
         """Legacy: leading full blocks found by find_cached_block, and the rest."""
@@ -415,18 +611,20 @@ class PagedCacheManager:
             out: List[CacheBlock] = []
             copied = False
             for i, bid in enumerate(table.block_ids):
-                b = self.blocks[bid]
-                if bid == 0 or b._info()["state"] != "in_use":
+                if bid not in self.allocated_blocks:
                     continue
-                if b.is_shared():
+                b = self.blocks[bid]
+                if bid != 0 and b.is_shared():
                     nb = self._cow_copy_block(b)
                     if nb:
                         table.block_ids[i] = nb.block_id
                         out.append(nb)
                         copied = True
                         self._cow += 1
-                        continue
-                out.append(b)
+                    else:
+                        out.append(b)
+                else:
+                    out.append(b)
                 b.touch()
             return out, copied
 
@@ -441,21 +639,24 @@ class PagedCacheManager:
 
     # ---- eviction, stats, reset ----------------------------------------
     def evict_lru_blocks(self, num_blocks: int) -> int:
-        """Evict the content of up to num_blocks least recently freed cached blocks."""
+        """Go over the num_blocks least recently freed free blocks, evicting
+        the cached content among them; returns how many were gone over."""
         with self._lock:
-            n = self._pool.evict(num_blocks)
-            if n:
-                logger.info(f"Evicted {n} LRU blocks from cache")
+            n = min(num_blocks, self._pool.free_count())
+            if n <= 0:
+                return 0
+            self._pool.evict(n)
+            logger.info(f"Evicted {n} LRU blocks from cache")
             return n
 
     def handle_memory_pressure(self, requested_blocks: int) -> bool:
-        """True when requested_blocks are free (evicting cached content as needed)."""
+        """True when requested_blocks are free (evicting cached content first when short)."""
         with self._lock:
-            try:
-                self._pool.ensure_free(min(requested_blocks, self.max_blocks))
-            except _kvpool.ExhaustedError:
-                pass
-            return self.free_blocks >= requested_blocks
+            free = self._pool.free_count()
+            if free >= requested_blocks:
+                return True
+            self.evict_lru_blocks(requested_blocks - free)
+            return self._pool.free_count() >= requested_blocks
 
     def get_stats(self) -> CacheStats:
         with self._lock:
@@ -487,14 +688,16 @@ class PagedCacheManager:
             try:
                 self._pool.reset_prefix_cache()
             except _kvpool.BusyError:
-                logger.warning("Cannot reset cache: blocks in use")
+                used = self._pool.stats()["in_use"]
+                logger.warning(f"Cannot reset cache: {used - 1} blocks in use")
                 return False
             self.hash_to_block.clear()
+            self._hash_values.clear()
             for b in self.blocks:
                 b._hash = None
-                b.hash_value = None
                 b.cache_data = None
             self._hits = self._misses = 0
+            self._evict_base = self._pool.stats()["evictions"]
             return True
 
     def clear(self) -> None:
@@ -503,3 +706,24 @@ class PagedCacheManager:
             self._pool.close()
             self._make_pool()
             logger.info("PagedCacheManager cleared")
+
+
+# ---- adoption -------------------------------------------------------------
+_NAMES = {"PagedCacheManager": PagedCacheManager, "CacheBlock": CacheBlock,
+          "KVCacheBlock": KVCacheBlock, "BlockTable": BlockTable, "CacheStats": CacheStats,
+          "compute_block_hash": compute_block_hash}
+_adoption = _adopt.Adoption("vllm_mlx", patch={"vllm_mlx.paged_cache": _NAMES},
+                            register={"vllm_mlx.paged_cache": dict(_NAMES, BlockHash=BlockHash)})
+
+
+def install() -> bool:
+    """Make vllm-mlx use this PagedCacheManager and its block classes
+    (``vllm_mlx.paged_cache`` and the modules that imported them by name); without
+    vllm-mlx, register this module as ``vllm_mlx.paged_cache``.  True when
+    vllm-mlx itself was patched."""
+    return _adoption.install()
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    _adoption.uninstall()

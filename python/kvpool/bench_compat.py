@@ -1,0 +1,260 @@
+"""kvpool.bench_compat — each drop-in against its original, side by side.
+
+Run: ``PYTHONPATH=<dir with the originals> /usr/bin/python3 -m kvpool.bench_compat
+[--system atom|vllm_mlx|veloxquant|all] [--churn N] [--requests N] [--reps N] [--memory N]``.
+
+The originals are imported under their own module paths
+(``atom.model_engine.block_pool``, ``vllm_mlx.paged_cache``,
+``veloxquant_mlx.memory.block_pool``); a system whose
+original is not importable is skipped.  Both sides run the same operation
+sequence through the original's public API, the way its engine calls it,
+in one process, alternating original and drop-in per repetition:
+
+- ``churn`` (BENCH.md's churn: 65,536 blocks, 256 live sequences of
+  [128, 2048] tokens at 16 per block): ATOM ``pop()`` + ``allocate(id)`` per
+  block, ``free(id)`` for each block of a finished sequence, last first;
+  vllm-mlx ``allocate_block()`` per block and ``free_block(id)`` for each
+  block at the end (its ``free_blocks`` method is shadowed by the
+  ``free_blocks`` count property in the original, so ``free_block`` is how
+  blocks are given back).  Result: ns per allocated block.
+- ``prefix`` (BENCH.md's prefix: 16,384 blocks, Zipf-chosen 1,024-token
+  system prompts plus a unique suffix): ATOM's admission per request —
+  ``lookup(h)`` and a token compare on ``block(id).token_ids`` per full block
+  while it hits, ``claim`` the hits, ``pop`` + ``allocate`` the rest,
+  ``publish`` the new full blocks, then ``free`` every block; the chained
+  integer hashes are computed before timing, so this is the pool part.
+  vllm-mlx: ``get_computed_blocks(tokens)``, ``touch``, ``get_new_blocks``,
+  ``cache_full_blocks``, ``free_block`` per block — its own SHA-256 hashing included
+  (end to end, as its manager hashes inside these calls).  Result: µs per
+  request.
+- ``memory``: resident bytes per block of a pool of ``--memory`` blocks
+  (default 1,048,576) once every block has been handed out and given back
+  through the public API (so pages a pool allocates but has not touched yet
+  count too), each measured in a fresh child process.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from .bench import BS, churn_ops, prefix_requests
+
+ORIGINALS = {"atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache",
+             "veloxquant": "veloxquant_mlx.memory.block_pool"}
+DROPINS = {"atom": "kvpool.compat.atom", "vllm_mlx": "kvpool.compat.vllm_mlx",
+           "veloxquant": "kvpool.compat.veloxquant"}
+
+
+def _loop(ops, get, done_fn) -> float:
+    picks, _inst, done, _sizes = ops
+    live = [[] for _ in range(256)]
+    p, d = picks.tolist(), done.tolist()
+    t0 = time.perf_counter()
+    for k in range(len(p)):
+        blocks = live[p[k]]
+        blocks.append(get())
+        if d[k]:
+            done_fn(blocks)
+            live[p[k]] = []
+    return time.perf_counter() - t0
+
+
+def churn_atom(mod, ops) -> float:
+    pool = mod.BlockPool(65536)
+    pop, allocate, free = pool.pop, pool.allocate, pool.free
+
+    def get():
+        b = pop()
+        allocate(b)
+        return b
+
+    def release(blocks):
+        for b in reversed(blocks):
+            free(b)
+    return _loop(ops, get, release)
+
+
+def churn_mlx_free_block(mod, ops) -> float:
+    mgr = mod.PagedCacheManager(block_size=BS, max_blocks=65536 + 1)
+    free = mgr.free_block
+
+    def release(blocks):
+        for b in reversed(blocks):
+            free(b.block_id)
+    return _loop(ops, mgr.allocate_block, release)
+
+
+def churn_veloxquant(mod, ops) -> float:
+    """BENCH.md's scale workload at 1,024 blocks (the original recounts
+    fragmentation over every block on each call): allocate(BS tokens) per
+    block to the sequence's owner, free_all(owner) when it is done."""
+    pool = mod.BlockPoolAllocator(mod.PoolConfig(block_size=BS, n_blocks=1024, separate_kv=False))
+    allocate, free_all = pool.allocate, pool.free_all
+    picks, inst, done, _sizes = ops
+    p, o, d = picks.tolist(), inst.tolist(), done.tolist()
+    t0 = time.perf_counter()
+    for k in range(len(p)):
+        allocate("kv", BS, o[k])
+        if d[k]:
+            free_all(o[k])
+    return time.perf_counter() - t0
+
+
+def atom_prefix_inputs(reqs):
+    """Per request: (per full block (hash int, token list), number of blocks)."""
+    import hashlib
+    out = []
+    for toks in reqs:
+        n = len(toks)
+        full = []
+        parent = b""
+        for i in range(n // BS):
+            blk = toks[i * BS:(i + 1) * BS]
+            d = hashlib.blake2b(parent + blk.tobytes(), digest_size=8).digest()
+            full.append((int.from_bytes(d, "little"), blk.tolist()))
+            parent = d
+        out.append((full, (n + BS - 1) // BS, (n - 1) // BS))
+    return out
+
+
+def prefix_atom(mod, inputs) -> float:
+    pool = mod.BlockPool(16384)
+    lookup, block, claim, pop = pool.lookup, pool.block, pool.claim, pool.pop
+    allocate, publish, free = pool.allocate, pool.publish, pool.free
+    t0 = time.perf_counter()
+    for full, nblocks, cap in inputs:
+        table = []
+        for i in range(cap):
+            h, toks = full[i]
+            bid = lookup(h)
+            if bid < 0 or block(bid).token_ids != toks:
+                break
+            claim(bid)
+            table.append(bid)
+        for i in range(len(table), nblocks):
+            bid = pop()
+            allocate(bid)
+            if i < len(full):
+                h, toks = full[i]
+                publish(bid, h, toks)
+            table.append(bid)
+        for bid in reversed(table):
+            free(bid)
+    return time.perf_counter() - t0
+
+
+def prefix_mlx(mod, reqs) -> float:
+    mgr = mod.PagedCacheManager(block_size=BS, max_blocks=16384)
+    lists = [t.tolist() for t in reqs]
+    free = mgr.free_block
+    t0 = time.perf_counter()
+    for toks in lists:
+        n = len(toks)
+        hit, _ = mgr.get_computed_blocks(toks[:((n - 1) // BS) * BS])
+        mgr.touch(hit)
+        blocks = hit + mgr.get_new_blocks((n + BS - 1) // BS - len(hit))
+        mgr.cache_full_blocks(blocks, toks, len(hit), n // BS)
+        for b in reversed(blocks):
+            free(b.block_id)
+    return time.perf_counter() - t0
+
+
+MEMORY_CHILD = r"""
+import importlib, sys
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+mod = importlib.import_module(sys.argv[1]); system = sys.argv[2]; n = int(sys.argv[3])
+before = rss()
+if system == "atom":
+    p = mod.BlockPool(n)
+    ids = [p.pop() for _ in range(n)]
+    for i in ids:
+        p.allocate(i)
+    for i in ids:
+        p.free(i)
+    del ids
+elif system == "veloxquant":
+    p = mod.BlockPoolAllocator(mod.PoolConfig(block_size=16, n_blocks=n, separate_kv=False))
+    p.allocate("kv", 16 * n, owner=1)
+    p.free_all(1)
+else:
+    p = mod.PagedCacheManager(block_size=16, max_blocks=n)
+    blocks = p.get_new_blocks(n - 1)
+    for b in blocks:
+        p.free_block(b.block_id)
+    del blocks
+print((rss() - before) / n)
+"""
+
+
+def bytes_per_block(module: str, system: str, n: int) -> float:
+    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, module, system, str(n)],
+                         capture_output=True, text=True, check=True, env=os.environ)
+    return float(out.stdout)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="kvpool.bench_compat", description=__doc__.split("\n")[0])
+    ap.add_argument("--system", choices=["atom", "vllm_mlx", "veloxquant", "all"], default="all")
+    ap.add_argument("--churn", type=int, default=200_000, help="block allocations (default 200,000)")
+    ap.add_argument("--requests", type=int, default=2_000, help="prefix requests (default 2,000)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--memory", type=int, default=1 << 20, help="blocks for bytes/block (0: skip)")
+    args = ap.parse_args(argv)
+    systems = ["atom", "vllm_mlx", "veloxquant"] if args.system == "all" else [args.system]
+    ops = churn_ops(args.churn)
+    small_ops = churn_ops(args.churn // 10, live=8, lo=16, hi=256) if "veloxquant" in systems else None
+    reqs = prefix_requests(args.requests)
+    atom_inputs = atom_prefix_inputs(reqs) if "atom" in systems else None
+    for system in systems:
+        try:
+            orig = importlib.import_module(ORIGINALS[system])
+        except ImportError as e:
+            print(json.dumps({"system": system, "skipped": f"original not importable: {e}"}))
+            continue
+        mine = importlib.import_module(DROPINS[system])
+        rows = []
+        if system == "atom":
+            rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
+            rows.append(("prefix pool part", "us/request", args.requests,
+                         lambda m: prefix_atom(m, atom_inputs)))
+        elif system == "veloxquant":
+            rows.append(("churn 1,024 blocks", "ns/block", args.churn // 10,
+                         lambda m: churn_veloxquant(m, small_ops)))
+        else:
+            rows.append(("churn free_block", "ns/block", args.churn,
+                         lambda m: churn_mlx_free_block(m, ops)))
+            rows.append(("prefix end to end", "us/request", args.requests,
+                         lambda m: prefix_mlx(m, reqs)))
+        for name, unit, count, fn in rows:
+            scale = 1e9 if unit == "ns/block" else 1e6
+            fn(orig), fn(mine)  # warm-up
+            t_o, t_m = [], []
+            for _ in range(args.reps):
+                t_o.append(fn(orig))
+                t_m.append(fn(mine))
+            o = statistics.median(t_o) * scale / count
+            m = statistics.median(t_m) * scale / count
+            print(json.dumps({"system": system, "workload": name, "unit": unit,
+                              "original": round(o, 1), "kvpool": round(m, 1),
+                              "speedup": round(o / m, 2)}), flush=True)
+        if args.memory:
+            o = bytes_per_block(ORIGINALS[system], system, args.memory)
+            m = bytes_per_block(DROPINS[system], system, args.memory)
+            print(json.dumps({"system": system, "workload": "memory", "unit": "bytes/block",
+                              "blocks": args.memory, "original": round(o, 1), "kvpool": round(m, 1),
+                              "ratio": round(m / o, 2)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+/*
+ * kvpy.h — what the files of the extension module kvpool._kvpool share.
+ *
+ * The module is one CPython extension built from six files, each owning one
+ * concern (see its own top comment):
+ *   module.c    module init, the exception classes, status -> exception;
+ *   args.c      argument parsing and conversions (ints, owners, hashes,
+ *               zero-copy views of integer buffers, extra keys);
+ *   evict.c     the eviction queue and its delivery to on_evict;
+ *   pool.c      the Pool type (its one-call methods come from one table);
+ *   sequence.c  the Sequence type and its zero-copy block table;
+ *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock).
+ * Only the public header <kvpool.h> of the library is used, as any engine
+ * embedding it would.  Names shared between files start with kvpy_ (the
+ * target is built with hidden visibility: only PyInit__kvpool is exported);
+ * everything else is static to its file.
+ *
+ * The rules every file keeps (docs/PYTHON.md states them for users):
+ * - The GIL serialises every call on a pool made without `thread_safe`.
+ *   The GIL is released only around calls that can run long (creating a
+ *   large pool, hashing, admitting a long prompt on a thread-safe pool
+ *   without on_evict), between kvpy_pool_busy_enter and _leave (and the
+ *   sequence's `busy`), so that close, clear, retire_top and destroy refuse
+ *   with BusyError until the call is back.
+ * - No Python code runs inside a library call: the library's eviction
+ *   callback only queues (evict.c), and every method that can evict ends
+ *   with kvpy_ev_deliver, after its library calls returned.  So no thread
+ *   ever waits for the GIL while holding a pool's lock, and a callback may
+ *   call anything, close() included.
+ * - Argument conversion may run Python code (__index__, buffer exports) that
+ *   closes the pool or destroys a sequence: the state checks that matter
+ *   (open, not busy, no exports) are made after it.
+ * - While a zero-copy export of a sequence's block table is alive, the
+ *   calls that could move or free the table (admit, append, destroy;
+ *   Pool.retire_top, clear, close) refuse with BusyError.
+ */
+#ifndef KVPY_H
+#define KVPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <kvpool.h>
+
+#include <stdint.h>
+#include <string.h>
+
+/* Calls above these sizes release the GIL (see the rules above). */
+#define KVPY_GIL_CREATE_BLOCKS 65536u
+#define KVPY_GIL_TOKENS 4096u
+
+/* A PyMethodDef entry's function of any calling convention, and the flags
+ * of the keyword-taking fast calls. */
+#define KVPY_FC(f) (PyCFunction)(void (*)(void))(f)
+#define KVPY_FCK (METH_FASTCALL | METH_KEYWORDS)
+
+/* ---- module.c: exceptions ----------------------------------------------- */
+
+extern PyObject *kvpy_error;      /* kvpool.Error, the base of every class */
+extern PyObject *kvpy_exc[12];    /* kvpool.XxxError, indexed by kvp_status */
+
+/* Raise the exception of `st` with its message; returns NULL. */
+PyObject *kvpy_raise(kvp_status st);
+/* Raise the exception of `st` with `msg`, the status's message appended. */
+PyObject *kvpy_raise_msg(kvp_status st, const char *msg);
+
+/* ---- args.c: arguments and buffers -------------------------------------- */
+
+int kvpy_nargs_error(const char *usage);
+
+/* The arity check of the positional-only calls: 1 when nargs is n, else 0
+ * with TypeError carrying the call's usage.  Inline: every hot call makes
+ * it. */
+static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage)
+{
+    return nargs == n ? 1 : kvpy_nargs_error(usage);
+}
+
+int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames, const char *const *names, int nreq, PyObject **out);
+int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what);
+int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what);
+int kvpy_get_owner(PyObject *o, kvp_owner *v);
+int kvpy_get_bool(PyObject *o, int dflt, int *v);
+int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what);
+PyObject *kvpy_block_or_none(kvp_block b);
+PyObject *kvpy_hash_bytes(const kvp_hash *h);
+PyObject *kvpy_u32_list(const uint32_t *p, size_t n);
+
+/* __enter__ returning self, and getters of a uint32_t / int-flag field at
+ * the byte offset given as the getset closure. */
+PyObject *kvpy_return_self(PyObject *self, PyObject *unused);
+PyObject *kvpy_get_u32_field(PyObject *self, void *offset);
+PyObject *kvpy_get_bool_field(PyObject *self, void *offset);
+
+/* Views of integer buffers (numpy arrays read from their own fields). */
+int kvpy_view_get(PyObject *o, Py_buffer *v, int flags);
+void kvpy_view_release(Py_buffer *v);
+/* Whether o is read through the numpy fast view (for tests). */
+int kvpy_fast_view(PyObject *o, int writable);
+
+/* An input array of uint32: zero-copy for a C-contiguous buffer of 4-byte
+ * integers, converted (range-checked) from other integer buffers and from
+ * sequences of ints.  Release it on every path once kvpy_u32in_get
+ * succeeded. */
+typedef struct kvpy_u32in {
+    const uint32_t *p;
+    Py_ssize_t n;
+    Py_buffer view;
+    int has_view;
+    uint32_t *heap;
+    uint32_t small[32];
+} kvpy_u32in;
+
+int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what);
+
+/* Release what kvpy_u32in_get holds (nothing after a failed get). */
+static inline void kvpy_u32in_release(kvpy_u32in *in)
+{
+    if (in->has_view)
+        kvpy_view_release(&in->view);
+    in->has_view = 0;
+    PyMem_Free(in->heap);
+    in->heap = NULL;
+}
+
+/* An input array of owners: in place from a buffer of 8-byte integers,
+ * converted from a sequence of ints and None (KVP_ANON).  Released like
+ * kvpy_u32in. */
+typedef struct kvpy_owners {
+    const kvp_owner *p;
+    Py_ssize_t n;
+    Py_buffer view;
+    int has_view;
+    kvp_owner *heap;
+    kvp_owner small[16];
+} kvpy_owners;
+
+int kvpy_owners_get(PyObject *o, kvpy_owners *in, const char *what);
+void kvpy_owners_release(kvpy_owners *in);
+
+/* A writable output buffer of 4-byte integers (C-contiguous, aligned);
+ * released with kvpy_view_release(&out.view). */
+typedef struct kvpy_u32out {
+    uint32_t *p;
+    Py_ssize_t cap;
+    Py_buffer view;
+} kvpy_u32out;
+
+int kvpy_u32out_get(PyObject *o, kvpy_u32out *out);
+
+/* Extra hash keys: None or a dict in, kvp_extra_keys out (k valid while
+ * the dict's objects live; present = 0 for None). */
+typedef struct kvpy_extra {
+    kvp_extra_keys k;
+    int present;
+    kvp_mm_span *mm;
+    Py_buffer salt;
+    int has_salt;
+} kvpy_extra;
+
+int kvpy_extra_get(PyObject *o, kvpy_extra *e);
+void kvpy_extra_release(kvpy_extra *e);
+
+/* ---- pool.c: the Pool object --------------------------------------------- */
+
+typedef struct PoolObject {
+    PyObject_HEAD
+    kvp_pool *pool;           /* NULL once closed */
+    uint32_t block_size;
+    int thread_safe;
+    int events;
+    int null_block;
+    int separate_kv;
+    PyObject *on_evict;       /* callable or NULL */
+    PyObject *seqs;           /* dict request_id -> weakref(Sequence) */
+    Py_ssize_t table_exports; /* live zero-copy exports of block tables */
+    Py_ssize_t busy;          /* calls in flight with the GIL released */
+    struct kvpy_evrec *evq;   /* evictions not yet delivered: evq[ev_head..ev_n) */
+    uint32_t ev_head, ev_n, ev_cap;
+    uint32_t ev_lost;         /* evictions the queue had no room for */
+    int init_pending;         /* set by tp_new, cleared by the one __init__ allowed */
+    PyObject *weakrefs;
+    uint32_t take_hint;       /* take()'s hint, for its last owner */
+    PyObject **vkeys;         /* vLLM drop-in only: each block's key (vllm.c) */
+    uint32_t nvkeys;
+    void *varena;             /* vLLM drop-in only: its KVCacheBlock objects (vllm.c) */
+} PoolObject;
+
+extern PyTypeObject kvpy_pool_type;
+
+/* Pool(**kwargs) without __init__ (the vLLM drop-in builds its pool so). */
+PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+/* 1 if the pool is open; else 0 with InvalidArgumentError set.  Inline:
+ * every call makes it. */
+static inline int kvpy_pool_ok(PoolObject *self)
+{
+    if (self->pool)
+        return 1;
+    PyErr_SetString(kvpy_exc[KVP_EINVAL], "the pool is closed");
+    return 0;
+}
+#define KVPY_POOL_CHECK(self)                                                                   \
+    do {                                                                                        \
+        if (!kvpy_pool_ok(self))                                                                \
+            return NULL;                                                                        \
+    } while (0)
+/* The bracket of a GIL-free call: the library pool (NULL with the error
+ * set when closed), counted busy and held by one more reference. */
+kvp_pool *kvpy_pool_busy_enter(PoolObject *self);
+void kvpy_pool_busy_leave(PoolObject *self);
+
+/* ---- evict.c: eviction queue --------------------------------------------- */
+
+/* The library's on_evict: queues (hash, block) on the PoolObject `user`. */
+void kvpy_evict_trampoline(void *user, const kvp_hash *h, kvp_block b);
+/* Deliver the queued evictions to on_evict; returns r unchanged. */
+PyObject *kvpy_ev_deliver_queued(PoolObject *self, PyObject *r);
+
+/* The tail of every method that can evict: a compare when nothing is queued. */
+static inline PyObject *kvpy_ev_deliver(PoolObject *self, PyObject *r)
+{
+    if (self->ev_head == self->ev_n && !self->ev_lost)
+        return r;
+    return kvpy_ev_deliver_queued(self, r);
+}
+
+/* ---- sequence.c ------------------------------------------------------------ */
+
+extern PyTypeObject kvpy_seq_type;
+
+/* Mark every wrapper of the pool's sequences dead (clear, close). */
+void kvpy_seqs_invalidate(PoolObject *self);
+/* Pool.find_sequence and Pool.sequence, in the Pool's method table. */
+PyObject *kvpy_pool_find_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
+
+/* ---- vllm.c ---------------------------------------------------------------- */
+
+extern PyTypeObject kvpy_vblock_type;
+extern PyTypeObject kvpy_vpool_type;
+
+#endif
