@@ -16,30 +16,17 @@ import csv
 import functools
 import itertools
 import json
-import os
 import random
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(os.environ.get("KVP_BUILD_DIR", ROOT / "build"))
-if not BUILD.is_absolute():
-    BUILD = ROOT / BUILD
-KVPOOL = BUILD / "kvpool"
-ASAN_KVPOOL = ROOT / "build-asan" / "kvpool"
-BUNDLED = ROOT / "data" / "mooncake_fast25_conversation_trace.jsonl.gz"
-BLOCK = 512
+from test_cli import BLOCK, BUNDLED, KVPOOL, binaries  # the builds test_cli runs
+
 CSV_HEADER = "capacity,blocks_hit,hit_rate,tokens_hit,tokens_hit_rate"
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
-
-
-def binaries():
-    """The kvpool builds to run the curve with: normal, and ASan when built."""
-    return [KVPOOL] + ([ASAN_KVPOOL] if ASAN_KVPOOL.exists() else [])
 
 
 def run(*args, binary=KVPOOL, timeout=120):

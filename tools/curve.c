@@ -25,7 +25,7 @@
  * misses rather than hits (SHARDS-adj): hits(C) = uses - misses(C) / rate,
  * the difference going to the smallest distance.
  */
-#define _POSIX_C_SOURCE 200809L /* fdopen */
+#define _POSIX_C_SOURCE 200809L
 
 #include "curve.h"
 
@@ -38,8 +38,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ---- id map --------------------------------------------------------------- */
 
@@ -799,16 +797,9 @@ static int print_json(const result *r, const opts *o)
 static int write_csv(const result *rs, size_t n, const char *path)
 {
     char tmp[4096];
-    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-    if (!f) {
-        int err = errno;
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        return kvpt_error("%s: %s", path, strerror(err));
-    }
+    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    if (!f)
+        return KVPT_EXIT_ERROR;
     fputs(n > 1 ? "trace," : "", f);
     fputs("capacity,blocks_hit,hit_rate,tokens_hit,tokens_hit_rate\n", f);
     for (size_t i = 0; i < n; i++) {
@@ -823,13 +814,7 @@ static int write_csv(const result *rs, size_t n, const char *path)
                     (unsigned long long)r->tokens[c], rate(r->tokens[c], r->tokens_requested));
         }
     }
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed || kvpt_replace_file(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return kvpt_error("%s: %s", path, strerror(err));
-    }
-    return KVPT_EXIT_OK;
+    return kvpt_close_beside(f, tmp, path);
 }
 
 /* Points of the LRU line per trace: log-spaced capacities. */
@@ -1005,19 +990,9 @@ static const char usage_curve[] =
  * a plot without gnuplot.  Returns an exit code, or -1 to go on. */
 static int check_before(char **paths, size_t n, const opts *o)
 {
-    int stdin_seen = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct stat st;
-        if (strcmp(paths[i], "-") == 0) {
-            if (stdin_seen++)
-                return kvpt_usage_error("curve", "'-' (standard input) can be read only once");
-            continue;
-        }
-        if (stat(paths[i], &st) != 0 || access(paths[i], R_OK) != 0)
-            return kvpt_error("%s: %s", paths[i], strerror(errno));
-        if (S_ISDIR(st.st_mode))
-            return kvpt_error("%s: %s", paths[i], strerror(EISDIR));
-    }
+    int rc = kvpt_check_traces("curve", paths, n);
+    if (rc >= 0)
+        return rc;
     if (o->plot && kvpt_plot_check(o->plot))
         return KVPT_EXIT_ERROR;
     if (o->csv && kvpt_check_writable("--csv", o->csv))

@@ -21,12 +21,9 @@
 #include "plot.h"
 #include "replay.h"
 
-#include <errno.h>
 #include <kvpool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static const char usage_sweep[] =
     "usage: kvpool sweep TRACE [TRACE...] --capacities A,B,C [--csv FILE] [--plot FILE]\n"
@@ -111,16 +108,9 @@ static size_t parse_capacities(const char *list, uint64_t **out)
 static int write_csv(const sweep *s, const char *path)
 {
     char tmp[4096];
-    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-    if (!f) {
-        int err = errno;
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        return kvpt_error("%s: %s", path, strerror(err));
-    }
+    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    if (!f)
+        return KVPT_EXIT_ERROR;
     fputs("trace,capacity,requests,blocks_requested,blocks_hit,hit_rate,tokens_hit_rate,"
           "evictions\n", f);
     for (size_t i = 0; i < s->n_traces; i++) {
@@ -133,13 +123,7 @@ static int write_csv(const sweep *s, const char *path)
                     kvpt_tokens_hit_rate(r), (unsigned long long)r->evictions);
         }
     }
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed || kvpt_replace_file(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return kvpt_error("%s: %s", path, strerror(err));
-    }
-    return KVPT_EXIT_OK;
+    return kvpt_close_beside(f, tmp, path);
 }
 
 /* Print the sweep as an aligned table. */
@@ -214,19 +198,9 @@ out:
  * created, a plot without gnuplot.  Returns an exit code, or -1 to go on. */
 static int check_before(const sweep *s, const char *csv, const char *plot)
 {
-    int stdin_seen = 0;
-    for (size_t i = 0; i < s->n_traces; i++) {
-        struct stat st;
-        if (strcmp(s->paths[i], "-") == 0) {
-            if (stdin_seen++)
-                return kvpt_usage_error("sweep", "'-' (standard input) can be read only once");
-            continue;
-        }
-        if (stat(s->paths[i], &st) != 0 || access(s->paths[i], R_OK) != 0)
-            return kvpt_error("%s: %s", s->paths[i], strerror(errno));
-        if (S_ISDIR(st.st_mode))
-            return kvpt_error("%s: %s", s->paths[i], strerror(EISDIR));
-    }
+    int rc = kvpt_check_traces("sweep", s->paths, s->n_traces);
+    if (rc >= 0)
+        return rc;
     if (plot && kvpt_plot_check(plot))
         return KVPT_EXIT_ERROR;
     if (csv && kvpt_check_writable("--csv", csv))

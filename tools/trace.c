@@ -443,11 +443,12 @@ static int is_blank(const char *line, size_t len)
     return 1;
 }
 
-/* Read line by line, parse each; see trace.h. */
-int kvpt_trace_load(const char *path, kvpt_trace *t)
+/* Read `path` line by line: with `t`, parse each into *t (which ends empty
+ * on error); without, only count the lines and their bytes (newlines
+ * included) into *lines and *bytes.  Returns 0, or -1 with the error
+ * printed. */
+static int read_lines(const char *path, kvpt_trace *t, uint64_t *lines, uint64_t *bytes)
 {
-    double t0 = kvpt_now();
-    memset(t, 0, sizeof *t);
     reader r;
     if (reader_open(&r, path))
         return -1;
@@ -456,43 +457,44 @@ int kvpt_trace_load(const char *path, kvpt_trace *t)
     int got;
     while ((got = next_line(&r, &line, &len)) > 0) {
         char err[256];
-        if (!is_blank(line, len) && kvpt_trace_add_line(t, line, len, err, sizeof err)) {
+        if (!t)
+            *bytes += len + 1;
+        else if (!is_blank(line, len) && kvpt_trace_add_line(t, line, len, err, sizeof err)) {
             kvpt_error("%s:%zu: %s", r.name, r.lineno, err);
             got = -1;
             break;
         }
     }
-    if (got == 0 && t->n_requests == 0) {
+    if (got == 0 && t && t->n_requests == 0) {
         kvpt_error("%s: not a trace: no request lines (the input is empty or blank)",
                    r.name);
         got = -1;
     }
+    if (lines)
+        *lines = r.lineno;
     reader_close(&r);
-    if (got < 0) {
+    if (got < 0 && t)
         kvpt_trace_free(t);
+    return got < 0 ? -1 : 0;
+}
+
+/* See trace.h. */
+int kvpt_trace_load(const char *path, kvpt_trace *t)
+{
+    double t0 = kvpt_now();
+    memset(t, 0, sizeof *t);
+    if (read_lines(path, t, NULL, NULL))
         return -1;
-    }
     t->path = path;
     t->load_seconds = kvpt_now() - t0;
     return 0;
 }
 
-/* Cut the input into lines as kvpt_trace_load does, parsing nothing; see
- * trace.h. */
+/* See trace.h. */
 int kvpt_trace_scan(const char *path, uint64_t *lines, uint64_t *bytes)
 {
-    reader r;
     *lines = *bytes = 0;
-    if (reader_open(&r, path))
-        return -1;
-    const char *line;
-    size_t len;
-    int got;
-    while ((got = next_line(&r, &line, &len)) > 0)
-        *bytes += len + 1;
-    *lines = r.lineno;
-    reader_close(&r);
-    return got;
+    return read_lines(path, NULL, lines, bytes);
 }
 
 /* Free the arrays and zero the struct. */
