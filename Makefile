@@ -40,15 +40,22 @@ FUZZ_CFLAGS    := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanit
 FUZZ_TARGETS   := pool trace events
 FUZZ_SRCS_pool := $(wildcard src/*.c) tests/support/model.c
 FUZZ_LIBS_pool := -lcrypto -lxxhash -lpthread
-# fuzz_trace: the CLI's trace line parser (tools/trace.c; common.c needs the
-# library for kvp_strerror).
+# fuzz_trace: the CLI's trace line parser (tools/trace_json.cpp, simdjson;
+# tools/trace.c; common.c needs the library for kvp_strerror).
 FUZZ_SRCS_trace := tools/trace.c tools/common.c $(wildcard src/*.c)
-FUZZ_LIBS_trace := -ljansson -lz -lcrypto -lxxhash -lpthread
+FUZZ_CXXSRCS_trace := tools/trace_json.cpp
+FUZZ_LIBS_trace := -lsimdjson -lisal -lcrypto -lxxhash -lpthread
 # fuzz_events: the subscriber's decoder of event batches (network bytes).
 FUZZ_SRCS_events := tools/event_decode.c
 FUZZ_LIBS_events := -lmsgpackc -ljansson -lm
 FUZZ_HDRS      := $(wildcard src/*.h) include/kvpool.h tests/support/model.h \
                   tools/trace.h tools/common.h tools/event_decode.h
+# C++ parts of a target (FUZZ_CXXSRCS_NAME) are compiled by clang++ with the
+# same sanitizers (the vptr check aside: it needs a C++ link) and linked in.
+FUZZ_CXX       ?= clang++
+FUZZ_CXXFLAGS  := -std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined \
+                  -fno-sanitize=vptr -fno-sanitize-recover=all -fno-omit-frame-pointer \
+                  -Wall -Wextra -Wpedantic -Wshadow -Werror
 
 NORMAL_ARGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(KVP_CMAKE_ARGS)
 ASAN_ARGS   := -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DKVP_SANITIZE=address -DKVP_DEBUG_LEVEL=2 $(KVP_CMAKE_ARGS)
@@ -88,10 +95,13 @@ compile-tsan: bootstrap
 # test is compiled into it with the same sanitizers); make's own dependency
 # check keeps it incremental.
 define kvp_fuzz_rule
-$(FUZZ_DIR)/fuzz_$(1): fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1)) $(FUZZ_HDRS)
+$(FUZZ_DIR)/fuzz_$(1): fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1)) $(FUZZ_CXXSRCS_$(1)) $(FUZZ_HDRS)
 	@mkdir -p $(FUZZ_DIR)
 	@echo "== $(FUZZ_DIR): $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -> $$@"
-	@$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1)) $(FUZZ_LIBS_$(1)) -o $$@
+	@$(foreach f,$(FUZZ_CXXSRCS_$(1)),$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -c $(f) -o $(FUZZ_DIR)/$(1)-$(notdir $(f)).o && ) \
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1)) \
+	  $(foreach f,$(FUZZ_CXXSRCS_$(1)),$(FUZZ_DIR)/$(1)-$(notdir $(f)).o) $(FUZZ_LIBS_$(1)) \
+	  $(if $(FUZZ_CXXSRCS_$(1)),-lstdc++) -o $$@
 endef
 $(foreach t,$(FUZZ_TARGETS),$(eval $(call kvp_fuzz_rule,$(t))))
 

@@ -429,6 +429,27 @@ def test_bench_quick_json():
         assert o["create_ms"] >= 0 and o["bytes_per_block"] >= 0
 
 
+def test_bench_load_row():
+    """`bench --workload load`: one row, the load and its floors side by side
+    (figures only; speed is not asserted)."""
+    p = run("bench", "--workload", "load", "--trace", BUNDLED, "--json", timeout=600)
+    assert p.returncode == 0, p.stderr
+    (o,) = [json.loads(line) for line in p.stdout.strip().splitlines()]
+    assert o["workload"] == "load" and o["trace"] == str(BUNDLED)
+    assert (o["requests"], o["hash_ids"], o["bytes"]) == (12031, 288500, 3029533)
+    for k in ("load_ms", "floor_ms", "zcat_ms", "python_ms", "replay_10000_ms"):
+        assert o[k] > 0, k
+    assert o["ratio_to_floor"] == pytest.approx(o["load_ms"] / o["floor_ms"])
+    assert o["python_ratio"] == pytest.approx(o["python_ms"] / o["load_ms"])
+
+
+def test_bench_load_refuses_a_bad_trace(tmp_path):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text("{}\n")
+    p = run("bench", "--workload", "load", "--trace", bad)
+    assert p.returncode == 1 and f"{bad}:1: missing field" in p.stderr
+
+
 # ---- the bundled trace against the Python model -----------------------------
 
 @pytest.fixture(scope="module")

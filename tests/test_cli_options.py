@@ -38,6 +38,11 @@ TWICE = [
     (["bench", "--workload", "churn", "--workload", "prefix", "--quick"], "--workload"),
     (["bench", "--quick", "--quick", "--workload", "nope"], "--quick"),
     (["bench", "--json", "--json", "--workload", "nope"], "--json"),
+    (["bench", "--workload", "load", "--trace", "{t}", "--trace", "{t}"], "--trace"),
+    (["curve", "{t}", "--mark", "1", "--mark", "2"], "--mark"),
+    (["curve", "{t}", "--target", "0.5", "--target", "0.9"], "--target"),
+    (["curve", "{t}", "--optimal", "--optimal"], "--optimal"),
+    (["curve", "{t}", "--csv", "{d}/a.csv", "--csv", "{d}/b.csv"], "--csv"),
 ]
 TWICE_EVENTS = [
     (["events", "tcp://127.0.0.1:1", "--count", "1", "--count", "2", "--timeout", "0.1"],
@@ -82,8 +87,11 @@ RANGES = [
     (["sweep", "{t}", "--capacities", "1,2147483648"],
      "--capacities: expected block counts from 0 to 2147483647 separated by commas"),
     (["sweep", "{t}", "--capacities", "4,1,4"], "--capacities: 4 given twice"),
-    (["bench", "--workload", "nope"], "--workload: expected churn, prefix, scale or all, "
-                                      "got 'nope'"),
+    (["bench", "--workload", "nope"], "--workload: expected churn, prefix, scale, load or "
+                                      "all, got 'nope'"),
+    (["curve", "{t}", "--target", "1.5"], "--target: expected a share of the unlimited hit "
+                                          "rate in (0, 1], got '1.5'"),
+    (["curve", "{t}", "--sample", "0"], "--sample: expected a rate in [2^-24, 1], got '0'"),
 ]
 RANGES_EVENTS = [
     (["events", "tcp://127.0.0.1:1", "--max-bytes", "8"],

@@ -124,6 +124,30 @@ def test_fifo_gives_the_whole_trace(tmp_path, trace_bytes, expected, compress):
     assert result(p) == expected
 
 
+@pytest.mark.parametrize("binary", binaries(), ids=lambda b: b.parent.name)
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_bad_line_on_a_pipe_left_open_is_refused_at_once(binary, compress):
+    """The input is read ahead on a thread of its own: a refused line must
+    end the command although the writer neither writes more nor closes."""
+    good = line(512, [0])
+    data = good + b"{bad\n"
+    if compress:  # then half of a stream that goes on: the writer stops mid-member
+        data = gzip.compress(data + os.urandom(1 << 16))
+        data = data[: len(data) // 2]
+    p = subprocess.Popen([str(binary), "replay", "-", "--capacity", "10"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(data)
+        p.stdin.flush()
+        rc = p.wait(timeout=20)  # a hang fails here instead of blocking the suite
+    finally:
+        p.kill()
+        p.stdin.close()
+        out, err = p.stdout.read(), p.stderr.read()
+    assert rc == 1 and out == b"", err
+    assert b"standard input:2: bad JSON" in err and b"Sanitizer" not in err, err
+
+
 def test_sweep_reads_standard_input(trace_bytes, expected):
     p = run("sweep", "-", "--capacities", 40, stdin=trace_bytes)
     assert p.returncode == 0, p.stderr

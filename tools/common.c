@@ -280,3 +280,50 @@ int kvpt_replace_file(const char *tmp, const char *path)
     }
     return 0;
 }
+
+/* See common.h. */
+FILE *kvpt_open_beside(const char *path, char *tmp, size_t cap)
+{
+    int fd = kvpt_temp_beside(path, tmp, cap);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        kvpt_error("%s: %s", path, strerror(err));
+    }
+    return f;
+}
+
+/* See common.h. */
+int kvpt_close_beside(FILE *f, const char *tmp, const char *path)
+{
+    int failed = ferror(f);
+    if (fclose(f) != 0 || failed || kvpt_replace_file(tmp, path) != 0) {
+        int err = failed ? EIO : errno;
+        unlink(tmp);
+        return kvpt_error("%s: %s", path, strerror(err));
+    }
+    return KVPT_EXIT_OK;
+}
+
+/* See common.h. */
+int kvpt_check_traces(const char *cmd, char *const *paths, size_t n)
+{
+    int stdin_seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        if (strcmp(paths[i], "-") == 0) {
+            if (stdin_seen++)
+                return kvpt_usage_error(cmd, "'-' (standard input) can be read only once");
+            continue;
+        }
+        if (stat(paths[i], &st) != 0 || access(paths[i], R_OK) != 0)
+            return kvpt_error("%s: %s", paths[i], strerror(errno));
+        if (S_ISDIR(st.st_mode))
+            return kvpt_error("%s: %s", paths[i], strerror(EISDIR));
+    }
+    return -1;
+}

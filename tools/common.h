@@ -117,4 +117,22 @@ int kvpt_check_writable(const char *what, const char *path);
  * removes tmp.  Returns 0, or -1 with errno set. */
 int kvpt_replace_file(const char *tmp, const char *path);
 
+/* Check before any work that each of the n trace paths can be read: it
+ * exists, is readable and is not a directory; "-" (standard input) at most
+ * once.  Returns -1 when all can, else the exit code to return with the
+ * refusal printed (KVPT_EXIT_USAGE for "-" twice, KVPT_EXIT_ERROR
+ * otherwise). */
+int kvpt_check_traces(const char *cmd, char *const *paths, size_t n);
+
+/* Open a temporary file beside `path` for writing (kvpt_temp_beside; its
+ * name into tmp[cap]).  Returns the stream, or NULL with "kvpool: PATH:
+ * reason" printed and nothing left behind. */
+FILE *kvpt_open_beside(const char *path, char *tmp, size_t cap);
+
+/* Close `f` (from kvpt_open_beside on tmp) and, when every write and the
+ * close succeeded, rename it over `path` (kvpt_replace_file).  Returns
+ * KVPT_EXIT_OK, or KVPT_EXIT_ERROR with "kvpool: PATH: reason" printed and
+ * tmp removed. */
+int kvpt_close_beside(FILE *f, const char *tmp, const char *path);
+
 #endif /* KVPT_COMMON_H */

@@ -8,6 +8,7 @@
  */
 #include "bench.h"
 #include "common.h"
+#include "curve.h"
 #include "events.h"
 #include "replay.h"
 #include "sweep.h"
@@ -29,7 +30,9 @@ static const command commands[] = {
      "replay a Mooncake trace through a prefix-caching pool", kvpt_cmd_replay},
     {"sweep", "TRACE [TRACE...] --capacities A,B,C [--csv FILE] [--plot FILE]",
      "replay at several capacities: hit-rate table, CSV, plot", kvpt_cmd_sweep},
-    {"bench", "[--workload churn|prefix|scale|all] [--quick] [--json]",
+    {"curve", "TRACE [TRACE...] [--csv FILE] [--plot FILE] [--target S] [--optimal]",
+     "the LRU hit rate at every capacity in one pass, and the optimal bound", kvpt_cmd_curve},
+    {"bench", "[--workload churn|prefix|scale|load|all] [--quick] [--json]",
      "the built-in workloads and their floors", kvpt_cmd_bench},
     {"events", "ENDPOINT [--bind] [--topic T] [--json]",
      "subscribe to KV-cache events (vLLM wire format) and print them", kvpt_cmd_events},

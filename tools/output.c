@@ -1,5 +1,6 @@
 /*
- * output.c — text tables, JSON lines and the progress bar (see output.h).
+ * output.c — text tables, JSON lines, CSV fields and the progress bar (see
+ * output.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -158,4 +159,27 @@ void kvpt_progress_end(kvpt_progress *p)
     fputs("\r\033[K", stderr);
     fflush(stderr);
     p->on = 0;
+}
+
+/* Quote only when the field holds a comma, a quote or a line break. */
+void kvpt_csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* See output.h. */
+const char *kvpt_base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
 }

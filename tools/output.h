@@ -33,6 +33,12 @@ void kvpt_table_free(kvpt_table *t);
  * release it.  Returns -1 when it cannot be rendered. */
 int kvpt_json_line(json_t *obj);
 
+/* Write `s` as one CSV field (RFC 4180 quoting only when needed). */
+void kvpt_csv_field(FILE *f, const char *s);
+
+/* The part of `path` after its last '/' (a pointer into `path`). */
+const char *kvpt_base_name(const char *path);
+
 /* A progress bar on stderr, redrawn at most ten times a second, only when
  * stderr is a terminal. */
 typedef struct kvpt_progress {

@@ -1,5 +1,6 @@
 /*
- * plot.h — line charts through gnuplot, for `kvpool sweep --plot`.
+ * plot.h — line charts through gnuplot, for `kvpool sweep --plot` and
+ * `kvpool curve --plot`.
  *
  * gnuplot is an optional run-time dependency: the tool looks for it on PATH
  * and, when it is missing, says how to install it.  A command checks with
@@ -11,15 +12,18 @@
 
 #include <stddef.h>
 
-/* One line of the chart: n points (x[i], y[i]), drawn in the order given;
- * and, when ceiling_title is not NULL, the level y = ceiling (a limit the
- * line tends to) as a dashed line of the same colour. */
+/* One line of the chart: n points (x[i], y[i]), drawn in the order given
+ * in gnuplot's `style` (e.g. "lines lw 2", "points pt 7"; NULL: lines with
+ * a mark at each point); and, when ceiling_title is not NULL, the level
+ * y = ceiling (a limit the line tends to) as a dashed line of the same
+ * colour. */
 typedef struct kvpt_series {
     const char *title;
     size_t n;
     const double *x, *y;
     const char *ceiling_title;
     double ceiling;
+    const char *style;
 } kvpt_series;
 
 /* The gnuplot terminal for `path` by its extension (".png" or ".svg", any

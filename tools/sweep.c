@@ -21,12 +21,9 @@
 #include "plot.h"
 #include "replay.h"
 
-#include <errno.h>
 #include <kvpool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static const char usage_sweep[] =
     "usage: kvpool sweep TRACE [TRACE...] --capacities A,B,C [--csv FILE] [--plot FILE]\n"
@@ -106,63 +103,27 @@ static size_t parse_capacities(const char *list, uint64_t **out)
     return n;
 }
 
-/* Write `s` as one CSV field (RFC 4180 quoting only when needed). */
-static void csv_field(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-/* The part of `path` after its last '/'. */
-static const char *base_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 /* Write the sweep as CSV with the documented header, through a temporary
  * file renamed over `path` once complete. */
 static int write_csv(const sweep *s, const char *path)
 {
     char tmp[4096];
-    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-    if (!f) {
-        int err = errno;
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        return kvpt_error("%s: %s", path, strerror(err));
-    }
+    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    if (!f)
+        return KVPT_EXIT_ERROR;
     fputs("trace,capacity,requests,blocks_requested,blocks_hit,hit_rate,tokens_hit_rate,"
           "evictions\n", f);
     for (size_t i = 0; i < s->n_traces; i++) {
         for (size_t j = 0; j < s->n_caps; j++) {
             const kvpt_replay_result *r = &s->res[i * s->n_caps + j];
-            csv_field(f, s->paths[i]);
+            kvpt_csv_field(f, s->paths[i]);
             fprintf(f, ",%llu,%llu,%llu,%llu,%.6f,%.6f,%llu\n", (unsigned long long)s->caps[j],
                     (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
                     (unsigned long long)r->blocks_hit, kvpt_hit_rate(r),
                     kvpt_tokens_hit_rate(r), (unsigned long long)r->evictions);
         }
     }
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed || kvpt_replace_file(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return kvpt_error("%s: %s", path, strerror(err));
-    }
-    return KVPT_EXIT_OK;
+    return kvpt_close_beside(f, tmp, path);
 }
 
 /* Print the sweep as an aligned table. */
@@ -178,7 +139,7 @@ static void print_sweep_table(const sweep *s)
     for (size_t i = 0; i < s->n_traces; i++) {
         for (size_t j = 0; j < s->n_caps; j++) {
             const kvpt_replay_result *r = &s->res[i * s->n_caps + j];
-            kvpt_table_cell(tab, "%s", base_name(s->paths[i]));
+            kvpt_table_cell(tab, "%s", kvpt_base_name(s->paths[i]));
             kvpt_table_cell(tab, "%llu", (unsigned long long)s->caps[j]);
             kvpt_table_cell(tab, "%llu", (unsigned long long)r->requests);
             kvpt_table_cell(tab, "%llu", (unsigned long long)r->rejected);
@@ -214,10 +175,10 @@ static int plot_sweep(const sweep *s, const char *path)
             y[i * s->n_caps + j] = kvpt_hit_rate(&s->res[i * s->n_caps + j]);
         }
         snprintf(titles + i * TITLE, TITLE, "%s%sunlimited capacity: %.4f",
-                 s->n_traces > 1 ? base_name(s->paths[i]) : "", s->n_traces > 1 ? ", " : "",
+                 s->n_traces > 1 ? kvpt_base_name(s->paths[i]) : "", s->n_traces > 1 ? ", " : "",
                  s->ceiling[i]);
-        series[i] = (kvpt_series){base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
-                                  y + i * s->n_caps, titles + i * TITLE, s->ceiling[i]};
+        series[i] = (kvpt_series){kvpt_base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
+                                  y + i * s->n_caps, titles + i * TITLE, s->ceiling[i], NULL};
     }
     rc = kvpt_plot(path, "Prefix-cache hit rate by capacity",
                    "capacity (blocks of 512 tokens, log scale)", "block hit rate", series,
@@ -237,19 +198,9 @@ out:
  * created, a plot without gnuplot.  Returns an exit code, or -1 to go on. */
 static int check_before(const sweep *s, const char *csv, const char *plot)
 {
-    int stdin_seen = 0;
-    for (size_t i = 0; i < s->n_traces; i++) {
-        struct stat st;
-        if (strcmp(s->paths[i], "-") == 0) {
-            if (stdin_seen++)
-                return kvpt_usage_error("sweep", "'-' (standard input) can be read only once");
-            continue;
-        }
-        if (stat(s->paths[i], &st) != 0 || access(s->paths[i], R_OK) != 0)
-            return kvpt_error("%s: %s", s->paths[i], strerror(errno));
-        if (S_ISDIR(st.st_mode))
-            return kvpt_error("%s: %s", s->paths[i], strerror(EISDIR));
-    }
+    int rc = kvpt_check_traces("sweep", s->paths, s->n_traces);
+    if (rc >= 0)
+        return rc;
     if (plot && kvpt_plot_check(plot))
         return KVPT_EXIT_ERROR;
     if (csv && kvpt_check_writable("--csv", csv))
@@ -272,7 +223,7 @@ static int sweep_trace(sweep *s, size_t i, int want_ceiling)
             unlimited = &row[j];
     int more = want_ceiling && !unlimited;
     kvpt_progress prog;
-    kvpt_progress_start(&prog, base_name(s->paths[i]), t.n_requests * (s->n_caps + more));
+    kvpt_progress_start(&prog, kvpt_base_name(s->paths[i]), t.n_requests * (s->n_caps + more));
     int failed = 0;
     for (size_t j = 0; j < s->n_caps && !failed; j++)
         failed = kvpt_replay(&t, s->caps[j], &prog, j * t.n_requests, &row[j]);

@@ -1,18 +1,24 @@
 /*
  * trace.c — loading Mooncake JSON Lines traces (see trace.h).
  *
- * Two parts.  The reader reads the file descriptor once, front to back, in
- * chunks (so a pipe loses nothing), inflates it when its first two bytes are
- * the gzip magic, and hands out one line at a time from a window of bounded
- * size; a line longer than KVPT_TRACE_MAX_LINE is refused before it is
- * buffered further.  The line parser, kvpt_trace_add_line, turns one line
- * into one request with jansson and appends it to the flat arrays; it is the
- * only place that knows the JSON library, so another parser can replace it
- * without touching the reader.
+ * The reader reads the file descriptor once, front to back, in chunks (so a
+ * pipe loses nothing), inflates it (ISA-L's igzip, streaming, with the
+ * gzip header and CRC checked) when its first two bytes are the gzip
+ * magic, and hands out one line at a time from a window of bounded size; a
+ * line longer than KVPT_TRACE_MAX_LINE is refused before it is buffered
+ * further.  Reading and inflating run on a thread of their own, a few
+ * fills ahead of the lines (N_FILLS buffers of FILL_CHUNK bytes), so that
+ * inflating one part of the file overlaps parsing the part before; an error
+ * the thread meets waits in its fill and is printed when the lines reach
+ * it, exactly where a single thread would have met it.  To stop early the
+ * thread is told to (it waits for input at most STOP_POLL_MS at a time
+ * before looking) and joined.  Each line goes to kvpt_trace_add_line (trace_json.cpp), the
+ * only place that knows the JSON library, which turns it into one request
+ * on the flat arrays.
  *
  * gzip: consecutive members are one stream, as RFC 1952 and gzip -d have
  * it (`cat a.gz b.gz`); bytes after a member that do not start another one
- * are refused, since zlib's gzread would drop them silently.  Every problem
+ * are refused (zlib's gzread, for one, would drop them silently).  Every problem
  * is reported with the file name and, for content, the line number.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -23,11 +29,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
+#include <isa-l/igzip_lib.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* Bytes asked of read() at a time, and decompressed bytes added to the
  * window at a time. */
@@ -36,9 +45,29 @@
 /* The window holds one unfinished line of up to KVPT_TRACE_MAX_LINE bytes
  * plus a fill. */
 #define WINDOW_SIZE ((size_t)KVPT_TRACE_MAX_LINE + 1 + FILL_CHUNK)
+/* Fills the reading thread may be ahead of the lines. */
+#define N_FILLS 4
+/* Bytes igzip may hand back when a member ends (its bit buffer's read-ahead,
+ * possibly read in an earlier call): read_more keeps that many used bytes
+ * in front of the unused ones. */
+#define HANDBACK 8
+/* The longest the reading thread waits for input before it looks whether
+ * it was told to stop. */
+#define STOP_POLL_MS 100
 
-/* One input being read.  Invariants: the z.avail_in bytes at z.next_in
- * (inside `in`) were read but not yet used, plain or gzip alike;
+/* Text the reading thread produced: len bytes, or the end of the text
+ * (status 1), or an error (status -1, the message in the reader's err). */
+typedef struct fill {
+    char *data;             /* FILL_CHUNK bytes */
+    size_t len;
+    int status;
+} fill;
+
+/* One input being read.  The reading thread owns fd, z, in, eof,
+ * member_done and consumed once it runs; the caller owns the window and
+ * the lines; fills[head % N_FILLS .. tail % N_FILLS) are produced and not
+ * yet used up, head and tail under mu.  Invariants: the avail_in bytes at
+ * next_in (inside `in`) were read but not yet used, plain or gzip alike;
  * win[start .. end) is text not yet handed out; gzip: `consumed` counts the
  * input bytes inflate has used, so it is the offset of the next one. */
 typedef struct reader {
@@ -46,16 +75,37 @@ typedef struct reader {
     int fd, own_fd;         /* own_fd: close it at the end */
     int eof;                /* read() returned 0 */
     int gzip;               /* the input starts with the gzip magic */
-    int z_live;             /* z was initialised */
+
     int member_done;        /* gzip: the current member has ended */
     int text_done;          /* no more text will come */
-    z_stream z;
+    struct inflate_state *z; /* gzip: the inflater */
+    unsigned char *next_in;
+    unsigned avail_in;
     unsigned char *in;      /* READ_CHUNK bytes */
     uint64_t consumed;
     char *win;              /* WINDOW_SIZE bytes */
     size_t start, end;
     size_t lineno;          /* lines handed out so far */
+    char err[512];          /* the reading side's error, "NAME: what" */
+    fill fills[N_FILLS];
+    unsigned head, tail;    /* fills used up / produced, ever */
+    size_t used;            /* bytes of fills[head] already in the window */
+    int threaded;           /* the thread runs: stop and join it at the end */
+    atomic_int stop;        /* the lines are no longer wanted */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } reader;
+
+/* Format the reading side's error into r->err; returns -1. */
+__attribute__((format(printf, 2, 3))) static int reader_fail(reader *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
 /* Whether `path` ends with `suffix`. */
 static int ends_with(const char *path, const char *suffix)
@@ -65,35 +115,38 @@ static int ends_with(const char *path, const char *suffix)
 }
 
 /* Append more bytes of the file after the unconsumed input (moved to the
- * front of `in`); sets r->eof at the end of the file.  Returns 0, or -1 with
- * the error printed. */
+ * front of `in`, behind the last HANDBACK bytes used); sets r->eof at the
+ * end of the file.  Returns 0, or -1 with the error in r->err. */
 static int read_more(reader *r)
 {
-    if (r->z.avail_in && r->z.next_in != r->in)
-        memmove(r->in, r->z.next_in, r->z.avail_in);
-    r->z.next_in = r->in;
+    size_t used = (size_t)(r->next_in - r->in), keep = used < HANDBACK ? used : HANDBACK;
+    if (used > keep)
+        memmove(r->in, r->next_in - keep, keep + r->avail_in);
+    r->next_in = r->in + keep;
     for (;;) {
-        ssize_t got = read(r->fd, r->in + r->z.avail_in, READ_CHUNK - r->z.avail_in);
+        struct pollfd pf = {r->fd, POLLIN, 0};
+        while (poll(&pf, 1, STOP_POLL_MS) == 0) /* no input yet: a pipe or FIFO */
+            if (atomic_load(&r->stop))
+                return reader_fail(r, "%s: stopped", r->name);
+        ssize_t got = read(r->fd, r->next_in + r->avail_in, READ_CHUNK - keep - r->avail_in);
         if (got > 0) {
-            r->z.avail_in += (unsigned)got;
+            r->avail_in += (unsigned)got;
             return 0;
         }
         if (got == 0) {
             r->eof = 1;
             return 0;
         }
-        if (errno != EINTR) {
-            kvpt_error("%s: %s", r->name, strerror(errno));
-            return -1;
-        }
+        if (errno != EINTR)
+            return reader_fail(r, "%s: %s", r->name, strerror(errno));
     }
 }
 
 /* Make at least `want` (at most READ_CHUNK) unconsumed input bytes
- * available, fewer only at the end of the file.  Returns 0 or -1 (printed). */
+ * available, fewer only at the end of the file.  Returns 0 or -1 (r->err). */
 static int need_input(reader *r, unsigned want)
 {
-    while (r->z.avail_in < want && !r->eof)
+    while (r->avail_in < want && !r->eof)
         if (read_more(r))
             return -1;
     return 0;
@@ -102,19 +155,32 @@ static int need_input(reader *r, unsigned want)
 /* Whether the unconsumed input starts with the gzip magic (1f 8b). */
 static int at_gzip_magic(const reader *r)
 {
-    return r->z.avail_in >= 2 && r->z.next_in[0] == 0x1f && r->z.next_in[1] == 0x8b;
+    return r->avail_in >= 2 && r->next_in[0] == 0x1f && r->next_in[1] == 0x8b;
 }
 
-/* Release what the reader holds. */
+/* Stop the reading thread (waiting for a free fill, or for input for at
+ * most STOP_POLL_MS) and release what the reader holds. */
 static void reader_close(reader *r)
 {
-    if (r->z_live)
-        inflateEnd(&r->z);
+    if (r->threaded) {
+        pthread_mutex_lock(&r->mu);
+        atomic_store(&r->stop, 1);
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+    }
+    for (int i = 0; i < N_FILLS; i++)
+        free(r->fills[i].data);
+    free(r->z);
     if (r->own_fd)
         close(r->fd);
     free(r->in);
     free(r->win);
 }
+
+static int reader_start(reader *r);
 
 /* Open `path` ("-": standard input), allocate the buffers and tell gzip
  * from plain by the first two bytes.  Returns 0, or -1 with the error
@@ -132,13 +198,18 @@ static int reader_open(reader *r, const char *path)
     r->own_fd = !is_stdin;
     r->in = malloc(READ_CHUNK);
     r->win = malloc(WINDOW_SIZE);
-    if (!r->in || !r->win) {
+    int fills_ok = 1;
+    for (int i = 0; i < N_FILLS; i++)
+        fills_ok &= (r->fills[i].data = malloc(FILL_CHUNK)) != NULL;
+    if (!r->in || !r->win || !fills_ok) {
         kvpt_error("%s: out of memory", r->name);
         goto fail;
     }
-    r->z.next_in = r->in;
-    if (need_input(r, 2))
+    r->next_in = r->in;
+    if (need_input(r, 2)) {
+        kvpt_error("%s", r->err);
         goto fail;
+    }
     r->gzip = at_gzip_magic(r);
     if (!r->gzip && ends_with(path, ".gz")) {
         kvpt_error("%s: not a gzip file (the name ends in .gz but the content does not "
@@ -146,12 +217,16 @@ static int reader_open(reader *r, const char *path)
         goto fail;
     }
     if (r->gzip) {
-        int rc = inflateInit2(&r->z, 16 + MAX_WBITS); /* gzip wrapper only */
-        if (rc != Z_OK) {
-            kvpt_error("%s: %s", r->name, rc == Z_MEM_ERROR ? "out of memory" : "zlib failed");
+        if (!(r->z = malloc(sizeof *r->z))) {
+            kvpt_error("%s: out of memory", r->name);
             goto fail;
         }
-        r->z_live = 1;
+        isal_inflate_init(r->z);
+        r->z->crc_flag = ISAL_GZIP; /* parse the header, check CRC and length */
+    }
+    if (reader_start(r)) {
+        kvpt_error("%s: cannot start the reading thread", r->name);
+        goto fail;
     }
     return 0;
 fail:
@@ -160,66 +235,168 @@ fail:
 }
 
 /* Put up to `room` (> 0) bytes of plain text at `dst`; *got = 0 means the
- * input has ended.  Returns 0 or -1 (printed). */
+ * input has ended.  Returns 0 or -1 (r->err). */
 static int read_plain(reader *r, char *dst, size_t room, size_t *got)
 {
     if (need_input(r, 1))
         return -1;
-    size_t n = r->z.avail_in < room ? r->z.avail_in : room;
-    memcpy(dst, r->z.next_in, n);
-    r->z.next_in += n;
-    r->z.avail_in -= (unsigned)n;
+    size_t n = r->avail_in < room ? r->avail_in : room;
+    memcpy(dst, r->next_in, n);
+    r->next_in += n;
+    r->avail_in -= (unsigned)n;
     *got = n;
     return 0;
 }
 
+/* What an igzip error code means. */
+static const char *isal_error(int rc)
+{
+    switch (rc) {
+    case ISAL_INVALID_BLOCK:
+        return "invalid deflate block";
+    case ISAL_INVALID_SYMBOL:
+        return "invalid deflate symbol";
+    case ISAL_INVALID_LOOKBACK:
+        return "invalid distance too far back";
+    case ISAL_INVALID_WRAPPER:
+        return "invalid gzip header";
+    case ISAL_UNSUPPORTED_METHOD:
+        return "unknown compression method";
+    case ISAL_INCORRECT_CHECKSUM:
+        return "incorrect data check (CRC or length)";
+    case ISAL_NEED_DICT:
+        return "needs a preset dictionary";
+    default:
+        return "inflate failed";
+    }
+}
+
 /* Put up to `room` (> 0) bytes of decompressed text at `dst`; *got = 0
  * means the last member ended at the end of the file.  Returns 0, or -1
- * (printed) on corrupt or truncated data or data after the last member. */
+ * (r->err) on corrupt or truncated data or data after the last member. */
 static int read_gzip(reader *r, char *dst, size_t room, size_t *got)
 {
     for (;;) {
         if (r->member_done) {
             if (need_input(r, 2))
                 return -1;
-            if (r->z.avail_in == 0) {
+            if (r->avail_in == 0) {
                 *got = 0;
                 return 0;
             }
-            if (!at_gzip_magic(r)) {
-                kvpt_error("%s: data after the end of the gzip stream (at byte %llu)",
-                           r->name, (unsigned long long)r->consumed);
-                return -1;
-            }
-            inflateReset(&r->z);
+            if (!at_gzip_magic(r))
+                return reader_fail(r, "%s: data after the end of the gzip stream (at byte %llu)",
+                                   r->name, (unsigned long long)r->consumed);
+            isal_inflate_reset(r->z);
+            r->z->crc_flag = ISAL_GZIP;
             r->member_done = 0;
         }
         if (need_input(r, 1))
             return -1;
-        if (r->z.avail_in == 0) {
-            kvpt_error("%s: corrupt gzip data: the file ends inside the gzip stream "
-                       "(truncated?)", r->name);
-            return -1;
-        }
-        unsigned before = r->z.avail_in;
-        r->z.next_out = (unsigned char *)dst;
-        r->z.avail_out = (unsigned)room;
-        int rc = inflate(&r->z, Z_NO_FLUSH);
-        r->consumed += before - r->z.avail_in;
-        *got = room - r->z.avail_out;
-        if (rc == Z_STREAM_END)
+        if (r->avail_in == 0)
+            return reader_fail(r, "%s: corrupt gzip data: the file ends inside the gzip stream "
+                                  "(truncated?)", r->name);
+        struct inflate_state *z = r->z;
+        z->next_in = r->next_in;
+        z->avail_in = r->avail_in;
+        z->next_out = (unsigned char *)dst;
+        z->avail_out = (uint32_t)room;
+        int rc = isal_inflate(z);
+        /* a member's end may hand back up to HANDBACK bytes read before */
+        r->consumed = r->consumed + r->avail_in - z->avail_in;
+        int moved = z->next_in != r->next_in;
+        r->next_in = z->next_in;
+        r->avail_in = z->avail_in;
+        *got = room - z->avail_out;
+        if (rc < 0 || rc == ISAL_NEED_DICT)
+            return reader_fail(r, "%s: corrupt gzip data: %s", r->name, isal_error(rc));
+        if (z->block_state == ISAL_BLOCK_FINISH)
             r->member_done = 1;
-        else if (rc == Z_MEM_ERROR) {
-            kvpt_error("%s: out of memory", r->name);
-            return -1;
-        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-            kvpt_error("%s: corrupt gzip data: %s", r->name,
-                       r->z.msg ? r->z.msg : "inflate failed");
-            return -1;
-        }
         if (*got)
             return 0;
+        /* nothing out and nothing taken: it needs more input than there is */
+        if (!moved && !r->member_done) {
+            if (r->eof)
+                return reader_fail(r, "%s: corrupt gzip data: the file ends inside the gzip "
+                                      "stream (truncated?)", r->name);
+            if (r->avail_in + HANDBACK >= READ_CHUNK)
+                return reader_fail(r, "%s: corrupt gzip data: inflate failed", r->name);
+            if (read_more(r))
+                return -1;
+        }
     }
+}
+
+/* The reading thread: fill after fill of text, until the end of the text,
+ * an error or being told to stop, never more than N_FILLS ahead. */
+static void *produce(void *arg)
+{
+    reader *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while (r->tail - r->head == N_FILLS && !atomic_load(&r->stop))
+            pthread_cond_wait(&r->cv, &r->mu);
+        pthread_mutex_unlock(&r->mu);
+        if (atomic_load(&r->stop))
+            return NULL;
+        fill *f = &r->fills[r->tail % N_FILLS];
+        size_t got = 0;
+        int rc = (r->gzip ? read_gzip : read_plain)(r, f->data, FILL_CHUNK, &got);
+        f->len = got;
+        f->status = rc < 0 ? -1 : got == 0;
+        pthread_mutex_lock(&r->mu);
+        r->tail++;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        if (f->status)
+            return NULL;
+    }
+}
+
+/* Start the reading thread.  Returns 0 or -1. */
+static int reader_start(reader *r)
+{
+    if (pthread_mutex_init(&r->mu, NULL))
+        return -1;
+    if (pthread_cond_init(&r->cv, NULL)) {
+        pthread_mutex_destroy(&r->mu);
+        return -1;
+    }
+    if (pthread_create(&r->thread, NULL, produce, r)) {
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        return -1;
+    }
+    r->threaded = 1;
+    return 0;
+}
+
+/* Put up to `room` (> 0) bytes of the produced text at `dst`; *got = 0
+ * means the text has ended.  Returns 0, or -1 with the reading side's
+ * error printed. */
+static int take_text(reader *r, char *dst, size_t room, size_t *got)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->tail == r->head)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    fill *f = &r->fills[r->head % N_FILLS];
+    if (f->status < 0) {
+        kvpt_error("%s", r->err);
+        return -1;
+    }
+    size_t n = f->len - r->used < room ? f->len - r->used : room;
+    memcpy(dst, f->data + r->used, n);
+    r->used += n;
+    *got = n;
+    if (f->status == 0 && r->used == f->len) { /* used up: hand it back */
+        r->used = 0;
+        pthread_mutex_lock(&r->mu);
+        r->head++;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return 0;
 }
 
 /* Hand out the next line (without its newline) in *line / *len, valid until
@@ -250,170 +427,11 @@ static int next_line(reader *r, const char **line, size_t *len)
         r->start = 0;
         r->end = scanned = keep;
         size_t got;
-        if ((r->gzip ? read_gzip : read_plain)(r, r->win + r->end, WINDOW_SIZE - r->end, &got))
+        if (take_text(r, r->win + r->end, WINDOW_SIZE - r->end, &got))
             return -1;
         r->end += got;
         r->text_done = got == 0;
     }
-}
-
-/* Make room for one more request and `n_ids` more ids.  Returns -1 when
- * memory runs out (the trace is unchanged but for capacity). */
-static int reserve(kvpt_trace *t, size_t n_ids)
-{
-    if (t->n_requests == t->req_cap) {
-        size_t cap = t->req_cap ? 2 * t->req_cap : 1024;
-        uint64_t *off = realloc(t->offset, (cap + 1) * sizeof *off);
-        if (!off)
-            return -1;
-        if (!t->offset)
-            off[0] = 0;
-        t->offset = off;
-        uint64_t *inl = realloc(t->input_length, cap * sizeof *inl);
-        if (!inl)
-            return -1;
-        t->input_length = inl;
-        uint64_t *outl = realloc(t->output_length, cap * sizeof *outl);
-        if (!outl)
-            return -1;
-        t->output_length = outl;
-        t->req_cap = cap;
-    }
-    size_t need = (size_t)t->total_blocks + n_ids;
-    if (need > t->ids_cap) {
-        size_t cap = t->ids_cap ? t->ids_cap : 16384;
-        while (cap < need)
-            cap *= 2;
-        uint64_t *ids = realloc(t->ids, cap * sizeof *ids);
-        if (!ids)
-            return -1;
-        t->ids = ids;
-        t->ids_cap = cap;
-    }
-    return 0;
-}
-
-/* Fetch the non-negative integer field `name` of `obj` into *out, or describe
- * what is wrong with it in `err` (returns -1). */
-static int get_count(json_t *obj, const char *name, uint64_t *out, char *err, size_t cap)
-{
-    json_t *v = json_object_get(obj, name);
-    if (!v) {
-        snprintf(err, cap, "missing field \"%s\"", name);
-        return -1;
-    }
-    if (!json_is_integer(v)) {
-        snprintf(err, cap, "field \"%s\" must be an integer", name);
-        return -1;
-    }
-    json_int_t x = json_integer_value(v);
-    if (x < 0) {
-        snprintf(err, cap, "negative %s (%lld)", name, (long long)x);
-        return -1;
-    }
-    *out = (uint64_t)x;
-    return 0;
-}
-
-/* Check the fields of one parsed line and append its request to *t; on
- * error *t's requests and totals are unchanged. */
-static int add_request(kvpt_trace *t, json_t *obj, char *err, size_t cap)
-{
-    uint64_t timestamp, input_length, output_length;
-    json_t *hashes;
-    if (!json_is_object(obj)) {
-        snprintf(err, cap, "not a JSON object");
-        return -1;
-    }
-    if (get_count(obj, "timestamp", &timestamp, err, cap) ||
-        get_count(obj, "input_length", &input_length, err, cap) ||
-        get_count(obj, "output_length", &output_length, err, cap))
-        return -1;
-    if (!(hashes = json_object_get(obj, "hash_ids"))) {
-        snprintf(err, cap, "missing field \"hash_ids\"");
-        return -1;
-    }
-    if (!json_is_array(hashes)) {
-        snprintf(err, cap, "field \"hash_ids\" must be an array");
-        return -1;
-    }
-    size_t n = json_array_size(hashes);
-    if (n == 0) {
-        snprintf(err, cap, "empty hash_ids");
-        return -1;
-    }
-    if (reserve(t, n)) {
-        snprintf(err, cap, "out of memory");
-        return -1;
-    }
-    uint64_t *dst = t->ids + t->total_blocks;
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(hashes, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0) {
-            snprintf(err, cap, "hash_ids[%zu] must be a non-negative integer", i);
-            return -1;
-        }
-        dst[i] = (uint64_t)json_integer_value(v);
-    }
-    uint64_t blocks = input_length / KVPT_TRACE_BLOCK_TOKENS +
-                      (input_length % KVPT_TRACE_BLOCK_TOKENS != 0);
-    if (blocks != n) {
-        snprintf(err, cap, "input_length %llu needs %llu hash ids (one per %u tokens), "
-                 "hash_ids has %zu", (unsigned long long)input_length,
-                 (unsigned long long)blocks, KVPT_TRACE_BLOCK_TOKENS, n);
-        return -1;
-    }
-    if (t->total_input > UINT64_MAX - input_length) {
-        snprintf(err, cap, "the total input_length of the trace overflows 64 bits");
-        return -1;
-    }
-    t->input_length[t->n_requests] = input_length;
-    t->output_length[t->n_requests] = output_length;
-    t->total_input += input_length;
-    t->total_blocks += n;
-    if (n > t->max_blocks)
-        t->max_blocks = n;
-    t->n_requests++;
-    t->offset[t->n_requests] = t->total_blocks;
-    return 0;
-}
-
-/* Replace every byte of the string `s` that is not printable ASCII by '?':
- * jansson quotes the offending input in its messages, and an error must
- * stay one readable line. */
-static void make_printable(char *s)
-{
-    for (; *s; s++)
-        if (*s < 0x20 || *s > 0x7e)
-            *s = '?';
-}
-
-/* Parse with jansson (keys may not repeat), then check and append; see
- * trace.h.  jansson reports most allocation failures as an empty error
- * (column -1) rather than by its out-of-memory code; malloc sets errno to
- * ENOMEM on every failure, so that tells running out of memory apart from
- * bad JSON. */
-int kvpt_trace_add_line(kvpt_trace *t, const char *line, size_t len, char *err, size_t errcap)
-{
-    if (len > KVPT_TRACE_MAX_LINE) {
-        snprintf(err, errcap, "line longer than %u bytes", KVPT_TRACE_MAX_LINE);
-        return -1;
-    }
-    json_error_t jerr;
-    errno = 0;
-    json_t *obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!obj) {
-        if (errno == ENOMEM || json_error_code(&jerr) == json_error_out_of_memory)
-            snprintf(err, errcap, "out of memory");
-        else {
-            snprintf(err, errcap, "bad JSON: %s (column %d)", jerr.text, jerr.column);
-            make_printable(err);
-        }
-        return -1;
-    }
-    int rc = add_request(t, obj, err, errcap);
-    json_decref(obj);
-    return rc;
 }
 
 /* Whether the line holds nothing but spaces, tabs and CRs. */
@@ -425,11 +443,12 @@ static int is_blank(const char *line, size_t len)
     return 1;
 }
 
-/* Read line by line, parse each; see trace.h. */
-int kvpt_trace_load(const char *path, kvpt_trace *t)
+/* Read `path` line by line: with `t`, parse each into *t (which ends empty
+ * on error); without, only count the lines and their bytes (newlines
+ * included) into *lines and *bytes.  Returns 0, or -1 with the error
+ * printed. */
+static int read_lines(const char *path, kvpt_trace *t, uint64_t *lines, uint64_t *bytes)
 {
-    double t0 = kvpt_now();
-    memset(t, 0, sizeof *t);
     reader r;
     if (reader_open(&r, path))
         return -1;
@@ -438,30 +457,50 @@ int kvpt_trace_load(const char *path, kvpt_trace *t)
     int got;
     while ((got = next_line(&r, &line, &len)) > 0) {
         char err[256];
-        if (!is_blank(line, len) && kvpt_trace_add_line(t, line, len, err, sizeof err)) {
+        if (!t)
+            *bytes += len + 1;
+        else if (!is_blank(line, len) && kvpt_trace_add_line(t, line, len, err, sizeof err)) {
             kvpt_error("%s:%zu: %s", r.name, r.lineno, err);
             got = -1;
             break;
         }
     }
-    if (got == 0 && t->n_requests == 0) {
+    if (got == 0 && t && t->n_requests == 0) {
         kvpt_error("%s: not a trace: no request lines (the input is empty or blank)",
                    r.name);
         got = -1;
     }
+    if (lines)
+        *lines = r.lineno;
     reader_close(&r);
-    if (got < 0) {
+    if (got < 0 && t)
         kvpt_trace_free(t);
+    return got < 0 ? -1 : 0;
+}
+
+/* See trace.h. */
+int kvpt_trace_load(const char *path, kvpt_trace *t)
+{
+    double t0 = kvpt_now();
+    memset(t, 0, sizeof *t);
+    if (read_lines(path, t, NULL, NULL))
         return -1;
-    }
     t->path = path;
     t->load_seconds = kvpt_now() - t0;
     return 0;
 }
 
+/* See trace.h. */
+int kvpt_trace_scan(const char *path, uint64_t *lines, uint64_t *bytes)
+{
+    *lines = *bytes = 0;
+    return read_lines(path, NULL, lines, bytes);
+}
+
 /* Free the arrays and zero the struct. */
 void kvpt_trace_free(kvpt_trace *t)
 {
+    kvpt_trace_json_free(t->json);
     free(t->offset);
     free(t->ids);
     free(t->input_length);
