@@ -154,6 +154,7 @@ class BlockPool:
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
                                   max_blocks=self.max_blocks, reuse="lowest")
+        self._lookup = self._pool.lookup
         self.num_blocks: int = num_blocks
         self.superblocks = None
         self.blocks: list = [Block(i, self) for i in range(self.max_blocks)]
@@ -190,7 +191,7 @@ class BlockPool:
 
     def _ref_count(self, block_id: int) -> int:
         try:
-            return self._pool.block_info(block_id)["ref_count"]
+            return self._pool.ref_count(block_id)
         except _kvpool.RangeError:
             return 0
 
@@ -233,10 +234,7 @@ class BlockPool:
     # ---- index ----------------------------------------------------------
     def lookup(self, h: int) -> int:
         """Block id indexed under content hash h, or -1."""
-        try:
-            return self._pool.lookup(_pack(h & _MASK))
-        except _kvpool.NotFoundError:  # a prefix match misses once per request
-            return -1
+        return self._lookup(_pack(h & _MASK), 0, -1)
 
     def publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""

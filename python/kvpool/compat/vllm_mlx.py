@@ -12,8 +12,10 @@ original's, so hashes stay comparable across the two.
 No per-block dict on the hot paths: a manager's blocks keep their prefix
 hash beside the pool (the pool's eviction callback clears it), their
 ``last_access`` in one array of doubles and their legacy hash in one dict
-(only blocks that have one); ``free_block`` reads the free count around
-the native free.  ``ref_count`` still asks the pool (``block_info``).
+(only blocks that have one); ``free_block`` is one native ``free_one``
+(which returns the references left), ``ref_count`` one native
+``ref_count`` and a prefix lookup one native ``lookup`` returning -1 on a
+miss, none of them building a dict or an exception.
 
 Deviations, each following the original's documented intent (also in
 docs/PYTHON.md):
@@ -349,7 +351,7 @@ class PagedCacheManager:
         b.cache_data = None
 
     def _ref_count(self, block_id: int) -> int:
-        return self._pool.block_info(block_id)["ref_count"]
+        return self._pool.ref_count(block_id)
 
     # ---- properties -----------------------------------------------------
     @property
@@ -405,14 +407,11 @@ class PagedCacheManager:
         with self._lock:
             if block_id == 0:
                 return False  # the null block is never freed
-            pool = self._pool
-            before = pool.free_count()
             try:
-                pool.free(block_id)
+                return self._pool.free_one(block_id) == 0
             except (_kvpool.Error, TypeError, OverflowError):
                 logger.warning(f"Attempted to free unknown block: {block_id}")
                 return False
-            return pool.free_count() != before
 
     decrement_ref = free_block
 
@@ -464,12 +463,9 @@ class PagedCacheManager:
     # ---- prefix cache ---------------------------------------------------
     def _lookup(self, block_hash: bytes) -> int:
         """Block id cached under block_hash, or -1."""
-        if len(block_hash) == 32:
-            got = self._pool.lookup_many(block_hash)[0][0]
-            return -1 if got is None else got
         try:
-            return self._pool.lookup(block_hash)
-        except (_kvpool.NotFoundError, _kvpool.InvalidArgumentError):
+            return self._pool.lookup(block_hash, 0, -1)
+        except _kvpool.InvalidArgumentError:  # not 32 bytes: never published
             return -1
 
     def get_cached_block(self, block_hash: BlockHash) -> Optional[CacheBlock]:
