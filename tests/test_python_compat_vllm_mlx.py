@@ -309,3 +309,38 @@ def test_deleting_tables_frees_a_shared_block_with_its_last_table():
     m.delete_block_table("b")
     m.delete_block_table("c")                             # block 5 is refused, nothing else moves
     assert m.free_blocks == 5 and len(m.allocated_blocks) == 1
+
+
+def test_native_block_hash_matches_the_python_expressions():
+    import hashlib
+    import random
+    from kvpool import _kvpool
+    f = _kvpool.mlx_block_hash
+
+    def ref(parent, toks, legacy):
+        h = hashlib.sha256((parent if parent else b"vllm-mlx-root")
+                           + str(tuple(toks)).encode()).digest()
+        return (h, hashlib.sha256(bytes(t & 0xFF for t in toks)).hexdigest()[:16]) if legacy else h
+
+    rnd = random.Random(1)
+    for _ in range(500):
+        n = rnd.randrange(0, 40)
+        toks = [rnd.choice([rnd.randrange(-10**18, 10**18), rnd.randrange(300), -1, 0,
+                            2**63 - 1, -2**63]) for _ in range(n)]
+        lo, hi = rnd.randrange(n + 2), rnd.randrange(n + 3)
+        parent = rnd.choice([None, b"", b"abc" * 11, bytearray(b"p")])
+        for legacy in (False, True):
+            assert f(parent, toks, lo, hi, legacy) == ref(parent, toks[lo:hi], legacy)
+    # Not formatted natively: the caller hashes in Python.
+    assert f(None, [2**64], 0, 1, True) is None and f(None, [True], 0, 1, False) is None
+    assert f(None, (1, 2), 0, 2, False) is None
+    for bad in ((None, [1], -1, 1, False), (None, [1], 0, -1, False)):
+        with pytest.raises(ValueError):
+            f(*bad)
+    for bad in ((None, [1], "0", 1, False), (5, [1], 0, 1, False), (None, [1], 0, 1)):
+        with pytest.raises(TypeError):
+            f(*bad)
+    # The drop-in's functions give the original's bytes on every path.
+    assert vllm_mlx.compute_block_hash(b"p", [1, 2]) == ref(b"p", [1, 2], False)
+    assert vllm_mlx.compute_block_hash(b"p", (1, 2)) == ref(b"p", (1, 2), False)
+    assert vllm_mlx.PagedCacheManager.compute_block_hash([300, -1]) == ref(None, [300, -1], True)[1]

@@ -62,6 +62,10 @@ BlockHash = NewType("BlockHash", bytes)
 def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
                        extra_keys: Optional[Tuple[Any, ...]] = None) -> BlockHash:
     """Chained content hash of one block (parent hash, tokens, optional extra keys)."""
+    if not extra_keys and type(token_ids) is list:
+        h = _native_hash(parent_hash, token_ids, 0, len(token_ids), False)
+        if h is not None:
+            return BlockHash(h)
     hasher = _sha256(parent_hash if parent_hash else b"vllm-mlx-root")
     hasher.update(str(tuple(token_ids)).encode())
     if extra_keys:
@@ -70,9 +74,8 @@ def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
 
 
 _sha256 = hashlib.sha256
+_native_hash = _kvpool.mlx_block_hash  # both hashes in C for a list of ints, else None
 _low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
-_ROOT = b"vllm-mlx-root"
-_MEMO_ENTRIES = 8192  # chain hashes remembered per manager (shared prompts hash once)
 
 
 class _Record:
@@ -320,24 +323,7 @@ class PagedCacheManager:
         self.request_tables: Dict[str, BlockTable] = {}
         self._hits = self._misses = self._cow = 0
         self._evict_base = 0
-        self._memo: Dict[Tuple[Optional[bytes], Tuple[int, ...]], bytes] = {}
 
-    def _hash_of(self, parent: Optional[bytes], toks: List[int]) -> Tuple[bytes, tuple]:
-        """(compute_block_hash(parent, toks), memo key); a hash found in the memo
-        is not recomputed.  The memo holds the blocks prefix hits found, so a
-        shared prompt is hashed once, not on every request (bounded; cleared
-        when full)."""
-        key = (parent, tuple(toks))
-        h = self._memo.get(key)
-        if h is None:
-            h = _sha256((parent or _ROOT) + str(key[1]).encode()).digest()
-        return h, key
-
-    def _remember(self, key: tuple, h: bytes) -> None:
-        memo = self._memo
-        if len(memo) >= _MEMO_ENTRIES:
-            memo.clear()
-        memo[key] = h
 
     def _evicted(self, h: Optional[bytes], block_id: Optional[int]) -> None:
         """The pool's eviction callback: the block's content left the prefix cache."""
@@ -494,12 +480,15 @@ class PagedCacheManager:
                 if b._hash is not None:
                     parent = b._hash
                     continue
-                toks = token_ids[i * bs:(i + 1) * bs]
-                h = compute_block_hash(parent, toks)
+                both = _native_hash(parent, token_ids, i * bs, (i + 1) * bs, True)
+                if both is None:
+                    toks = token_ids[i * bs:(i + 1) * bs]
+                    both = (compute_block_hash(parent, toks),
+                            _sha256(bytes(map(_low8, toks))).hexdigest()[:16])
+                h, legacy = both
                 publish(b.block_id, h)
                 b._hash = h
-                b.token_count = len(toks)
-                legacy = _sha256(bytes(map(_low8, toks))).hexdigest()[:16]
+                b.token_count = max(0, min(bs, len(token_ids) - i * bs))
                 legacy_values[b.block_id] = legacy
                 legacy_index[legacy] = b.block_id
                 parent = h
@@ -511,15 +500,17 @@ class PagedCacheManager:
         with self._lock:
             out: List[CacheBlock] = []
             parent = None
-            bs, blocks, lookup, memo = self.block_size, self.blocks, self._lookup, self._memo
+            bs, blocks, lookup = self.block_size, self.blocks, self._lookup
+            if type(token_ids) is not list:
+                token_ids = list(token_ids)
             for i in range(len(token_ids) // bs):
-                h, key = self._hash_of(parent, token_ids[i * bs:(i + 1) * bs])
+                h = _native_hash(parent, token_ids, i * bs, (i + 1) * bs, False)
+                if h is None:
+                    h = compute_block_hash(parent, token_ids[i * bs:(i + 1) * bs])
                 bid = lookup(h)
                 if bid < 0:
                     self._misses += 1
                     break
-                if key not in memo:
-                    self._remember(key, h)
                 out.append(blocks[bid])
                 parent = h
             self._hits += len(out)
@@ -528,6 +519,10 @@ class PagedCacheManager:
     @staticmethod
     def compute_block_hash(tokens: List[int]) -> str:
         """Legacy string hash of a token list: 16 hex digits of SHA-256 over each token & 0xFF."""
+        if type(tokens) is list:
+            both = _native_hash(None, tokens, 0, len(tokens), True)
+            if both is not None:
+                return both[1]
         return _sha256(bytes(map(_low8, tokens))).hexdigest()[:16]
 
     def find_cached_block(self, tokens: List[int]) -> Optional[CacheBlock]:
