@@ -344,3 +344,34 @@ def test_native_block_hash_matches_the_python_expressions():
     assert vllm_mlx.compute_block_hash(b"p", [1, 2]) == ref(b"p", [1, 2], False)
     assert vllm_mlx.compute_block_hash(b"p", (1, 2)) == ref(b"p", (1, 2), False)
     assert vllm_mlx.PagedCacheManager.compute_block_hash([300, -1]) == ref(None, [300, -1], True)[1]
+
+
+def test_managed_blocks_are_canonical_identity_compared_and_collectable():
+    import gc
+    import weakref
+    m = Mgr(block_size=2, max_blocks=4)
+    b = m.allocate_block()
+    assert b is m.blocks[b.block_id] and isinstance(b, pc().CacheBlock)
+    assert m.null_block.is_null and bool(m.null_block) and not b.is_null
+    assert b != b.block_id and not (b.block_id == b) and len({b, m.blocks[b.block_id]}) == 1
+    b.token_count, b.cache_data = 2, ("k", "v")
+    assert (b.token_count, b.cache_data, b.ref_count, b.block_hash) == (2, ("k", "v"), 1, None)
+    m.cache_full_blocks([b], [5, 6], 0, 1)
+    h = pc().compute_block_hash(None, [5, 6])
+    assert b.block_hash == h and m.get_cached_block(h) is b and b.hash_value
+    for name in ("ref_count", "block_hash", "is_null", "prev_free_block", "next_free_block"):
+        with pytest.raises(AttributeError):
+            setattr(b, name, None)
+    with pytest.raises(AttributeError):
+        b.other = 1
+    assert (b.ref_count, b.block_hash) == (1, h)
+    assert repr(b) == f"CacheBlock(id={b.block_id}, ref=1, tokens=2, prev=None, next=None)"
+    b.reset_hash()  # leaves the prefix cache: its data and legacy hash go with it
+    assert (b.block_hash, b.hash_value, b.cache_data, m.get_cached_block(h)) == (None,) * 4
+    rec = pc().CacheBlock(block_id=b.block_id)
+    assert rec is not b and rec != b and rec.ref_count == 0
+    assert b.token_count == 2
+    gone = weakref.ref(m)
+    del m, b
+    gc.collect()
+    assert gone() is None  # the cycle through the blocks' class and the pool is collectable

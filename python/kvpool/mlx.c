@@ -19,9 +19,40 @@
  */
 #include "kvpy.h"
 
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 
 static const char mlx_root[] = "vllm-mlx-root";
+
+#define MLX_DIGEST 32
+
+/* SHA-256 of p[0..n) into md; 0, or -1 with MemoryError / kvpool.Error set.
+ * One digest context and one fetched SHA-256, made on first use and kept
+ * for the module's life: OpenSSL's one-shot SHA256() fetches the algorithm
+ * on every call, which costs more than hashing a block.  The GIL serialises
+ * every use (the call never releases it). */
+static int sha256(const void *p, size_t n, unsigned char *md)
+{
+    static EVP_MD_CTX *ctx;
+    static EVP_MD *alg;
+    if (!alg) {
+        alg = EVP_MD_fetch(NULL, "SHA256", NULL);
+        if (!alg) {
+            PyErr_SetString(kvpy_error, "OpenSSL has no SHA-256");
+            return -1;
+        }
+    }
+    if (!ctx && !(ctx = EVP_MD_CTX_new())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    unsigned int len = 0;
+    if (!EVP_DigestInit_ex(ctx, alg, NULL) || !EVP_DigestUpdate(ctx, p, n) ||
+        !EVP_DigestFinal_ex(ctx, md, &len) || len != MLX_DIGEST) {
+        PyErr_SetString(kvpy_error, "SHA-256 failed");
+        return -1;
+    }
+    return 0;
+}
 
 /* Append the decimal text of v to *p. */
 static char *put_ll(char *p, long long v)
@@ -113,15 +144,14 @@ PyObject *kvpy_mlx_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nar
     if (n == 1)
         *p++ = ',';
     *p++ = ')';
-    unsigned char md[SHA256_DIGEST_LENGTH];
-    SHA256((const unsigned char *)buf, (size_t)(p - buf), md);
+    unsigned char md[MLX_DIGEST], lmd[MLX_DIGEST];
+    if (sha256(buf, (size_t)(p - buf), md) || (legacy && sha256(low, (size_t)n, lmd)))
+        goto out;
     PyObject *h = PyBytes_FromStringAndSize((const char *)md, sizeof md);
     if (!h || !legacy) {
         res = h;
         goto out;
     }
-    unsigned char lmd[SHA256_DIGEST_LENGTH];
-    SHA256(low, (size_t)n, lmd);
     char hex[16];
     static const char digits[] = "0123456789abcdef";
     for (int i = 0; i < 8; i++) {
