@@ -171,8 +171,11 @@ class BlockPool:
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
                                   max_blocks=self.max_blocks, reuse="lowest")
-        self._lookup = self._pool.lookup
-        self._refs = _ref_reader(self._pool)
+        # The pool's calls each hot method makes, bound once.
+        pool = self._pool
+        self._lookup, self._publish, self._take = pool.lookup, pool.publish, pool.take
+        self._claim, self._free_one = pool.claim, pool.free_one
+        self._refs = _ref_reader(pool)
         self.num_blocks: int = num_blocks
         self.superblocks = None
         self._hash: list = [-1] * self.max_blocks     # block id -> int hash, -1 = none
@@ -264,7 +267,7 @@ class BlockPool:
                 pass  # kept after clear_index: not indexed any more
         if self._stale:
             self._stale.discard(block_id)
-        self._pool.publish(block_id, _pack(h))
+        self._publish(block_id, _pack(h))
         self._hash[block_id] = h
         self._tokens[block_id] = token_ids
 
@@ -284,7 +287,7 @@ class BlockPool:
     def pop(self) -> int:
         """Next free block id (vacant lowest first, then least recently freed cached)."""
         try:
-            block_id = self._pool.take()
+            block_id = self._take()
         except _kvpool.ExhaustedError:
             raise AssertionError("No free blocks available") from None
         self._popped.add(block_id)
@@ -311,15 +314,16 @@ class BlockPool:
         if self._popped and block_id in self._popped:
             self._popped.discard(block_id)  # popped: its one reference is already taken
         else:
-            self._pool.claim(block_id)
+            self._claim(block_id)
         return self.blocks[block_id]
 
     def free(self, block_id: int) -> None:
-        if block_id in self._raw_unit_owner:
+        """Drop one reference on block_id (a raw unit goes back through release_units)."""
+        if self._raw_unit_owner and block_id in self._raw_unit_owner:
             raise AssertionError(f"block {block_id} is a reserved raw unit; use release_units")
         if self._popped:
             self._popped.discard(block_id)
-        self._pool.free(block_id)
+        self._free_one(block_id)
 
     # ---- raw units ------------------------------------------------------
     def reserve_units(self, count: int, owner: Hashable) -> Optional[list]:
