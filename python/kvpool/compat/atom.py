@@ -46,6 +46,7 @@ Deviations (also in docs/PYTHON.md):
 from __future__ import annotations
 
 import struct
+from functools import partial
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Optional
 
@@ -182,10 +183,17 @@ class BlockPool:
         self._tokens: list = [_NO_TOKENS] * self.max_blocks
         # The blocks' class points to the arrays and the native pool, never to
         # this object: no reference cycle through a million blocks.
-        cls = type("Block", (_PoolBlock,), {"__slots__": (), "__module__": __name__,
-                                            "_hashes": self._hash, "_tokens": self._tokens,
-                                            "_refs": staticmethod(_ref_reader(self._pool))})
+        # hash and token_ids are read per block by a prefix match: as C-level
+        # getters (list.__getitem__ bound to the pool's list), with no Python
+        # frame; so is block(id).
+        hs, ts = self._hash, self._tokens
+        cls = type("Block", (_PoolBlock,), {
+            "__slots__": (), "__module__": __name__, "_hashes": hs, "_tokens": ts,
+            "hash": property(partial(list.__getitem__, hs), _read_only("hash")),
+            "token_ids": property(partial(list.__getitem__, ts), _read_only("token_ids")),
+            "_refs": staticmethod(_ref_reader(self._pool))})
         self.blocks: list = [int.__new__(cls, i) for i in range(self.max_blocks)]
+        self.block = self.blocks.__getitem__
         self._popped: set = set()
         self._raw_unit_owner: dict = {}
         self._stale: set = set()  # hashed blocks clear_index left live: no longer indexed
@@ -249,6 +257,7 @@ class BlockPool:
         return block_id not in self._popped and self._refs(block_id) > 0
 
     def block(self, block_id: int) -> Block:
+        """The pool's Block of block_id (each pool binds this to its list's lookup)."""
         return self.blocks[block_id]
 
     # ---- index ----------------------------------------------------------
