@@ -437,6 +437,14 @@ def test_ref_count_block_hash_free_one_lookup_default():
     p.publish(b, H(1))
     assert p.block_hash(b) == H(1) and p.block_hash(3) is None
     assert p.lookup(H(1)) == b and p.lookup(H(1), 0, None) == b
+    # An int key is the hash of 24 zero bytes and its low 64 bits, big-endian.
+    assert p.lookup(2) == b and p.lookup(2 + (5 << 64), default=-1) == b
+    assert p.lookup(3, default=-1) == -1 and p.lookup(-1, default=-1) == -1
+    p.take_id(3)
+    p.publish(3, bytes(24) + b"\xff" * 8)
+    assert p.lookup(-1) == 3 and p.lookup((1 << 64) - 1) == 3
+    p.unpublish(3)
+    p.free(3)
     sentinel = object()
     assert p.lookup(H(2), default=sentinel) is sentinel and p.lookup(H(2), 0, -1) == -1
     with pytest.raises(kvpool.NotFoundError):

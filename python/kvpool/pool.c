@@ -733,7 +733,10 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
 
 /* lookup(hash32, stream=0, default=<none>): the block indexed under the
  * hash; on a miss `default` when given (a prefix match misses once per
- * request: no exception to build), else NotFoundError.  O(1). */
+ * request: no exception to build), else NotFoundError.  The hash may be an
+ * int key k instead of 32 bytes: the hash of 24 zero bytes and then k's low
+ * 64 bits big-endian (how engines with 64-bit integer hashes, ATOM's, store
+ * theirs).  O(1). */
 static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames)
 {
@@ -742,8 +745,19 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t
     uint32_t stream;
     kvp_hash h;
     KVPY_POOL_CHECK(self);
-    if (kvpy_parse_args("lookup", args, nargs, kwnames, kw, 1, o) ||
-        kvpy_get_hash(o[0], &h, "hash") || kvpy_get_u32(o[1], 0, &stream, "stream"))
+    if (kvpy_parse_args("lookup", args, nargs, kwnames, kw, 1, o))
+        return NULL;
+    if (PyLong_Check(o[0])) {
+        unsigned long long k = PyLong_AsUnsignedLongLongMask(o[0]);
+        if (k == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        memset(h.b, 0, 24);
+        for (int i = 0; i < 8; i++)
+            h.b[24 + i] = (uint8_t)(k >> (56 - 8 * i));
+    } else if (kvpy_get_hash(o[0], &h, "hash")) {
+        return NULL;
+    }
+    if (kvpy_get_u32(o[1], 0, &stream, "stream"))
         return NULL;
     KVPY_POOL_CHECK(self);
     kvp_block b;
@@ -1628,7 +1642,8 @@ static PyMethodDef Pool_methods[] = {
      "publish_many(ids, hashes): hashes holds 32 bytes per id"},
     {"lookup", KVPY_FC(Pool_lookup), KVPY_FCK,
      "lookup(hash32, stream=0, default=<none>) -> id\n\nThe block indexed under hash32; on a "
-     "miss `default` when given, else NotFoundError.  O(1)."},
+     "miss `default` when given, else NotFoundError.  hash32 may be an int key k: the hash of "
+     "24 zero bytes and k's low 64 bits big-endian.  O(1)."},
     {"lookup_many", KVPY_FC(Pool_lookup_many), KVPY_FCK,
      "lookup_many(hashes, out=None, stream=0)\n\nWith out: fills out[i] (NO_BLOCK on a miss) "
      "and returns the number of leading hits.  Without: (list of id or None, leading hits)."},

@@ -174,9 +174,12 @@ class BlockPool:
                                   max_blocks=self.max_blocks, reuse="lowest")
         # The pool's calls each hot method makes, bound once.
         pool = self._pool
-        self._lookup, self._publish, self._take = pool.lookup, pool.publish, pool.take
+        self._publish, self._take = pool.publish, pool.take
         self._claim, self._free_one = pool.claim, pool.free_one
         self._refs = _ref_reader(pool)
+        # lookup(h) is the native lookup of the int key h (the same 32-byte
+        # hash _pack makes), -1 on a miss: no Python frame per lookup.
+        self.lookup = partial(pool.lookup, stream=0, default=-1)
         self.num_blocks: int = num_blocks
         self.superblocks = None
         self._hash: list = [-1] * self.max_blocks     # block id -> int hash, -1 = none
@@ -262,8 +265,9 @@ class BlockPool:
 
     # ---- index ----------------------------------------------------------
     def lookup(self, h: int) -> int:
-        """Block id indexed under content hash h, or -1."""
-        return self._lookup(_pack(h & _MASK), 0, -1)
+        """Block id indexed under content hash h, or -1 (each pool binds this
+        to the native lookup of the int key)."""
+        return self._pool.lookup(h, 0, -1)
 
     def publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""
