@@ -441,7 +441,8 @@ def test_ref_count_block_hash_free_one_lookup_default():
     assert p.lookup(2) == b and p.lookup(2 + (5 << 64), default=-1) == b
     assert p.lookup(3, default=-1) == -1 and p.lookup(-1, default=-1) == -1
     p.take_id(3)
-    p.publish(3, bytes(24) + b"\xff" * 8)
+    p.publish(3, -1)  # publish takes the int key too
+    assert p.block_hash(3) == bytes(24) + b"\xff" * 8
     assert p.lookup(-1) == 3 and p.lookup((1 << 64) - 1) == 3
     p.unpublish(3)
     p.free(3)

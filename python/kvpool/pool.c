@@ -731,12 +731,27 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
     Py_RETURN_NONE;
 }
 
+/* A hash argument of lookup and publish: 32 bytes (kvpy_get_hash), or an
+ * int key k, the hash of 24 zero bytes and then k's low 64 bits big-endian
+ * (how engines with 64-bit integer hashes, ATOM's, store theirs).  0, or
+ * -1 with the exception set. */
+static int hash_or_key(PyObject *o, kvp_hash *h, const char *what)
+{
+    if (!PyLong_Check(o))
+        return kvpy_get_hash(o, h, what);
+    unsigned long long k = PyLong_AsUnsignedLongLongMask(o);
+    if (k == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    memset(h->b, 0, 24);
+    for (int i = 0; i < 8; i++)
+        h->b[24 + i] = (uint8_t)(k >> (56 - 8 * i));
+    return 0;
+}
+
 /* lookup(hash32, stream=0, default=<none>): the block indexed under the
- * hash; on a miss `default` when given (a prefix match misses once per
- * request: no exception to build), else NotFoundError.  The hash may be an
- * int key k instead of 32 bytes: the hash of 24 zero bytes and then k's low
- * 64 bits big-endian (how engines with 64-bit integer hashes, ATOM's, store
- * theirs).  O(1). */
+ * hash (32 bytes or an int key, see hash_or_key); on a miss `default` when
+ * given (a prefix match misses once per request: no exception to build),
+ * else NotFoundError.  O(1). */
 static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames)
 {
@@ -747,17 +762,7 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t
     KVPY_POOL_CHECK(self);
     if (kvpy_parse_args("lookup", args, nargs, kwnames, kw, 1, o))
         return NULL;
-    if (PyLong_Check(o[0])) {
-        unsigned long long k = PyLong_AsUnsignedLongLongMask(o[0]);
-        if (k == (unsigned long long)-1 && PyErr_Occurred())
-            return NULL;
-        memset(h.b, 0, 24);
-        for (int i = 0; i < 8; i++)
-            h.b[24 + i] = (uint8_t)(k >> (56 - 8 * i));
-    } else if (kvpy_get_hash(o[0], &h, "hash")) {
-        return NULL;
-    }
-    if (kvpy_get_u32(o[1], 0, &stream, "stream"))
+    if (hash_or_key(o[0], &h, "hash") || kvpy_get_u32(o[1], 0, &stream, "stream"))
         return NULL;
     KVPY_POOL_CHECK(self);
     kvp_block b;
@@ -1320,7 +1325,7 @@ typedef enum arg_kind {
     ARG_U32,       /* uint32 -> a.u32 */
     ARG_OWNER,     /* uint64 -> a.owner */
     ARG_OWNER_OPT, /* None or absent: KVP_ANON; else uint64 -> a.owner */
-    ARG_HASH,      /* 32 bytes -> a.hash */
+    ARG_HASH,      /* 32 bytes or an int key (hash_or_key) -> a.hash */
     ARG_STREAM_K,  /* absent: K with separate_kv, else 0; else uint32 -> a.stream */
 } arg_kind;
 
@@ -1439,7 +1444,8 @@ static kvp_status free_one(kvp_pool *p, kvp_block id, kvp_owner owner, uint32_t 
       "and return the references left (0: the block is free).  Errors as free's; a refused "  \
       "call changes nothing.  O(1).")                                                           \
     X(claim, SIG_ID_OWNER, RET_NONE, 1, kvp_claim(p, a->id, a->owner), "claim(id, owner=None)") \
-    X(publish, SIG_ID_HASH, RET_NONE, 1, kvp_publish(p, a->id, &a->hash), "publish(id, hash32)") \
+    X(publish, SIG_ID_HASH, RET_NONE, 1, kvp_publish(p, a->id, &a->hash),                      \
+      "publish(id, hash32): hash32 may be an int key, as lookup's")                            \
     X(unpublish, SIG_ID, RET_NONE, 1, kvp_unpublish(p, a->id), "unpublish(id)")                 \
     X(clear_index, SIG_NONE, RET_NONE, 1, kvp_clear_index(p), "clear_index()")                  \
     X(reset_prefix_cache, SIG_NONE, RET_NONE, 1, kvp_reset_prefix_cache(p),                     \
@@ -1496,7 +1502,7 @@ static int simple_arg(PoolObject *self, arg_kind k, PyObject *o, const char *nam
     case ARG_OWNER_OPT:
         return kvpy_get_owner(o, &a->owner);
     case ARG_HASH:
-        return kvpy_get_hash(o, &a->hash, name);
+        return hash_or_key(o, &a->hash, name);
     case ARG_STREAM_K:
         if (kvpy_get_u32(o, self->separate_kv ? KVP_STREAM_K : 0, &v, name))
             return -1;

@@ -45,7 +45,6 @@ Deviations (also in docs/PYTHON.md):
 """
 from __future__ import annotations
 
-import struct
 from functools import partial
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Optional
@@ -57,9 +56,6 @@ from ._block import IdBlock
 __all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block"]
 
 _MASK = (1 << 64) - 1
-
-
-_pack = struct.Struct(">24xQ").pack  # int hash -> the 32-byte kvpool hash
 
 
 @dataclass(frozen=True)
@@ -177,9 +173,7 @@ class BlockPool:
         self._publish, self._take = pool.publish, pool.take
         self._claim, self._free_one = pool.claim, pool.free_one
         self._refs = _ref_reader(pool)
-        # lookup(h) is the native lookup of the int key h (the same 32-byte
-        # hash _pack makes), -1 on a miss: no Python frame per lookup.
-        self.lookup = partial(pool.lookup, stream=0, default=-1)
+        self._lookup = pool.lookup
         self.num_blocks: int = num_blocks
         self.superblocks = None
         self._hash: list = [-1] * self.max_blocks     # block id -> int hash, -1 = none
@@ -265,9 +259,9 @@ class BlockPool:
 
     # ---- index ----------------------------------------------------------
     def lookup(self, h: int) -> int:
-        """Block id indexed under content hash h, or -1 (each pool binds this
-        to the native lookup of the int key)."""
-        return self._pool.lookup(h, 0, -1)
+        """Block id indexed under content hash h, or -1: the native lookup of
+        the int key h (24 zero bytes, then h's 64 bits big-endian)."""
+        return self._lookup(h, 0, -1)
 
     def publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""
@@ -280,7 +274,7 @@ class BlockPool:
                 pass  # kept after clear_index: not indexed any more
         if self._stale:
             self._stale.discard(block_id)
-        self._publish(block_id, _pack(h))
+        self._publish(block_id, h)  # the int key, as lookup's
         self._hash[block_id] = h
         self._tokens[block_id] = token_ids
 
