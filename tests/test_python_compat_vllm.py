@@ -186,3 +186,26 @@ def test_a_broken_original_is_not_masked(tmp_path, monkeypatch):
 
 def test_exceptions_are_the_kvpool_ones_without_the_original():
     assert issubclass(veloxquant.BlockPoolExhaustedError, kvpool.ExhaustedError)
+
+
+def test_calls_over_more_blocks_than_the_scratch_array_holds():
+    n = 6000  # more than the 4,096 ids a call handles in the pool's own array
+    bp = vllm.BlockPool(n + 1, True, 16)
+    with pytest.raises(ValueError):
+        bp.get_new_blocks(n + 1)
+    assert bp.get_num_free_blocks() == n
+    blocks = bp.get_new_blocks(5000)
+    assert len({b.block_id for b in blocks}) == 5000 and bp.get_num_free_blocks() == n - 5000
+    with pytest.raises(ValueError):
+        bp.get_new_blocks(n - 5000 + 1)  # refused whole: nothing taken
+    assert bp.get_num_free_blocks() == n - 5000
+    foreign = vllm.BlockPool(2, True, 16).get_new_blocks(1)[0]
+    with pytest.raises(ValueError):
+        bp.free_blocks(blocks[:4500] + [foreign])  # a bad item past the first 4,096
+    assert bp.get_num_free_blocks() == n - 5000 and all(b.ref_cnt == 1 for b in blocks)
+    bp.touch(blocks[:100])  # the first 100 now hold two references
+    with pytest.raises(kvpool.DoubleFreeError):
+        bp.free_blocks(blocks + blocks[:101])  # block 101 dropped twice: refused whole
+    assert bp.get_num_free_blocks() == n - 5000 and blocks[0].ref_cnt == 2
+    bp.free_blocks(blocks + blocks[:100])  # the first 100 named twice: both references go
+    assert bp.get_num_free_blocks() == n and all(b.ref_cnt == 0 for b in blocks)
