@@ -209,3 +209,37 @@ def test_calls_over_more_blocks_than_the_scratch_array_holds():
     assert bp.get_num_free_blocks() == n - 5000 and blocks[0].ref_cnt == 2
     bp.free_blocks(blocks + blocks[:100])  # the first 100 named twice: both references go
     assert bp.get_num_free_blocks() == n and all(b.ref_cnt == 0 for b in blocks)
+
+
+def test_blocks_is_a_read_only_view_of_every_block():
+    import gc
+    import weakref
+    bp = vllm.BlockPool(5, True, 16)
+    got = bp.get_new_blocks(2)
+    blocks = bp.blocks
+    assert len(blocks) == 5 and blocks[0] is bp.null_block and blocks[-1] is blocks[4]
+    assert [b.block_id for b in blocks] == [0, 1, 2, 3, 4] and list(blocks)[1:3] == got
+    assert blocks[1:3] == got and blocks[::-2] == [blocks[4], blocks[2], blocks[0]]
+    assert blocks[got[0].block_id] is got[0] and got[1] in blocks
+    for bad in (5, -6, 2**70):
+        with pytest.raises(IndexError):
+            blocks[bad]
+    with pytest.raises(TypeError):
+        blocks["1"]
+    with pytest.raises(TypeError):
+        blocks[1] = got[0]
+    bp.free_blocks(bp.blocks[1:3])
+    assert bp.get_num_free_blocks() == 4
+    kept, view = bp.blocks[3], bp.blocks
+    del bp, blocks, got
+    gc.collect()
+    assert view[3] is kept and len(view) == 5  # the view holds its BlockPool
+    del view
+    gc.collect()
+    assert kept.block_id == 3 and kept.ref_cnt == 0  # a block kept outlives its BlockPool
+    cyclic = vllm.BlockPool(3, True, 16)
+    cyclic.view = cyclic.blocks  # a cycle through the pool's dict: the collector breaks it
+    gone = weakref.ref(cyclic)
+    del cyclic
+    gc.collect()
+    assert gone() is None

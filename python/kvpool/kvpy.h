@@ -242,6 +242,7 @@ PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t
 
 extern PyTypeObject kvpy_vblock_type;
 extern PyTypeObject kvpy_vpool_type;
+extern PyTypeObject kvpy_vblocks_type;
 
 /* ---- mlx.c ----------------------------------------------------------------- */
 

@@ -130,7 +130,8 @@ PyMODINIT_FUNC PyInit__kvpool(void);
 PyMODINIT_FUNC PyInit__kvpool(void)
 {
     if (PyType_Ready(&kvpy_pool_type) < 0 || PyType_Ready(&kvpy_seq_type) < 0 ||
-        PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0)
+        PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0 ||
+        PyType_Ready(&kvpy_vblocks_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&kvpool_module);
     if (!m)
