@@ -52,7 +52,7 @@ import time
 
 import numpy as np
 
-from .bench import BS, churn_ops, prefix_requests
+from .bench import BS, churn_ops, prefix_requests, vllm_blocks_for
 
 ORIGINALS = {"vllm": "vllm.v1.core.block_pool", "atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache",
              "veloxquant": "veloxquant_mlx.memory.block_pool"}
@@ -154,16 +154,7 @@ def prefix_vllm(mod, inputs) -> float:
     gids = [0]
     t0 = time.perf_counter()
     for hashes, toks in inputs:
-        n = len(toks)
-        computed = []
-        for i in range((n - 1) // BS):
-            b = get_cached(hashes[i], gids)
-            if b is None:
-                break
-            computed.append(b[0])
-        touch(computed)
-        nhit = len(computed)
-        blocks = computed + get_new((n + BS - 1) // BS - nhit)
+        blocks, nhit = vllm_blocks_for(get_cached, touch, get_new, len(toks), hashes, gids)
         req = _Request()
         req.block_hashes, req.all_token_ids = hashes, toks
         cache(req, blocks, nhit, len(hashes), BS, 0)
