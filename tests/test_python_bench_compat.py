@@ -14,6 +14,7 @@ PYDIR = os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
     "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python")
 
 STAND_INS = {
+    "vllm/v1/core/block_pool.py": "from kvpool.compat.vllm import *  # noqa\n",
     "atom/model_engine/block_pool.py": "from kvpool.compat.atom import *  # noqa\n",
     "vllm_mlx/paged_cache.py": "from kvpool.compat.vllm_mlx import *  # noqa\n",
 }
@@ -38,7 +39,8 @@ def test_rows_for_each_importable_original_and_a_skip_for_the_rest(tmp_path):
                 (tmp_path / parent / "__init__.py").touch()
     rows = run(tmp_path)
     timed = {(r["system"], r["workload"]) for r in rows if "original" in r}
-    assert timed == {("atom", "churn"), ("atom", "prefix pool part"), ("atom", "memory"),
+    assert timed == {("vllm", "churn"), ("vllm", "prefix pool part"), ("vllm", "memory"),
+                     ("atom", "churn"), ("atom", "prefix pool part"), ("atom", "memory"),
                      ("vllm_mlx", "churn free_block"), ("vllm_mlx", "prefix end to end"),
                      ("vllm_mlx", "memory")}
     assert all(r["original"] > 0 and r["kvpool"] > 0 for r in rows if "original" in r)

@@ -263,3 +263,38 @@ def test_claiming_a_popped_block_holds_one_reference():
     assert pool.claim(b).ref_count == 1 and pool.is_used(b)
     pool.free(b)
     assert pool.num_free == 2
+
+
+def test_pool_blocks_are_canonical_read_only_and_hold_no_cycle():
+    import gc
+    import weakref
+    pool = Pool(num_blocks=3)
+    b0 = pool.allocate(pool.pop())
+    assert b0 is pool.block(0) is pool.blocks[0] and isinstance(b0, atom.Block)
+    assert b0.block_id == 0 and b0 != 0 and not (0 == b0) and bool(b0)  # identity, as the original's
+    pool.publish(0, 42, [7, 8])
+    assert (b0.ref_count, b0.hash, b0.token_ids) == (1, 42, [7, 8])
+    assert repr(b0) == "Block(block_id=0, ref_count=1, hash=42)"
+    for name, value in (("hash", 1), ("token_ids", []), ("ref_count", 3)):
+        with pytest.raises(AttributeError):
+            setattr(b0, name, value)
+    with pytest.raises(AttributeError):
+        b0.update(1, [1])
+    with pytest.raises(AttributeError):
+        b0.reset()
+    with pytest.raises(AttributeError):
+        b0.other = 1
+    assert (b0.ref_count, b0.hash, b0.token_ids, pool.lookup(42)) == (1, 42, [7, 8], 0)
+    assert pool.block(2).ref_count == 0 and pool.block(2).hash == -1
+    rec = atom.Block(5)
+    assert rec.block_id == 5 and type(rec) is not type(b0) and len({rec, atom.Block(5)}) == 2
+    rec.hash = 3
+    assert rec.hash == 3 and pool.block(2).hash == -1
+    gone = weakref.ref(pool)
+    gc.disable()
+    try:
+        del pool
+        assert gone() is None  # freed by its reference count: no cycle through the blocks
+    finally:
+        gc.enable()
+    assert b0.hash == 42  # a block kept by a caller still reads what its pool left

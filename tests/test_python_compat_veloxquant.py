@@ -303,3 +303,25 @@ def test_uninstall_removes_the_registered_modules():
             __import__("veloxquant_mlx.memory.block_pool")
     finally:
         veloxquant.install()
+
+
+def test_handed_out_blocks_are_equal_handles_on_the_pool_state():
+    pool = shared(n=4)
+    a = pool.allocate("kv", 6, owner=1)
+    again = pool.blocks_for(1)
+    assert again == a and [hash(b) for b in again] == [hash(b) for b in a]
+    assert a[0] != a[1] and a[0] != int(a[0]) and bool(pool.blocks_for(1)[0])
+    assert [b.n_used for b in again] == [4, 2]
+    a[1].n_used = 4  # through mark_used: every handle sees it
+    assert again[1].n_used == 4
+    for name, value in (("stream", "k"), ("format", "int8"), ("owner", 2),
+                        ("ever_allocated", False)):
+        with pytest.raises(AttributeError):
+            setattr(a[0], name, value)
+    with pytest.raises(AttributeError):
+        a[0].other = 1
+    assert (a[0].owner, a[0].stream, a[0].format) == (1, "kv", "fp16")
+    rec = vq()[0].Block(a[0].block_id, owner=1)
+    assert rec != a[0] and rec.owner == 1
+    pool.free(a)
+    assert all(b.owner is None and b.n_used == 0 for b in again) and pool.n_free("kv") == 4

@@ -186,3 +186,60 @@ def test_a_broken_original_is_not_masked(tmp_path, monkeypatch):
 
 def test_exceptions_are_the_kvpool_ones_without_the_original():
     assert issubclass(veloxquant.BlockPoolExhaustedError, kvpool.ExhaustedError)
+
+
+def test_calls_over_more_blocks_than_the_scratch_array_holds():
+    n = 6000  # more than the 4,096 ids a call handles in the pool's own array
+    bp = vllm.BlockPool(n + 1, True, 16)
+    with pytest.raises(ValueError):
+        bp.get_new_blocks(n + 1)
+    assert bp.get_num_free_blocks() == n
+    blocks = bp.get_new_blocks(5000)
+    assert len({b.block_id for b in blocks}) == 5000 and bp.get_num_free_blocks() == n - 5000
+    with pytest.raises(ValueError):
+        bp.get_new_blocks(n - 5000 + 1)  # refused whole: nothing taken
+    assert bp.get_num_free_blocks() == n - 5000
+    foreign = vllm.BlockPool(2, True, 16).get_new_blocks(1)[0]
+    with pytest.raises(ValueError):
+        bp.free_blocks(blocks[:4500] + [foreign])  # a bad item past the first 4,096
+    assert bp.get_num_free_blocks() == n - 5000 and all(b.ref_cnt == 1 for b in blocks)
+    bp.touch(blocks[:100])  # the first 100 now hold two references
+    with pytest.raises(kvpool.DoubleFreeError):
+        bp.free_blocks(blocks + blocks[:101])  # block 101 dropped twice: refused whole
+    assert bp.get_num_free_blocks() == n - 5000 and blocks[0].ref_cnt == 2
+    bp.free_blocks(blocks + blocks[:100])  # the first 100 named twice: both references go
+    assert bp.get_num_free_blocks() == n and all(b.ref_cnt == 0 for b in blocks)
+
+
+def test_blocks_is_a_read_only_view_of_every_block():
+    import gc
+    import weakref
+    bp = vllm.BlockPool(5, True, 16)
+    got = bp.get_new_blocks(2)
+    blocks = bp.blocks
+    assert len(blocks) == 5 and blocks[0] is bp.null_block and blocks[-1] is blocks[4]
+    assert [b.block_id for b in blocks] == [0, 1, 2, 3, 4] and list(blocks)[1:3] == got
+    assert blocks[1:3] == got and blocks[::-2] == [blocks[4], blocks[2], blocks[0]]
+    assert blocks[got[0].block_id] is got[0] and got[1] in blocks
+    for bad in (5, -6, 2**70):
+        with pytest.raises(IndexError):
+            blocks[bad]
+    with pytest.raises(TypeError):
+        blocks["1"]
+    with pytest.raises(TypeError):
+        blocks[1] = got[0]
+    bp.free_blocks(bp.blocks[1:3])
+    assert bp.get_num_free_blocks() == 4
+    kept, view = bp.blocks[3], bp.blocks
+    del bp, blocks, got
+    gc.collect()
+    assert view[3] is kept and len(view) == 5  # the view holds its BlockPool
+    del view
+    gc.collect()
+    assert kept.block_id == 3 and kept.ref_cnt == 0  # a block kept outlives its BlockPool
+    cyclic = vllm.BlockPool(3, True, 16)
+    cyclic.view = cyclic.blocks  # a cycle through the pool's dict: the collector breaks it
+    gone = weakref.ref(cyclic)
+    del cyclic
+    gc.collect()
+    assert gone() is None

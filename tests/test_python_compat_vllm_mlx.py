@@ -309,3 +309,69 @@ def test_deleting_tables_frees_a_shared_block_with_its_last_table():
     m.delete_block_table("b")
     m.delete_block_table("c")                             # block 5 is refused, nothing else moves
     assert m.free_blocks == 5 and len(m.allocated_blocks) == 1
+
+
+def test_native_block_hash_matches_the_python_expressions():
+    import hashlib
+    import random
+    from kvpool import _kvpool
+    f = _kvpool.mlx_block_hash
+
+    def ref(parent, toks, legacy):
+        h = hashlib.sha256((parent if parent else b"vllm-mlx-root")
+                           + str(tuple(toks)).encode()).digest()
+        return (h, hashlib.sha256(bytes(t & 0xFF for t in toks)).hexdigest()[:16]) if legacy else h
+
+    rnd = random.Random(1)
+    for _ in range(500):
+        n = rnd.randrange(0, 40)
+        toks = [rnd.choice([rnd.randrange(-10**18, 10**18), rnd.randrange(300), -1, 0,
+                            2**63 - 1, -2**63]) for _ in range(n)]
+        lo, hi = rnd.randrange(n + 2), rnd.randrange(n + 3)
+        parent = rnd.choice([None, b"", b"abc" * 11, bytearray(b"p")])
+        for legacy in (False, True):
+            assert f(parent, toks, lo, hi, legacy) == ref(parent, toks[lo:hi], legacy)
+    # Not formatted natively: the caller hashes in Python.
+    assert f(None, [2**64], 0, 1, True) is None and f(None, [True], 0, 1, False) is None
+    assert f(None, (1, 2), 0, 2, False) is None
+    for bad in ((None, [1], -1, 1, False), (None, [1], 0, -1, False)):
+        with pytest.raises(ValueError):
+            f(*bad)
+    for bad in ((None, [1], "0", 1, False), (5, [1], 0, 1, False), (None, [1], 0, 1)):
+        with pytest.raises(TypeError):
+            f(*bad)
+    # The drop-in's functions give the original's bytes on every path.
+    assert vllm_mlx.compute_block_hash(b"p", [1, 2]) == ref(b"p", [1, 2], False)
+    assert vllm_mlx.compute_block_hash(b"p", (1, 2)) == ref(b"p", (1, 2), False)
+    assert vllm_mlx.PagedCacheManager.compute_block_hash([300, -1]) == ref(None, [300, -1], True)[1]
+
+
+def test_managed_blocks_are_canonical_identity_compared_and_collectable():
+    import gc
+    import weakref
+    m = Mgr(block_size=2, max_blocks=4)
+    b = m.allocate_block()
+    assert b is m.blocks[b.block_id] and isinstance(b, pc().CacheBlock)
+    assert m.null_block.is_null and bool(m.null_block) and not b.is_null
+    assert b != b.block_id and not (b.block_id == b) and len({b, m.blocks[b.block_id]}) == 1
+    b.token_count, b.cache_data = 2, ("k", "v")
+    assert (b.token_count, b.cache_data, b.ref_count, b.block_hash) == (2, ("k", "v"), 1, None)
+    m.cache_full_blocks([b], [5, 6], 0, 1)
+    h = pc().compute_block_hash(None, [5, 6])
+    assert b.block_hash == h and m.get_cached_block(h) is b and b.hash_value
+    for name in ("ref_count", "block_hash", "is_null", "prev_free_block", "next_free_block"):
+        with pytest.raises(AttributeError):
+            setattr(b, name, None)
+    with pytest.raises(AttributeError):
+        b.other = 1
+    assert (b.ref_count, b.block_hash) == (1, h)
+    assert repr(b) == f"CacheBlock(id={b.block_id}, ref=1, tokens=2, prev=None, next=None)"
+    b.reset_hash()  # leaves the prefix cache: its data and legacy hash go with it
+    assert (b.block_hash, b.hash_value, b.cache_data, m.get_cached_block(h)) == (None,) * 4
+    rec = pc().CacheBlock(block_id=b.block_id)
+    assert rec is not b and rec != b and rec.ref_count == 0
+    assert b.token_count == 2
+    gone = weakref.ref(m)
+    del m, b
+    gc.collect()
+    assert gone() is None  # the cycle through the blocks' class and the pool is collectable

@@ -426,3 +426,55 @@ def test_threads_on_thread_safe_pool():
 def test_large_pool_creation_releases_gil():
     p = kvpool.Pool(num_blocks=1 << 20)
     assert p.free_count() == 1 << 20
+
+
+def test_ref_count_block_hash_free_one_lookup_default():
+    p = kvpool.Pool(block_size=4, num_blocks=4)
+    b = p.take(owner=7)
+    p.claim(b)
+    assert p.ref_count(b) == 2 and p.ref_count(3) == 0
+    assert p.block_hash(b) is None
+    p.publish(b, H(1))
+    assert p.block_hash(b) == H(1) and p.block_hash(3) is None
+    assert p.lookup(H(1)) == b and p.lookup(H(1), 0, None) == b
+    # An int key is the hash of 24 zero bytes and its low 64 bits, big-endian.
+    assert p.lookup(2) == b and p.lookup(2 + (5 << 64), default=-1) == b
+    assert p.lookup(3, default=-1) == -1 and p.lookup(-1, default=-1) == -1
+    p.take_id(3)
+    p.publish(3, -1)  # publish takes the int key too
+    assert p.block_hash(3) == bytes(24) + b"\xff" * 8
+    assert p.lookup(-1) == 3 and p.lookup((1 << 64) - 1) == 3
+    p.unpublish(3)
+    p.free(3)
+    sentinel = object()
+    assert p.lookup(H(2), default=sentinel) is sentinel and p.lookup(H(2), 0, -1) == -1
+    with pytest.raises(kvpool.NotFoundError):
+        p.lookup(H(2))
+    fp = p.fingerprint()
+    refused = [
+        (kvpool.RangeError, lambda: p.ref_count(4)),
+        (kvpool.RangeError, lambda: p.block_hash(99)),
+        (kvpool.InvalidArgumentError, lambda: p.ref_count(-1)),
+        (TypeError, lambda: p.ref_count()),
+        (TypeError, lambda: p.ref_count(b, 1)),
+        (kvpool.RangeError, lambda: p.free_one(4)),
+        (kvpool.DoubleFreeError, lambda: p.free_one(3)),
+        (kvpool.NotOwnerError, lambda: p.free_one(b, owner=8)),
+        (TypeError, lambda: p.free_one(b, nobody=1)),
+        (kvpool.InvalidArgumentError, lambda: p.lookup(b"short", default=-1)),
+        (TypeError, lambda: p.lookup(H(1), 0, -1, 5)),
+        (TypeError, lambda: p.lookup(H(1), bogus=1)),
+    ]
+    for exc, call in refused:
+        with pytest.raises(exc):
+            call()
+        assert p.fingerprint() == fp and p.ref_count(b) == 2
+    assert p.free_one(b, owner=7) == 1
+    assert p.free_one(b) == 0
+    assert p.ref_count(b) == 0 and p.block_hash(b) == H(1)  # cached: still indexed
+    assert p.lookup(H(1), default=-1) == b
+    p.close()
+    for call in (lambda: p.ref_count(b), lambda: p.free_one(b), lambda: p.block_hash(b),
+                 lambda: p.lookup(H(1), default=-1)):
+        with pytest.raises(kvpool.InvalidArgumentError):
+            call()

@@ -219,6 +219,22 @@ class _Req:
     __slots__ = ("block_hashes", "all_token_ids", "request_id", "lora_request")
 
 
+def vllm_blocks_for(get_cached, touch, get_new, n, hashes, gids):
+    """A request of n tokens admitted as vLLM's KVCacheManager does it, given
+    a BlockPool's get_cached_block, touch and get_new_blocks: the cached
+    prefix (at most (n - 1) // BS full blocks, as vLLM leaves the last token
+    to compute) touched, then new blocks for the rest.  Returns (blocks,
+    number of cached blocks)."""
+    computed = []
+    for i in range((n - 1) // BS):
+        b = get_cached(hashes[i], gids)
+        if b is None:
+            break
+        computed.append(b[0])
+    touch(computed)
+    return computed + get_new((n + BS - 1) // BS - len(computed)), len(computed)
+
+
 def prefix_vllm(reqs, alg="xxh3"):
     bp = BlockPool(16384, True, BS)
     hasher = Pool(block_size=BS, num_blocks=0, hash_alg=alg)
@@ -233,15 +249,7 @@ def prefix_vllm(reqs, alg="xxh3"):
         nfull = n // BS
         hashes = [h[i * 32:(i + 1) * 32] for i in range(nfull)]
         cap = (n - 1) // BS
-        computed = []
-        for i in range(cap):
-            b = get_cached(hashes[i], gids)
-            if b is None:
-                break
-            computed.append(b[0])
-        touch(computed)
-        nhit = len(computed)
-        blocks = computed + get_new((n + BS - 1) // BS - nhit)
+        blocks, nhit = vllm_blocks_for(get_cached, touch, get_new, n, hashes, gids)
         req = _Req()
         req.block_hashes = hashes
         req.all_token_ids = toks

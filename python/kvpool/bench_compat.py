@@ -1,24 +1,31 @@
 """kvpool.bench_compat — each drop-in against its original, side by side.
 
 Run: ``PYTHONPATH=<dir with the originals> /usr/bin/python3 -m kvpool.bench_compat
-[--system atom|vllm_mlx|veloxquant|all] [--churn N] [--requests N] [--reps N] [--memory N]``.
+[--system vllm|atom|vllm_mlx|veloxquant|all] [--churn N] [--requests N] [--reps N] [--memory N]``.
 
 The originals are imported under their own module paths
-(``atom.model_engine.block_pool``, ``vllm_mlx.paged_cache``,
-``veloxquant_mlx.memory.block_pool``); a system whose
+(``vllm.v1.core.block_pool``, ``atom.model_engine.block_pool``,
+``vllm_mlx.paged_cache``, ``veloxquant_mlx.memory.block_pool``); a system whose
 original is not importable is skipped.  Both sides run the same operation
 sequence through the original's public API, the way its engine calls it,
 in one process, alternating original and drop-in per repetition:
 
 - ``churn`` (BENCH.md's churn: 65,536 blocks, 256 live sequences of
-  [128, 2048] tokens at 16 per block): ATOM ``pop()`` + ``allocate(id)`` per
+  [128, 2048] tokens at 16 per block): vLLM ``get_new_blocks(1)`` per block
+  and ``free_blocks`` of a finished sequence's blocks, last first (no prefix
+  caching); ATOM ``pop()`` + ``allocate(id)`` per
   block, ``free(id)`` for each block of a finished sequence, last first;
   vllm-mlx ``allocate_block()`` per block and ``free_block(id)`` for each
   block at the end (its ``free_blocks`` method is shadowed by the
   ``free_blocks`` count property in the original, so ``free_block`` is how
   blocks are given back).  Result: ns per allocated block.
 - ``prefix`` (BENCH.md's prefix: 16,384 blocks, Zipf-chosen 1,024-token
-  system prompts plus a unique suffix): ATOM's admission per request —
+  system prompts plus a unique suffix): vLLM's admission per request as its
+  ``KVCacheManager`` drives the pool — ``get_cached_block(hash, [0])`` per
+  full block while it hits, ``touch`` the hits, ``get_new_blocks`` the rest,
+  ``cache_full_blocks`` with the request's hashes, ``free_blocks`` of every
+  block last first; the 32-byte chained hashes are computed before timing,
+  so this is the pool part.  ATOM's admission per request —
   ``lookup(h)`` and a token compare on ``block(id).token_ids`` per full block
   while it hits, ``claim`` the hits, ``pop`` + ``allocate`` the rest,
   ``publish`` the new full blocks, then ``free`` every block; the chained
@@ -45,11 +52,11 @@ import time
 
 import numpy as np
 
-from .bench import BS, churn_ops, prefix_requests
+from .bench import BS, churn_ops, prefix_requests, vllm_blocks_for
 
-ORIGINALS = {"atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache",
+ORIGINALS = {"vllm": "vllm.v1.core.block_pool", "atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache",
              "veloxquant": "veloxquant_mlx.memory.block_pool"}
-DROPINS = {"atom": "kvpool.compat.atom", "vllm_mlx": "kvpool.compat.vllm_mlx",
+DROPINS = {"vllm": "kvpool.compat.vllm", "atom": "kvpool.compat.atom", "vllm_mlx": "kvpool.compat.vllm_mlx",
            "veloxquant": "kvpool.compat.veloxquant"}
 
 
@@ -65,6 +72,19 @@ def _loop(ops, get, done_fn) -> float:
             done_fn(blocks)
             live[p[k]] = []
     return time.perf_counter() - t0
+
+
+def churn_vllm(mod, ops) -> float:
+    bp = mod.BlockPool(65536 + 1, False, BS)
+    get_new, free_blocks = bp.get_new_blocks, bp.free_blocks
+
+    def get():
+        return get_new(1)[0]
+
+    def release(blocks):
+        blocks.reverse()
+        free_blocks(blocks)
+    return _loop(ops, get, release)
 
 
 def churn_atom(mod, ops) -> float:
@@ -105,6 +125,41 @@ def churn_veloxquant(mod, ops) -> float:
         allocate("kv", BS, o[k])
         if d[k]:
             free_all(o[k])
+    return time.perf_counter() - t0
+
+
+class _Request:
+    """The two fields of a vLLM Request that BlockPool.cache_full_blocks reads."""
+    __slots__ = ("block_hashes", "all_token_ids")
+
+
+def vllm_prefix_inputs(reqs):
+    """Per request: (its 32-byte chained block hashes, its token list)."""
+    import hashlib
+    out = []
+    for toks in reqs:
+        hashes, parent = [], b""
+        for i in range(len(toks) // BS):
+            parent = hashlib.blake2b(parent + toks[i * BS:(i + 1) * BS].tobytes(),
+                                     digest_size=32).digest()
+            hashes.append(parent)
+        out.append((hashes, toks.tolist()))
+    return out
+
+
+def prefix_vllm(mod, inputs) -> float:
+    bp = mod.BlockPool(16384, True, BS)
+    get_cached, touch, get_new = bp.get_cached_block, bp.touch, bp.get_new_blocks
+    cache, free_blocks = bp.cache_full_blocks, bp.free_blocks
+    gids = [0]
+    t0 = time.perf_counter()
+    for hashes, toks in inputs:
+        blocks, nhit = vllm_blocks_for(get_cached, touch, get_new, len(toks), hashes, gids)
+        req = _Request()
+        req.block_hashes, req.all_token_ids = hashes, toks
+        cache(req, blocks, nhit, len(hashes), BS, 0)
+        blocks.reverse()
+        free_blocks(blocks)
     return time.perf_counter() - t0
 
 
@@ -182,6 +237,11 @@ if system == "atom":
     for i in ids:
         p.free(i)
     del ids
+elif system == "vllm":
+    p = mod.BlockPool(n, True, 16)
+    blocks = p.get_new_blocks(n - 1)
+    p.free_blocks(blocks)
+    del blocks
 elif system == "veloxquant":
     p = mod.BlockPoolAllocator(mod.PoolConfig(block_size=16, n_blocks=n, separate_kv=False))
     p.allocate("kv", 16 * n, owner=1)
@@ -204,17 +264,19 @@ def bytes_per_block(module: str, system: str, n: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="kvpool.bench_compat", description=__doc__.split("\n")[0])
-    ap.add_argument("--system", choices=["atom", "vllm_mlx", "veloxquant", "all"], default="all")
+    ap.add_argument("--system", choices=["vllm", "atom", "vllm_mlx", "veloxquant", "all"],
+                    default="all")
     ap.add_argument("--churn", type=int, default=200_000, help="block allocations (default 200,000)")
     ap.add_argument("--requests", type=int, default=2_000, help="prefix requests (default 2,000)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--memory", type=int, default=1 << 20, help="blocks for bytes/block (0: skip)")
     args = ap.parse_args(argv)
-    systems = ["atom", "vllm_mlx", "veloxquant"] if args.system == "all" else [args.system]
+    systems = list(ORIGINALS) if args.system == "all" else [args.system]
     ops = churn_ops(args.churn)
     small_ops = churn_ops(args.churn // 10, live=8, lo=16, hi=256) if "veloxquant" in systems else None
     reqs = prefix_requests(args.requests)
     atom_inputs = atom_prefix_inputs(reqs) if "atom" in systems else None
+    vllm_inputs = vllm_prefix_inputs(reqs) if "vllm" in systems else None
     for system in systems:
         try:
             orig = importlib.import_module(ORIGINALS[system])
@@ -223,7 +285,11 @@ def main(argv=None) -> int:
             continue
         mine = importlib.import_module(DROPINS[system])
         rows = []
-        if system == "atom":
+        if system == "vllm":
+            rows.append(("churn", "ns/block", args.churn, lambda m: churn_vllm(m, ops)))
+            rows.append(("prefix pool part", "us/request", args.requests,
+                         lambda m: prefix_vllm(m, vllm_inputs)))
+        elif system == "atom":
             rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
             rows.append(("prefix pool part", "us/request", args.requests,
                          lambda m: prefix_atom(m, atom_inputs)))

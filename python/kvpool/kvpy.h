@@ -1,7 +1,7 @@
 /*
  * kvpy.h — what the files of the extension module kvpool._kvpool share.
  *
- * The module is one CPython extension built from six files, each owning one
+ * The module is one CPython extension built from seven files, each owning one
  * concern (see its own top comment):
  *   module.c    module init, the exception classes, status -> exception;
  *   args.c      argument parsing and conversions (ints, owners, hashes,
@@ -9,9 +9,11 @@
  *   evict.c     the eviction queue and its delivery to on_evict;
  *   pool.c      the Pool type (its one-call methods come from one table);
  *   sequence.c  the Sequence type and its zero-copy block table;
- *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock).
+ *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock);
+ *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash).
  * Only the public header <kvpool.h> of the library is used, as any engine
- * embedding it would.  Names shared between files start with kvpy_ (the
+ * embedding it would (mlx.c also calls OpenSSL's SHA-256, which the
+ * library links).  Names shared between files start with kvpy_ (the
  * target is built with hidden visibility: only PyInit__kvpool is exported);
  * everything else is static to its file.
  *
@@ -240,5 +242,11 @@ PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t
 
 extern PyTypeObject kvpy_vblock_type;
 extern PyTypeObject kvpy_vpool_type;
+extern PyTypeObject kvpy_vblocks_type;
+
+/* ---- mlx.c ----------------------------------------------------------------- */
+
+/* The module function mlx_block_hash (see mlx.c). */
+PyObject *kvpy_mlx_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

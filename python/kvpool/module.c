@@ -1,6 +1,6 @@
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
- * (strerror, hash_external, _fast_view), its constants, and the exception
+ * (strerror, hash_external, _fast_view; mlx_block_hash is mlx.c's), its constants, and the exception
  * classes.
  *
  * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
@@ -89,6 +89,10 @@ static PyMethodDef mod_methods[] = {
      "_fast_view(obj, writable) -> whether obj is read through the numpy fast view"},
     {"hash_external", mod_hash_external, METH_O,
      "hash_external(hash32) -> the 64-bit external form events carry"},
+    {"mlx_block_hash", KVPY_FC(kvpy_mlx_block_hash), METH_FASTCALL,
+     "mlx_block_hash(parent, token_ids, lo, hi, legacy) -> bytes | (bytes, str) | None\n\n"
+     "vllm-mlx's chained hash of the block token_ids[lo:hi] under parent (and, with legacy, "
+     "its legacy string hash), or None when the tokens are not a list of 64-bit ints."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kvpool_module = {
@@ -126,7 +130,8 @@ PyMODINIT_FUNC PyInit__kvpool(void);
 PyMODINIT_FUNC PyInit__kvpool(void)
 {
     if (PyType_Ready(&kvpy_pool_type) < 0 || PyType_Ready(&kvpy_seq_type) < 0 ||
-        PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0)
+        PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0 ||
+        PyType_Ready(&kvpy_vblocks_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&kvpool_module);
     if (!m)

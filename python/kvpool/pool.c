@@ -731,6 +731,49 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
     Py_RETURN_NONE;
 }
 
+/* A hash argument of lookup and publish: 32 bytes (kvpy_get_hash), or an
+ * int key k, the hash of 24 zero bytes and then k's low 64 bits big-endian
+ * (how engines with 64-bit integer hashes, ATOM's, store theirs).  0, or
+ * -1 with the exception set. */
+static int hash_or_key(PyObject *o, kvp_hash *h, const char *what)
+{
+    if (!PyLong_Check(o))
+        return kvpy_get_hash(o, h, what);
+    unsigned long long k = PyLong_AsUnsignedLongLongMask(o);
+    if (k == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    memset(h->b, 0, 24);
+    for (int i = 0; i < 8; i++)
+        h->b[24 + i] = (uint8_t)(k >> (56 - 8 * i));
+    return 0;
+}
+
+/* lookup(hash32, stream=0, default=<none>): the block indexed under the
+ * hash (32 bytes or an int key, see hash_or_key); on a miss `default` when
+ * given (a prefix match misses once per request: no exception to build),
+ * else NotFoundError.  O(1). */
+static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    static const char *const kw[] = {"hash", "stream", "default", NULL};
+    PyObject *o[3];
+    uint32_t stream;
+    kvp_hash h;
+    KVPY_POOL_CHECK(self);
+    if (kvpy_parse_args("lookup", args, nargs, kwnames, kw, 1, o))
+        return NULL;
+    if (hash_or_key(o[0], &h, "hash") || kvpy_get_u32(o[1], 0, &stream, "stream"))
+        return NULL;
+    KVPY_POOL_CHECK(self);
+    kvp_block b;
+    kvp_status st = kvp_lookup(self->pool, (kvp_stream)stream, &h, &b);
+    if (st == KVP_ENOTFOUND && o[2]) {
+        Py_INCREF(o[2]);
+        return o[2];
+    }
+    return st ? kvpy_raise(st) : PyLong_FromUnsignedLong(b);
+}
+
 /* lookup_many(hashes, out=None, stream=0): out[i] = block or NO_BLOCK;
  * returns the number of leading hits (the cached prefix length) when out is
  * given, else (list of ids or None, prefix). */
@@ -1274,7 +1317,6 @@ typedef enum sig_id {
     SIG_ID_OWNER,    /* f(id, owner=None) */
     SIG_N_STREAM,    /* f(n, stream=default stream) */
     SIG_STREAM,      /* f(stream=default stream) */
-    SIG_HASH_STREAM, /* f(hash, stream=0) */
 } sig_id;
 
 /* How one argument is converted, and where it lands in simple_args. */
@@ -1283,8 +1325,7 @@ typedef enum arg_kind {
     ARG_U32,       /* uint32 -> a.u32 */
     ARG_OWNER,     /* uint64 -> a.owner */
     ARG_OWNER_OPT, /* None or absent: KVP_ANON; else uint64 -> a.owner */
-    ARG_HASH,      /* 32 bytes -> a.hash */
-    ARG_STREAM,    /* absent: 0; else uint32 -> a.stream */
+    ARG_HASH,      /* 32 bytes or an int key (hash_or_key) -> a.hash */
     ARG_STREAM_K,  /* absent: K with separate_kv, else 0; else uint32 -> a.stream */
 } arg_kind;
 
@@ -1307,7 +1348,6 @@ static const sig_def sigs[] = {
     [SIG_ID_OWNER] = {{"id", "owner", NULL}, {ARG_ID, ARG_OWNER_OPT}, 1, 1},
     [SIG_N_STREAM] = {{"n", "stream", NULL}, {ARG_U32, ARG_STREAM_K}, 1, 1},
     [SIG_STREAM] = {{"stream", NULL}, {ARG_STREAM_K}, 0, 1},
-    [SIG_HASH_STREAM] = {{"hash", "stream", NULL}, {ARG_HASH, ARG_STREAM}, 1, 1},
 };
 
 typedef struct simple_args {
@@ -1337,6 +1377,7 @@ typedef enum ret_kind {
     RET_BLOCK_OR_NONE, /* int(r.block), None for KVP_NO_BLOCK */
     RET_PTR,           /* int(r.ptr) */
     RET_INFO,          /* block_info's dict */
+    RET_HASH_OR_NONE,  /* r.info's hash as 32 bytes, None when not published */
     RET_STATS,         /* stats' dict */
 } ret_kind;
 
@@ -1349,6 +1390,25 @@ typedef struct simple_def {
     int evicts;
     simple_fn call;
 } simple_def;
+
+/* Block id's reference count into *out (block_get's errors).  O(1). */
+static kvp_status ref_count_of(kvp_pool *p, kvp_block id, uint32_t *out)
+{
+    kvp_block_info bi;
+    kvp_status st = kvp_block_get(p, id, &bi);
+    if (st == KVP_OK)
+        *out = bi.ref_count;
+    return st;
+}
+
+/* Drop one reference of `owner` on block id (kvp_free's errors; a refused
+ * call changes nothing) and give the references left in *left.  O(1) plus
+ * kvp_free's cost for a block shared by several owners. */
+static kvp_status free_one(kvp_pool *p, kvp_block id, kvp_owner owner, uint32_t *left)
+{
+    kvp_status st = kvp_free(p, &id, 1, owner);
+    return st ? st : ref_count_of(p, id, left);
+}
 
 /*
  * The rows: name, signature, result, evicts, call, docstring.  Every method
@@ -1371,13 +1431,22 @@ typedef struct simple_def {
       "block_info(id) -> dict")                                                                 \
     X(block_ptr, SIG_ID, RET_PTR, 0, kvp_block_ptr(p, a->id, &r->ptr),                          \
       "block_ptr(id) -> address (int)")                                                         \
+    X(ref_count, SIG_ID, RET_U32, 0, ref_count_of(p, a->id, &r->u32),                           \
+      "ref_count(id) -> int: the block's references (0 when free).  RangeError for an id "    \
+      "beyond the pool.  O(1), allocates nothing.")                                             \
+    X(block_hash, SIG_ID, RET_HASH_OR_NONE, 0, kvp_block_get(p, a->id, &r->info),               \
+      "block_hash(id) -> bytes | None: the 32-byte content hash the block is published "      \
+      "under, None when it has none.  RangeError for an id beyond the pool.  O(1).")          \
     X(take_id, SIG_ID_OWNER, RET_NONE, 1, kvp_take_id(p, a->id, a->owner),                      \
       "take_id(id, owner=None)")                                                                \
+    X(free_one, SIG_ID_OWNER, RET_U32, 1, free_one(p, a->id, a->owner, &r->u32),                \
+      "free_one(id, owner=None) -> int: drop one reference on block id, as free(id, owner), "  \
+      "and return the references left (0: the block is free).  Errors as free's; a refused "  \
+      "call changes nothing.  O(1).")                                                           \
     X(claim, SIG_ID_OWNER, RET_NONE, 1, kvp_claim(p, a->id, a->owner), "claim(id, owner=None)") \
-    X(publish, SIG_ID_HASH, RET_NONE, 1, kvp_publish(p, a->id, &a->hash), "publish(id, hash32)") \
+    X(publish, SIG_ID_HASH, RET_NONE, 1, kvp_publish(p, a->id, &a->hash),                      \
+      "publish(id, hash32): hash32 may be an int key, as lookup's")                            \
     X(unpublish, SIG_ID, RET_NONE, 1, kvp_unpublish(p, a->id), "unpublish(id)")                 \
-    X(lookup, SIG_HASH_STREAM, RET_BLOCK, 0, kvp_lookup(p, a->stream, &a->hash, &r->block),     \
-      "lookup(hash32, stream=0) -> id (NotFoundError)")                                         \
     X(clear_index, SIG_NONE, RET_NONE, 1, kvp_clear_index(p), "clear_index()")                  \
     X(reset_prefix_cache, SIG_NONE, RET_NONE, 1, kvp_reset_prefix_cache(p),                     \
       "reset_prefix_cache() (BusyError while blocks are in use)")                               \
@@ -1433,10 +1502,9 @@ static int simple_arg(PoolObject *self, arg_kind k, PyObject *o, const char *nam
     case ARG_OWNER_OPT:
         return kvpy_get_owner(o, &a->owner);
     case ARG_HASH:
-        return kvpy_get_hash(o, &a->hash, name);
-    case ARG_STREAM:
+        return hash_or_key(o, &a->hash, name);
     case ARG_STREAM_K:
-        if (kvpy_get_u32(o, k == ARG_STREAM_K && self->separate_kv ? KVP_STREAM_K : 0, &v, name))
+        if (kvpy_get_u32(o, self->separate_kv ? KVP_STREAM_K : 0, &v, name))
             return -1;
         a->stream = (kvp_stream)v;
         return 0;
@@ -1456,6 +1524,10 @@ static PyObject *simple_result(ret_kind k, const simple_res *r)
     case RET_BLOCK_OR_NONE: return kvpy_block_or_none(r->block);
     case RET_PTR: return PyLong_FromVoidPtr(r->ptr);
     case RET_INFO: return info_dict(&r->info);
+    case RET_HASH_OR_NONE:
+        if (!r->info.published)
+            Py_RETURN_NONE;
+        return kvpy_hash_bytes(&r->info.hash);
     case RET_STATS: return stats_dict(&r->stats);
     }
     Py_RETURN_NONE;
@@ -1574,6 +1646,10 @@ static PyMethodDef Pool_methods[] = {
     {"claim_many", KVPY_FC(Pool_claim_many_ev), KVPY_FCK, "claim_many(ids, owner=None)"},
     {"publish_many", KVPY_FC(Pool_publish_many_ev), METH_FASTCALL,
      "publish_many(ids, hashes): hashes holds 32 bytes per id"},
+    {"lookup", KVPY_FC(Pool_lookup), KVPY_FCK,
+     "lookup(hash32, stream=0, default=<none>) -> id\n\nThe block indexed under hash32; on a "
+     "miss `default` when given, else NotFoundError.  hash32 may be an int key k: the hash of "
+     "24 zero bytes and k's low 64 bits big-endian.  O(1)."},
     {"lookup_many", KVPY_FC(Pool_lookup_many), KVPY_FCK,
      "lookup_many(hashes, out=None, stream=0)\n\nWith out: fills out[i] (NO_BLOCK on a miss) "
      "and returns the number of leading hits.  Without: (list of id or None, leading hits)."},

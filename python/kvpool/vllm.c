@@ -6,7 +6,9 @@
  *
  * What it owns: one KVCacheBlock per block id, made once, living in one
  * array owned by the pool object (varena), each holding a reference to the
- * pool; the key each block was cached under (pool->vkeys).
+ * pool, the BlockPool holding one reference to each (BlockPool.blocks is a
+ * read-only view of the array); the key each block was cached under
+ * (pool->vkeys).
  *
  * Invariants: a block's attributes are read from the library on every
  * access (the library is the one source of truth); a refused call changes
@@ -186,8 +188,8 @@ PyTypeObject kvpy_vblock_type = {
 typedef struct VPool {
     PyObject_HEAD
     PoolObject *pool;
-    PyObject *blocks;   /* list of VBlock, index = id */
     VBlock *arr;        /* the pool's varena: block id's object is arr[id] */
+    uint32_t owned;     /* arr[0..owned) hold one reference each that is ours */
     uint32_t n;
     uint32_t hash_block_size;
     int enable_caching;
@@ -245,30 +247,31 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     self->scratch = PyMem_Malloc((size_t)nb * sizeof(uint32_t));
     size_t bytes = ((size_t)nb * sizeof(VBlock) + 63) & ~(size_t)63;
     self->arr = self->pool->varena = aligned_alloc(64, bytes);
-    self->blocks = PyList_New(nb);
     self->pool->vkeys = PyMem_Calloc(nb, sizeof(PyObject *));
     self->pool->nvkeys = nb;
-    if (!self->scratch || !self->arr || !self->blocks || !self->pool->vkeys) {
+    if (!self->scratch || !self->arr || !self->pool->vkeys) {
         PyErr_NoMemory();
         return -1;
     }
     for (uint32_t i = 0; i < nb; i++) {
         VBlock *b = &self->arr[i];
-        PyObject_Init((PyObject *)b, &kvpy_vblock_type); /* one reference: the list's */
+        PyObject_Init((PyObject *)b, &kvpy_vblock_type); /* one reference: ours */
         Py_INCREF(pool);
         b->pool = (PoolObject *)pool;
         b->id = i;
-        PyList_SET_ITEM(self->blocks, i, (PyObject *)b);
+        self->owned = i + 1;
     }
     return 0;
 }
 
-/* Drops the references; the blocks keep the pool, which frees their array. */
+/* Drops the references, its own on each block included; the blocks keep
+ * the pool, which frees their array once the last of them goes. */
 static void VPool_dealloc(VPool *self)
 {
     PyObject_GC_UnTrack(self);
     Py_XDECREF(self->one);
-    Py_XDECREF(self->blocks);
+    for (uint32_t i = self->owned; i > 0; i--)
+        Py_DECREF((PyObject *)&self->arr[i - 1]);
     Py_XDECREF(self->pool);
     Py_XDECREF(self->dict);
     PyMem_Free(self->scratch);
@@ -734,14 +737,112 @@ static PyObject *VPool_get_pool(VPool *self, void *c)
     return (PyObject *)self->pool;
 }
 
-/* blocks: every KVCacheBlock, index = id. */
+/*
+ * BlockPool.blocks: a read-only sequence of every KVCacheBlock, index = id,
+ * over the pool's array (vLLM's is a list; a list here would cost 8 bytes
+ * per block for what an index into the array gives).  Indexing, negative
+ * indices, slices (a new list), len() and iteration; it holds the
+ * BlockPool.
+ */
+typedef struct VBlocks {
+    PyObject_HEAD
+    VPool *bp;
+} VBlocks;
+
+static void VBlocks_dealloc(VBlocks *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->bp);
+    PyObject_GC_Del(self);
+}
+
+/* The view's one reference (a BlockPool's dict may hold the view). */
+static int VBlocks_traverse(VBlocks *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->bp);
+    return 0;
+}
+
+static Py_ssize_t VBlocks_len(VBlocks *self)
+{
+    return (Py_ssize_t)self->bp->n;
+}
+
+/* blocks[i] for 0 <= i < n (negative i already adjusted by CPython). */
+static PyObject *VBlocks_item(VBlocks *self, Py_ssize_t i)
+{
+    if (i < 0 || i >= (Py_ssize_t)self->bp->n) {
+        PyErr_SetString(PyExc_IndexError, "block id out of range");
+        return NULL;
+    }
+    PyObject *b = (PyObject *)&self->bp->arr[i];
+    Py_INCREF(b);
+    return b;
+}
+
+/* blocks[i] or blocks[slice] (a new list). */
+static PyObject *VBlocks_subscript(VBlocks *self, PyObject *key)
+{
+    Py_ssize_t n = (Py_ssize_t)self->bp->n;
+    if (PySlice_Check(key)) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(key, &start, &stop, &step) < 0)
+            return NULL;
+        Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+        PyObject *l = PyList_New(len);
+        if (!l)
+            return NULL;
+        for (Py_ssize_t k = 0, i = start; k < len; k++, i += step) {
+            PyObject *b = (PyObject *)&self->bp->arr[i];
+            Py_INCREF(b);
+            PyList_SET_ITEM(l, k, b);
+        }
+        return l;
+    }
+    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    return VBlocks_item(self, i < 0 ? i + n : i);
+}
+
+static PySequenceMethods VBlocks_seq = {
+    .sq_length = (lenfunc)VBlocks_len,
+    .sq_item = (ssizeargfunc)VBlocks_item,
+};
+
+static PyMappingMethods VBlocks_map = {
+    .mp_length = (lenfunc)VBlocks_len,
+    .mp_subscript = (binaryfunc)VBlocks_subscript,
+};
+
+PyTypeObject kvpy_vblocks_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvpool._kvpool._VllmBlocks",
+    .tp_basicsize = sizeof(VBlocks),
+    .tp_dealloc = (destructor)VBlocks_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+#ifdef Py_TPFLAGS_SEQUENCE
+                | Py_TPFLAGS_SEQUENCE
+#endif
+    ,
+    .tp_doc = "BlockPool.blocks: every KVCacheBlock, index = id (read-only).",
+    .tp_traverse = (traverseproc)VBlocks_traverse,
+    .tp_as_sequence = &VBlocks_seq,
+    .tp_as_mapping = &VBlocks_map,
+};
+
+/* blocks: every KVCacheBlock, index = id (a view, see VBlocks). */
 static PyObject *VPool_get_blocks(VPool *self, void *c)
 {
     (void)c;
     if (!vpool_ok(self))
         return NULL;
-    Py_INCREF(self->blocks);
-    return self->blocks;
+    VBlocks *v = PyObject_GC_New(VBlocks, &kvpy_vblocks_type);
+    if (!v)
+        return NULL;
+    Py_INCREF(self);
+    v->bp = self;
+    PyObject_GC_Track(v);
+    return (PyObject *)v;
 }
 
 /* null_block: block 0. */
@@ -776,7 +877,8 @@ static PyMethodDef VPool_methods[] = {
 
 static PyGetSetDef VPool_getset[] = {
     {"pool", (getter)VPool_get_pool, NULL, "the native kvpool.Pool underneath", NULL},
-    {"blocks", (getter)VPool_get_blocks, NULL, "list of all KVCacheBlock, index = id", NULL},
+    {"blocks", (getter)VPool_get_blocks, NULL,
+     "every KVCacheBlock, index = id: a read-only sequence (slices give lists)", NULL},
     {"null_block", (getter)VPool_get_null, NULL, "the null block (id 0)", NULL},
     {"num_gpu_blocks", kvpy_get_u32_field, NULL, "blocks in the pool",
      (void *)offsetof(VPool, n)},

@@ -13,7 +13,10 @@ ATOM hashes are integers; a hash ``h`` (0 <= h < 2**64) is stored as the
 last 8 bytes (big-endian) of the 32-byte kvpool hash and comes back as the
 same integer.  Each block's hash and tokens are kept beside the pool in two
 Python lists, so ``block(id).hash`` and ``.token_ids`` (read per block by
-ATOM's prefix matching) are list reads; only ``ref_count`` asks the pool.
+ATOM's prefix matching) are list reads; ``ref_count`` is one native
+``Pool.ref_count`` and a lookup one native ``Pool.lookup`` returning -1 on
+a miss.  A pool's ``Block`` objects hold nothing but their id (see
+``Block``), so a block costs the pool's bytes, two list slots and an int.
 The pool evicts a cached block's content when it hands the block out, and
 every call that hands blocks out is made by this module, which clears the
 lists there (``_spend``): no callback from the pool per eviction.
@@ -42,19 +45,17 @@ Deviations (also in docs/PYTHON.md):
 """
 from __future__ import annotations
 
-import struct
+from functools import partial
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Optional
 
 from .. import _kvpool
 from . import _adopt
+from ._block import IdBlock
 
 __all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block"]
 
 _MASK = (1 << 64) - 1
-
-
-_pack = struct.Struct(">24xQ").pack  # int hash -> the 32-byte kvpool hash
 
 
 @dataclass(frozen=True)
@@ -66,79 +67,92 @@ class BlockRetirement:
     moved_to: int
 
 
-class _Record:
-    """The fields of a Block constructed directly (not one of a pool's)."""
+class Block(IdBlock):
+    """ATOM's block record.
 
-    __slots__ = ("ref_count", "hash", "token_ids")
+    ``Block(block_id)`` constructs a plain record with the original's fields
+    and defaults (``ref_count`` 0, ``hash`` -1, ``token_ids`` []), all
+    writable.  A pool's blocks are its own canonical objects, one per id, of
+    a subclass made per pool: ``hash`` and ``token_ids`` are what the pool
+    last set, ``ref_count`` reads the pool, and all three are read-only
+    (publish, claim and free change them).  They hold nothing themselves
+    (an ``IdBlock``: an ``int`` equal to its ``block_id``, compared by
+    identity as the original's objects): the fields live in the pool's
+    arrays, which their class points to."""
 
-    def __init__(self):
+    __slots__ = ()
+
+    def __new__(cls, block_id: int):
+        return int.__new__(_RecordBlock if cls is Block else cls, block_id)
+
+    def __repr__(self) -> str:
+        return f"Block(block_id={int(self)}, ref_count={self.ref_count}, hash={self.hash})"
+
+    __str__ = __repr__
+
+
+class _RecordBlock(Block):
+    """A Block constructed directly: its fields are plain attributes."""
+
+    def __init__(self, block_id: int):
         self.ref_count = 0
         self.hash = -1
         self.token_ids: list = []
 
-
-class Block:
-    """ATOM's block record: ``hash`` and ``token_ids`` as the pool last set
-    them; ``ref_count`` reads the pool.  Constructed directly (no pool) it is
-    a plain record with the original's defaults."""
-
-    __slots__ = ("block_id", "_pool")
-
-    def __init__(self, block_id: int, pool: "BlockPool | None" = None):
-        self.block_id = block_id
-        self._pool: Any = _Record() if pool is None else pool
-
-    @property
-    def ref_count(self) -> int:
-        p = self._pool
-        return p.ref_count if type(p) is _Record else p._ref_count(self.block_id)
-
-    @ref_count.setter
-    def ref_count(self, value: int) -> None:
-        self._record("ref_count").ref_count = value
-
-    @property
-    def hash(self) -> int:
-        p = self._pool
-        return p.hash if type(p) is _Record else p._hash[self.block_id]
-
-    @hash.setter
-    def hash(self, value: int) -> None:
-        self._record("hash").hash = value
-
-    @property
-    def token_ids(self) -> list:
-        p = self._pool
-        return p.token_ids if type(p) is _Record else p._tokens[self.block_id]
-
-    @token_ids.setter
-    def token_ids(self, value: list) -> None:
-        self._record("token_ids").token_ids = value
-
-    def _record(self, name: str) -> _Record:
-        """The plain record behind a directly constructed block (AttributeError for a pool's)."""
-        p = self._pool
-        if type(p) is not _Record:
-            raise AttributeError(f"{name} of a pool's block is the pool's "
-                                 "(publish / claim / free change it)")
-        return p
-
     def update(self, hash: int, token_ids: list) -> None:  # noqa: A002  (the original's name)
-        """Set hash and tokens (a record's; a pool's block is published through the pool)."""
+        """Set hash and tokens."""
         self.hash = hash
         self.token_ids = token_ids
 
     def reset(self) -> None:
-        """Back to a live block with no content (a record's)."""
+        """Back to a live block with no content."""
         self.ref_count = 1
         self.hash = -1
         self.token_ids = []
 
-    def __repr__(self) -> str:
-        return f"Block(block_id={self.block_id}, ref_count={self.ref_count}, hash={self.hash})"
+
+def _read_only(name: str):
+    def put(self, value):
+        raise AttributeError(f"{name} of a pool's block is the pool's "
+                             "(publish / claim / free change it)")
+    return put
+
+
+class _PoolBlock(Block):
+    """A pool's block: its fields read the pool's arrays, which the per-pool
+    subclass holds as class attributes (``_hashes``, ``_tokens``, and
+    ``_refs``, the pool's ref-count reader)."""
+
+    __slots__ = ()
+    _hashes: list
+    _tokens: list
+
+    hash = property(lambda self: self._hashes[self], _read_only("hash"))
+    token_ids = property(lambda self: self._tokens[self], _read_only("token_ids"))
+    ref_count = property(lambda self: self._refs(int(self)), _read_only("ref_count"))
+
+    def update(self, hash: int, token_ids: list) -> None:  # noqa: A002
+        """Refused: a pool's block is published through the pool."""
+        _read_only("hash")(self, hash)
+
+    def reset(self) -> None:
+        """Refused: a pool's block is reset by the pool."""
+        _read_only("ref_count")(self, 1)
 
 
 _NO_TOKENS: list = []
+
+
+def _ref_reader(pool) -> Callable[[int], int]:
+    """block id -> its ref count in the native pool (0 beyond the blocks it has)."""
+    ref_count, out_of_range = pool.ref_count, _kvpool.RangeError
+
+    def refs(block_id: int) -> int:
+        try:
+            return ref_count(block_id)
+        except out_of_range:
+            return 0
+    return refs
 
 
 class BlockPool:
@@ -154,11 +168,29 @@ class BlockPool:
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
                                   max_blocks=self.max_blocks, reuse="lowest")
+        # The pool's calls each hot method makes, bound once.
+        pool = self._pool
+        self._publish, self._take = pool.publish, pool.take
+        self._claim, self._free_one = pool.claim, pool.free_one
+        self._refs = _ref_reader(pool)
+        self._lookup = pool.lookup
         self.num_blocks: int = num_blocks
         self.superblocks = None
-        self.blocks: list = [Block(i, self) for i in range(self.max_blocks)]
         self._hash: list = [-1] * self.max_blocks     # block id -> int hash, -1 = none
         self._tokens: list = [_NO_TOKENS] * self.max_blocks
+        # The blocks' class points to the arrays and the native pool, never to
+        # this object: no reference cycle through a million blocks.
+        # hash and token_ids are read per block by a prefix match: as C-level
+        # getters (list.__getitem__ bound to the pool's list), with no Python
+        # frame; so is block(id).
+        hs, ts = self._hash, self._tokens
+        cls = type("Block", (_PoolBlock,), {
+            "__slots__": (), "__module__": __name__, "_hashes": hs, "_tokens": ts,
+            "hash": property(partial(list.__getitem__, hs), _read_only("hash")),
+            "token_ids": property(partial(list.__getitem__, ts), _read_only("token_ids")),
+            "_refs": staticmethod(_ref_reader(self._pool))})
+        self.blocks: list = [int.__new__(cls, i) for i in range(self.max_blocks)]
+        self.block = self.blocks.__getitem__
         self._popped: set = set()
         self._raw_unit_owner: dict = {}
         self._stale: set = set()  # hashed blocks clear_index left live: no longer indexed
@@ -187,12 +219,6 @@ class BlockPool:
             self.blocks_evicted += 1
         if self._on_evict is not None:
             self._on_evict(h)
-
-    def _ref_count(self, block_id: int) -> int:
-        try:
-            return self._pool.block_info(block_id)["ref_count"]
-        except _kvpool.RangeError:
-            return 0
 
     # ---- counts ---------------------------------------------------------
     @property
@@ -225,18 +251,17 @@ class BlockPool:
         return self._pool.free_count() >= n
 
     def is_used(self, block_id: int) -> bool:
-        return block_id not in self._popped and self._ref_count(block_id) > 0
+        return block_id not in self._popped and self._refs(block_id) > 0
 
     def block(self, block_id: int) -> Block:
+        """The pool's Block of block_id (each pool binds this to its list's lookup)."""
         return self.blocks[block_id]
 
     # ---- index ----------------------------------------------------------
     def lookup(self, h: int) -> int:
-        """Block id indexed under content hash h, or -1."""
-        try:
-            return self._pool.lookup(_pack(h & _MASK))
-        except _kvpool.NotFoundError:  # a prefix match misses once per request
-            return -1
+        """Block id indexed under content hash h, or -1: the native lookup of
+        the int key h (24 zero bytes, then h's 64 bits big-endian)."""
+        return self._lookup(h, 0, -1)
 
     def publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""
@@ -249,7 +274,7 @@ class BlockPool:
                 pass  # kept after clear_index: not indexed any more
         if self._stale:
             self._stale.discard(block_id)
-        self._pool.publish(block_id, _pack(h))
+        self._publish(block_id, h)  # the int key, as lookup's
         self._hash[block_id] = h
         self._tokens[block_id] = token_ids
 
@@ -259,7 +284,7 @@ class BlockPool:
         hs, ts = self._hash, self._tokens
         for i in range(self.max_blocks):
             if hs[i] != -1:
-                if self._ref_count(i) == 0:
+                if self._refs(i) == 0:
                     hs[i] = -1
                     ts[i] = _NO_TOKENS
                 else:
@@ -269,7 +294,7 @@ class BlockPool:
     def pop(self) -> int:
         """Next free block id (vacant lowest first, then least recently freed cached)."""
         try:
-            block_id = self._pool.take()
+            block_id = self._take()
         except _kvpool.ExhaustedError:
             raise AssertionError("No free blocks available") from None
         self._popped.add(block_id)
@@ -296,15 +321,16 @@ class BlockPool:
         if self._popped and block_id in self._popped:
             self._popped.discard(block_id)  # popped: its one reference is already taken
         else:
-            self._pool.claim(block_id)
+            self._claim(block_id)
         return self.blocks[block_id]
 
     def free(self, block_id: int) -> None:
-        if block_id in self._raw_unit_owner:
+        """Drop one reference on block_id (a raw unit goes back through release_units)."""
+        if self._raw_unit_owner and block_id in self._raw_unit_owner:
             raise AssertionError(f"block {block_id} is a reserved raw unit; use release_units")
         if self._popped:
             self._popped.discard(block_id)
-        self._pool.free(block_id)
+        self._free_one(block_id)
 
     # ---- raw units ------------------------------------------------------
     def reserve_units(self, count: int, owner: Hashable) -> Optional[list]:

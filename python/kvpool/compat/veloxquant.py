@@ -22,8 +22,9 @@ metric names.
 
 Deviations (also in docs/PYTHON.md):
 
-- ``Block`` objects handed out are canonical per id and read the pool's C
-  state; assigning ``block.n_used`` goes through ``mark_used`` (a kvpool
+- ``Block`` objects handed out read the pool's C state and are not kept:
+  two handles on one block compare equal but are not one object (``is``),
+  and their fields other than ``n_used`` are read-only; assigning ``block.n_used`` goes through ``mark_used`` (a kvpool
   addition) so the fragmentation count stays exact — writing the field in
   the original left the count stale until the next allocate or free.  A
   block whose ``n_used`` is set to 0 while in use is not counted as
@@ -35,10 +36,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 from .. import _kvpool
 from . import _adopt
+from ._block import IdBlock
 
 __all__ = ["install", "uninstall", "PoolConfig", "Block", "AllocationStats",
            "BlockPoolAllocator", "BlockPoolExhaustedError", "OwnerAlreadyActiveError", "DEFAULT_BLOCK_SIZE",
@@ -83,102 +85,85 @@ class PoolConfig:
                              f"n_blocks ({self.n_blocks})")
 
 
-class _Record:
-    """The fields of a Block constructed directly (not one an allocator handed out)."""
-
-    __slots__ = ("stream", "format", "n_used", "ever_allocated")
-
-    def __init__(self, stream: str, format: str, n_used: int, ever_allocated: bool):  # noqa: A002
-        self.stream, self.format, self.n_used, self.ever_allocated = \
-            stream, format, n_used, ever_allocated
-
-
-class Block:
+class Block(IdBlock):
     """A block of KV-cache storage.
 
     Constructed directly it is a plain record with the original dataclass's
-    fields and defaults; the blocks an allocator hands out are bound to it
-    and every field reads the pool's current state.
+    fields and defaults, all writable.  The blocks an allocator hands out
+    are of a subclass made per allocator and hold nothing but their id (an
+    ``IdBlock``, an ``int`` equal to ``block_id``): every field reads the
+    pool's current state, and two handles on one block compare equal (as
+    the original's dataclass, whose fields they share) without being one
+    object.
     """
 
-    __slots__ = ("block_id", "_alloc", "_owner", "_rec")
+    __slots__ = ()
 
-    def __init__(self, block_id: int, stream: str = "kv", format: str = "fp16", n_used: int = 0,
-                 owner: Optional[int] = None, ever_allocated: bool = False):
-        self.block_id = block_id
-        self._alloc: Optional["BlockPoolAllocator"] = None
-        self._owner = owner  # a bound block's owner when it was handed out (a hint for free)
-        self._rec: Optional[_Record] = _Record(stream, format, n_used, ever_allocated)
+    def __new__(cls, block_id: int, *args: Any, **kwargs: Any) -> "Block":
+        return int.__new__(_RecordBlock if cls is Block else cls, block_id)
 
-    def _info(self):
-        return self._alloc._pool.block_info(self.block_id)
+    def __repr__(self) -> str:
+        return (f"Block(block_id={int(self)}, stream={self.stream!r}, format={self.format!r}, "
+                f"n_used={self.n_used}, owner={self.owner}, ever_allocated={self.ever_allocated})")
 
-    @property
-    def stream(self) -> str:
-        if self._alloc is None:
-            return self._rec.stream
-        return _STREAM_NAMES[self._info()["stream"]]
+    __str__ = __repr__
 
-    @stream.setter
-    def stream(self, value: str) -> None:
-        self._record("stream").stream = value
 
-    @property
-    def format(self) -> str:
-        if self._alloc is None:
-            return self._rec.format
-        return self._alloc._format_name(self._info()["format"])
+class _RecordBlock(Block):
+    """A Block constructed directly: the dataclass's fields as plain attributes."""
 
-    @format.setter
-    def format(self, value: str) -> None:
-        self._record("format").format = value
+    def __init__(self, block_id: int, stream: str = "kv", format: str = "fp16",  # noqa: A002
+                 n_used: int = 0, owner: Optional[int] = None, ever_allocated: bool = False):
+        self.stream, self.format, self.n_used = stream, format, n_used
+        self.owner, self.ever_allocated = owner, ever_allocated
+
+
+def _pools(name: str) -> Any:
+    """A setter refusing a field of a handed-out block."""
+    def put(self, value):
+        raise AttributeError(f"{name} of a handed-out block is the pool's")
+    return put
+
+
+class _BoundBlock(Block):
+    """A handed-out block; the per-allocator subclass sets ``_alloc``."""
+
+    __slots__ = ()
+    _alloc: "BlockPoolAllocator"
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is type(self) and int(other) == int(self))
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = int.__hash__
+
+    def _info(self) -> dict:
+        return self._alloc._pool.block_info(self)
+
+    stream = property(lambda self: _STREAM_NAMES[self._info()["stream"]], _pools("stream"))
+    format = property(lambda self: self._alloc._format_name(self._info()["format"]),
+                      _pools("format"))
+    ever_allocated = property(lambda self: self._info()["ever_allocated"],
+                              _pools("ever_allocated"))
 
     @property
     def n_used(self) -> int:
-        if self._alloc is None:
-            return self._rec.n_used
         return self._info()["fill"]
 
     @n_used.setter
     def n_used(self, value: int) -> None:
-        if self._alloc is None:
-            self._rec.n_used = value
-        else:
-            self._alloc.mark_used(self, value)
+        self._alloc.mark_used(self, value)
 
     @property
     def owner(self) -> Optional[int]:
-        if self._alloc is None:
-            return self._owner
         info = self._info()
-        if info["state"] != "in_use":
-            return None
-        return info["owner"]
+        return info["owner"] if info["state"] == "in_use" else None
 
     @owner.setter
     def owner(self, value: Optional[int]) -> None:
-        self._record("owner")
-        self._owner = value
-
-    @property
-    def ever_allocated(self) -> bool:
-        if self._alloc is None:
-            return self._rec.ever_allocated
-        return self._info()["ever_allocated"]
-
-    @ever_allocated.setter
-    def ever_allocated(self, value: bool) -> None:
-        self._record("ever_allocated").ever_allocated = value
-
-    def _record(self, name: str) -> _Record:
-        """The plain record of a directly constructed block (AttributeError for a handed-out one)."""
-        if self._alloc is not None:
-            raise AttributeError(f"{name} of a handed-out block is the pool's")
-        return self._rec
-
-    def __repr__(self) -> str:
-        return (f"Block(block_id={self.block_id}, stream={self.stream!r}, format={self.format!r}, "
-                f"n_used={self.n_used}, owner={self.owner}, ever_allocated={self.ever_allocated})")
+        _pools("owner")(self, value)
 
 
 @dataclass
@@ -250,7 +235,11 @@ class BlockPoolAllocator:
             separate_kv=c.separate_kv, grow_on_exhaustion=c.grow_on_exhaustion,
             thread_safe=True, reuse="lifo", prefix_caching=False)
         self.history: deque = deque(maxlen=DEFAULT_HISTORY_SIZE)
-        self._blocks: list = []  # block id -> its canonical Block, made on first hand-out
+        self._hints: list = []  # block id -> the owner it was last handed to (a hint for free)
+        # Handed-out blocks point to this allocator through their class; it
+        # keeps none of them.
+        self._cls = type("Block", (_BoundBlock,), {"__slots__": (), "__module__": __name__,
+                                                    "_alloc": self})
         self._fmt_names = {v: k for k, v in _FORMATS.items()}
         self._fmt_tags = dict(_FORMATS)
 
@@ -276,17 +265,6 @@ class BlockPoolAllocator:
 
     def _format_name(self, tag: int) -> str:
         return self._fmt_names.get(tag, f"user{tag}")
-
-    def _block(self, block_id: int) -> Block:
-        blocks = self._blocks
-        if block_id >= len(blocks):
-            blocks.extend([None] * (block_id + 1 - len(blocks)))
-        b = blocks[block_id]
-        if b is None:
-            b = blocks[block_id] = Block(block_id)
-            b._alloc = self
-            b._rec = None
-        return b
 
     def _stats(self, s: dict) -> AllocationStats:
         return AllocationStats(n_blocks=s["blocks"], n_allocations=s["blocks_allocated"],
@@ -337,10 +315,14 @@ class BlockPoolAllocator:
         fills[-1] = n_tokens - bs * (n - 1)
         pool.set_fill_many(ids, fills)
         self._record()
-        out = [self._block(i) for i in ids]
-        for b in out:
-            b._owner = owner  # a hint for free(); the pool's record is the truth
-        return out
+        hints = self._hints
+        top = max(ids) + 1
+        if top > len(hints):
+            hints.extend([None] * (top - len(hints)))
+        for i in ids:
+            hints[i] = owner  # a hint for free(); the pool's record is the truth
+        cls = self._cls
+        return [int.__new__(cls, i) for i in ids]
 
     def _grow_to_cap(self, stream: int) -> None:
         """The original grows a short stream as far as max_blocks allows even when
@@ -357,12 +339,14 @@ class BlockPoolAllocator:
     def free(self, blocks: list) -> None:
         """Return blocks to their free lists; blocks already free are skipped."""
         by_owner: dict = {}
+        hints = self._hints
         for b in blocks:  # grouped by the owner each block was allocated to
-            by_owner.setdefault(b._owner, []).append(b)
+            i = int(b)
+            by_owner.setdefault(hints[i] if i < len(hints) else None, []).append(b)
         for owner, group in by_owner.items():
             if owner is not None:
                 try:  # one native call per owner: all of them still checked out
-                    self._pool.free([b.block_id for b in group], owner)
+                    self._pool.free([int(b) for b in group], owner)
                     continue
                 except (_kvpool.DoubleFreeError, _kvpool.NotOwnerError):
                     pass  # some were freed another way (free_all): go by the pool's records
@@ -384,7 +368,8 @@ class BlockPoolAllocator:
     def blocks_for(self, owner: int) -> list:
         """The blocks owner holds, in allocation order."""
         try:
-            return [self._block(i) for i in self._pool.owner_blocks(owner)]
+            cls = self._cls
+            return [int.__new__(cls, i) for i in self._pool.owner_blocks(owner)]
         except _kvpool.NotFoundError:
             return []
 

@@ -28,7 +28,9 @@ Deviations (also in docs/PYTHON.md):
   ``block_hash`` and ``is_null`` are read-only views of the C state (vLLM's
   are writable dataclass fields; vLLM code only writes them from the pool).
   The free-list links are not exposed and ``free_block_queue`` offers
-  ``num_free_blocks`` only: the queue lives in C.
+  ``num_free_blocks`` only: the queue lives in C.  ``blocks`` is a
+  read-only sequence over the C array of blocks (slices give lists), not a
+  list: a list would cost 8 bytes per block.
 - The free queue follows vLLM since its PR #42656: a freed block without a
   hash goes to the head, cached blocks to the tail (kvpool's ``lifo``
   order).  The null block is taken at construction (vLLM takes it on first

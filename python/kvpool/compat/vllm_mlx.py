@@ -9,19 +9,27 @@ chained-hash prefix index.  ``compute_block_hash`` and the legacy
 ``PagedCacheManager.compute_block_hash`` produce the same bytes as the
 original's, so hashes stay comparable across the two.
 
-No per-block dict on the hot paths: a manager's blocks keep their prefix
-hash beside the pool (the pool's eviction callback clears it), their
-``last_access`` in one array of doubles and their legacy hash in one dict
-(only blocks that have one); ``free_block`` reads the free count around
-the native free.  ``ref_count`` still asks the pool (``block_info``).
+No per-block dict or object on the hot paths: a manager's blocks hold
+nothing but their id (see ``CacheBlock``); their prefix hash is the pool's
+(``Pool.block_hash``), their ``token_count`` and ``last_access`` are in two
+arrays, their cache data and legacy hash in two dicts (only blocks that have
+one; the pool's eviction callback clears them).  Both hashes of a block are
+computed in C (``_kvpool.mlx_block_hash``, byte-identical to the
+original's Python; a token list it does not format falls back to Python).
+``free_block`` is one native ``free_one`` (which returns the references
+left), ``ref_count`` one native ``ref_count`` and a prefix lookup one
+native ``lookup`` returning -1 on a miss, none of them building a dict or
+an exception.
 
 Deviations, each following the original's documented intent (also in
 docs/PYTHON.md):
 
 - ``CacheBlock`` objects of a manager are canonical per id; ``ref_count``,
   ``block_hash``, ``is_null`` and the free-list links (always None) are
-  read-only on them.  Constructed directly, a ``CacheBlock`` is a plain
-  record taking the original dataclass's fields.
+  read-only on them, ``token_count`` holds a 64-bit int, and they take no
+  attributes beyond the original's fields.  Constructed directly, a ``CacheBlock`` is a plain record taking
+  the original dataclass's fields; it compares by identity (the original's
+  dataclass compared field by field).
 - ``get_blocks_for_generation``: the original copies every shared block and
   drops the source reference without freeing it when it reaches zero (a
   leak); here a copy takes a fresh block, drops one reference on the source
@@ -47,6 +55,7 @@ from typing import Any, Dict, Iterable, List, NewType, Optional, Tuple
 
 from .. import _kvpool
 from . import _adopt
+from ._block import IdBlock
 
 __all__ = ["install", "uninstall", "PagedCacheManager", "CacheBlock", "KVCacheBlock",
            "BlockTable", "CacheStats",
@@ -60,6 +69,10 @@ BlockHash = NewType("BlockHash", bytes)
 def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
                        extra_keys: Optional[Tuple[Any, ...]] = None) -> BlockHash:
     """Chained content hash of one block (parent hash, tokens, optional extra keys)."""
+    if not extra_keys and type(token_ids) is list:
+        h = _native_hash(parent_hash, token_ids, 0, len(token_ids), False)
+        if h is not None:
+            return BlockHash(h)
     hasher = _sha256(parent_hash if parent_hash else b"vllm-mlx-root")
     hasher.update(str(tuple(token_ids)).encode())
     if extra_keys:
@@ -68,139 +81,27 @@ def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
 
 
 _sha256 = hashlib.sha256
+_native_hash = _kvpool.mlx_block_hash  # both hashes in C for a list of ints, else None
 _low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
-_ROOT = b"vllm-mlx-root"
-_MEMO_ENTRIES = 8192  # chain hashes remembered per manager (shared prompts hash once)
 
 
-class _Record:
-    """The fields of a CacheBlock constructed directly (not bound to a manager)."""
-
-    __slots__ = ("ref_count", "is_null", "prev_free_block", "next_free_block", "last_access",
-                 "hash_value")
-
-    def __init__(self, ref_count, is_null, prev_free_block, next_free_block, last_access,
-                 hash_value):
-        self.hash_value = hash_value
-        self.ref_count = ref_count
-        self.is_null = is_null
-        self.prev_free_block = prev_free_block
-        self.next_free_block = next_free_block
-        self.last_access = last_access
-
-
-class CacheBlock:
+class CacheBlock(IdBlock):
     """KV cache block metadata.
 
     Constructed directly it takes the original dataclass's fields, by
     position or keyword, with the same defaults, and every field is a plain
-    value.  The blocks a manager owns are bound to it: ``ref_count`` and
-    ``is_null`` read the pool, ``block_hash`` is the content hash the block
-    is cached under (cleared by the pool's eviction callback), and
-    ``last_access`` lives in the manager's array of timestamps.
+    value.  The blocks a manager owns are its canonical objects, one per id,
+    of a subclass made per manager: ``ref_count``, ``block_hash`` and
+    ``is_null`` read the pool (read-only), ``token_count``, ``cache_data``,
+    ``hash_value`` and ``last_access`` live in the manager's arrays, which
+    that class points to (an ``IdBlock``: an ``int`` equal to its
+    ``block_id`` that compares by identity, as the original's objects).
     """
 
-    __slots__ = ("block_id", "_mgr", "_hash", "cache_data", "token_count")
+    __slots__ = ()
 
-    def __init__(self, block_id: int, ref_count: int = 0, block_hash: Optional[BlockHash] = None,
-                 prev_free_block: "Optional[CacheBlock]" = None,
-                 next_free_block: "Optional[CacheBlock]" = None, is_null: bool = False,
-                 cache_data: Optional[List[Tuple[Any, Any]]] = None, token_count: int = 0,
-                 hash_value: Optional[str] = None, last_access: Optional[float] = None):
-        self.block_id = block_id
-        self._mgr: Any = _Record(ref_count, is_null, prev_free_block, next_free_block,
-                                 time.time() if last_access is None else last_access, hash_value)
-        self._hash = block_hash
-        self.cache_data = cache_data
-        self.token_count = token_count
-
-    @classmethod
-    def _bound(cls, block_id: int, mgr: "PagedCacheManager") -> "CacheBlock":
-        b = cls.__new__(cls)
-        b.block_id = block_id
-        b._mgr = mgr
-        b._hash = None
-        b.cache_data = None
-        b.token_count = 0
-        return b
-
-    @property
-    def ref_count(self) -> int:
-        m = self._mgr
-        return m.ref_count if type(m) is _Record else m._ref_count(self.block_id)
-
-    @ref_count.setter
-    def ref_count(self, value: int) -> None:
-        m = self._mgr
-        if type(m) is not _Record:
-            raise AttributeError("ref_count of a managed block is the pool's; use "
-                                 "increment_ref / free_block")
-        m.ref_count = value
-
-    @property
-    def block_hash(self) -> Optional[BlockHash]:
-        return self._hash
-
-    @block_hash.setter
-    def block_hash(self, value: Optional[BlockHash]) -> None:
-        if type(self._mgr) is not _Record:
-            raise AttributeError("block_hash of a managed block is set by cache_full_blocks")
-        self._hash = value
-
-    @property
-    def is_null(self) -> bool:
-        m = self._mgr
-        return m.is_null if type(m) is _Record else self.block_id == 0
-
-    @is_null.setter
-    def is_null(self, value: bool) -> None:
-        if type(self._mgr) is not _Record:
-            raise AttributeError("is_null of a managed block is fixed (block 0)")
-        self._mgr.is_null = value
-
-    def _link(name):  # noqa: N805  (builds the two free-list link properties)
-        def get(self):
-            m = self._mgr
-            return getattr(m, name) if type(m) is _Record else None
-
-        def put(self, value):
-            if type(self._mgr) is not _Record:
-                raise AttributeError(f"{name} of a managed block: the free queue lives in C")
-            setattr(self._mgr, name, value)
-        return property(get, put)
-
-    prev_free_block = _link("prev_free_block")
-    next_free_block = _link("next_free_block")
-    del _link
-
-    @property
-    def hash_value(self) -> Optional[str]:
-        """The legacy string hash (a manager keeps them in one dict, only for blocks that have one)."""
-        m = self._mgr
-        return m.hash_value if type(m) is _Record else m._hash_values.get(self.block_id)
-
-    @hash_value.setter
-    def hash_value(self, value: Optional[str]) -> None:
-        m = self._mgr
-        if type(m) is _Record:
-            m.hash_value = value
-        elif value is None:
-            m._hash_values.pop(self.block_id, None)
-        else:
-            m._hash_values[self.block_id] = value
-
-    @property
-    def last_access(self) -> float:
-        m = self._mgr
-        return m.last_access if type(m) is _Record else m._last_access[self.block_id]
-
-    @last_access.setter
-    def last_access(self, value: float) -> None:
-        m = self._mgr
-        if type(m) is _Record:
-            m.last_access = value
-        else:
-            m._last_access[self.block_id] = value
+    def __new__(cls, block_id: int, *args: Any, **kwargs: Any) -> "CacheBlock":
+        return int.__new__(_RecordBlock if cls is CacheBlock else cls, block_id)
 
     def is_full(self, block_size: int) -> bool:
         """Check if block is at capacity."""
@@ -210,23 +111,104 @@ class CacheBlock:
         """Check if block is shared (ref_count > 1)."""
         return self.ref_count > 1
 
-    def reset_hash(self) -> None:
-        """Drop the block's hash; a managed block also leaves the prefix cache (an eviction)."""
-        m = self._mgr
-        if self._hash is not None and type(m) is not _Record:
-            m._pool.unpublish(self.block_id)  # the eviction callback clears the fields
-        self._hash = None
-        self.hash_value = None
-
     def touch(self) -> None:
         """Update last access time."""
         self.last_access = time.time()
 
     def __repr__(self) -> str:
         p, n = self.prev_free_block, self.next_free_block
-        return (f"CacheBlock(id={self.block_id}, ref={self.ref_count}, "
+        return (f"CacheBlock(id={int(self)}, ref={self.ref_count}, "
                 f"tokens={self.token_count}, prev={p.block_id if p else None}, "
                 f"next={n.block_id if n else None})")
+
+    __str__ = __repr__
+
+
+class _RecordBlock(CacheBlock):
+    """A CacheBlock constructed directly: the original dataclass's fields as
+    plain attributes."""
+
+    def __init__(self, block_id: int, ref_count: int = 0, block_hash: Optional[BlockHash] = None,
+                 prev_free_block: "Optional[CacheBlock]" = None,
+                 next_free_block: "Optional[CacheBlock]" = None, is_null: bool = False,
+                 cache_data: Optional[List[Tuple[Any, Any]]] = None, token_count: int = 0,
+                 hash_value: Optional[str] = None, last_access: Optional[float] = None):
+        self.ref_count = ref_count
+        self.block_hash = block_hash
+        self.prev_free_block = prev_free_block
+        self.next_free_block = next_free_block
+        self.is_null = is_null
+        self.cache_data = cache_data
+        self.token_count = token_count
+        self.hash_value = hash_value
+        self.last_access = time.time() if last_access is None else last_access
+
+    def reset_hash(self) -> None:
+        """Drop the block's hashes."""
+        self.block_hash = None
+        self.hash_value = None
+
+
+def _fixed(name: str, why: str) -> Any:
+    """A setter refusing to change a managed block's field the pool owns."""
+    def put(self, value):
+        raise AttributeError(f"{name} of a managed block {why}")
+    return put
+
+
+def _sparse(table: str) -> property:
+    """A field kept in the manager's dict `table` (class attribute), only for
+    blocks where it is not None."""
+    def get(self):
+        return getattr(self, table).get(int(self))
+
+    def put(self, value):
+        if value is None:
+            getattr(self, table).pop(int(self), None)
+        else:
+            getattr(self, table)[int(self)] = value
+    return property(get, put)
+
+
+def _dense(table: str) -> property:
+    """A field kept in the manager's array `table` (class attribute), indexed by id."""
+    def get(self):
+        return getattr(self, table)[self]
+
+    def put(self, value):
+        getattr(self, table)[self] = value
+    return property(get, put)
+
+
+class _ManagedBlock(CacheBlock):
+    """A manager's block.  The per-manager subclass sets ``_pool`` (the
+    native pool), ``_counts`` / ``_stamps`` (token counts, last access
+    times: arrays by id) and ``_data`` / ``_legacy`` (cache data, legacy
+    hashes: dicts by id, only for blocks that have one).  The blocks reach
+    the manager only through the pool's eviction callback; the cycle this
+    makes is the garbage collector's to break, as any object cycle."""
+
+    __slots__ = ()
+    ref_count = property(lambda self: self._pool.ref_count(self),
+                         _fixed("ref_count", "is the pool's; use increment_ref / free_block"))
+    block_hash = property(lambda self: self._pool.block_hash(self),
+                          _fixed("block_hash", "is set by cache_full_blocks"))
+    is_null = property(lambda self: int(self) == 0, _fixed("is_null", "is fixed (block 0)"))
+    prev_free_block = property(lambda self: None,
+                               _fixed("prev_free_block", "is None: the free queue lives in C"))
+    next_free_block = property(lambda self: None,
+                               _fixed("next_free_block", "is None: the free queue lives in C"))
+    token_count = _dense("_counts")
+    last_access = _dense("_stamps")
+    cache_data = _sparse("_data")
+    hash_value = _sparse("_legacy")
+
+    def reset_hash(self) -> None:
+        """Drop the block's hashes; a cached block leaves the prefix cache (an
+        eviction: the manager's callback clears its legacy hash and data)."""
+        if self._pool.block_hash(self) is not None:
+            self._pool.unpublish(self)
+        self.hash_value = None
 
 
 KVCacheBlock = CacheBlock
@@ -309,47 +291,34 @@ class PagedCacheManager:
                                   null_block=True, reuse="fifo",
                                   prefix_caching=self.enable_caching, on_evict=self._evicted)
         self._last_access = array("d", [time.time()]) * self.max_blocks
-        bound = CacheBlock._bound
-        self.blocks: List[CacheBlock] = [bound(i, self) for i in range(self.max_blocks)]
+        self._token_counts = array("q", bytes(8 * self.max_blocks))
+        self._cache_data: Dict[int, Any] = {}  # block id -> cache data, for blocks with some
+        self._hash_values: Dict[int, str] = {}  # block id -> legacy hash, for blocks with one
+        cls = type("CacheBlock", (_ManagedBlock,), {
+            "__slots__": (), "__module__": __name__, "_pool": self._pool,
+            "_counts": self._token_counts, "_stamps": self._last_access,
+            "_data": self._cache_data, "_legacy": self._hash_values})
+        self.blocks: List[CacheBlock] = [int.__new__(cls, i) for i in range(self.max_blocks)]
         self.null_block = self.blocks[0]
         self.allocated_blocks = _AllocatedBlocks(self)
         self.hash_to_block: Dict[str, int] = {}
-        self._hash_values: Dict[int, str] = {}  # block id -> legacy hash, for blocks with one
         self.request_tables: Dict[str, BlockTable] = {}
         self._hits = self._misses = self._cow = 0
         self._evict_base = 0
-        self._memo: Dict[Tuple[Optional[bytes], Tuple[int, ...]], bytes] = {}
 
-    def _hash_of(self, parent: Optional[bytes], toks: List[int]) -> Tuple[bytes, tuple]:
-        """(compute_block_hash(parent, toks), memo key); a hash found in the memo
-        is not recomputed.  The memo holds the blocks prefix hits found, so a
-        shared prompt is hashed once, not on every request (bounded; cleared
-        when full)."""
-        key = (parent, tuple(toks))
-        h = self._memo.get(key)
-        if h is None:
-            h = _sha256((parent or _ROOT) + str(key[1]).encode()).digest()
-        return h, key
-
-    def _remember(self, key: tuple, h: bytes) -> None:
-        memo = self._memo
-        if len(memo) >= _MEMO_ENTRIES:
-            memo.clear()
-        memo[key] = h
 
     def _evicted(self, h: Optional[bytes], block_id: Optional[int]) -> None:
         """The pool's eviction callback: the block's content left the prefix cache."""
         if block_id is None:
             return
-        b = self.blocks[block_id]
         legacy = self._hash_values.pop(block_id, None)
         if legacy and self.hash_to_block.get(legacy) == block_id:
             del self.hash_to_block[legacy]
-        b._hash = None
-        b.cache_data = None
+        if self._cache_data:
+            self._cache_data.pop(block_id, None)
 
     def _ref_count(self, block_id: int) -> int:
-        return self._pool.block_info(block_id)["ref_count"]
+        return self._pool.ref_count(block_id)
 
     # ---- properties -----------------------------------------------------
     @property
@@ -405,14 +374,11 @@ class PagedCacheManager:
         with self._lock:
             if block_id == 0:
                 return False  # the null block is never freed
-            pool = self._pool
-            before = pool.free_count()
             try:
-                pool.free(block_id)
+                return self._pool.free_one(block_id) == 0
             except (_kvpool.Error, TypeError, OverflowError):
                 logger.warning(f"Attempted to free unknown block: {block_id}")
                 return False
-            return pool.free_count() != before
 
     decrement_ref = free_block
 
@@ -464,12 +430,9 @@ class PagedCacheManager:
     # ---- prefix cache ---------------------------------------------------
     def _lookup(self, block_hash: bytes) -> int:
         """Block id cached under block_hash, or -1."""
-        if len(block_hash) == 32:
-            got = self._pool.lookup_many(block_hash)[0][0]
-            return -1 if got is None else got
         try:
-            return self._pool.lookup(block_hash)
-        except (_kvpool.NotFoundError, _kvpool.InvalidArgumentError):
+            return self._pool.lookup(block_hash, 0, -1)
+        except _kvpool.InvalidArgumentError:  # not 32 bytes: never published
             return -1
 
     def get_cached_block(self, block_hash: BlockHash) -> Optional[CacheBlock]:
@@ -491,21 +454,25 @@ class PagedCacheManager:
             return
         with self._lock:
             bs, publish, legacy_index = self.block_size, self._pool.publish, self.hash_to_block
-            legacy_values = self._hash_values
-            parent = blocks[num_cached_blocks - 1]._hash if num_cached_blocks > 0 else None
+            legacy_values, counts = self._hash_values, self._token_counts
+            block_hash = self._pool.block_hash
+            parent = block_hash(blocks[num_cached_blocks - 1]) if num_cached_blocks > 0 else None
             for i in range(num_cached_blocks, num_full_blocks):
                 b = blocks[i]
-                if b._hash is not None:
-                    parent = b._hash
+                known = block_hash(b)
+                if known is not None:
+                    parent = known
                     continue
-                toks = token_ids[i * bs:(i + 1) * bs]
-                h = compute_block_hash(parent, toks)
-                publish(b.block_id, h)
-                b._hash = h
-                b.token_count = len(toks)
-                legacy = _sha256(bytes(map(_low8, toks))).hexdigest()[:16]
-                legacy_values[b.block_id] = legacy
-                legacy_index[legacy] = b.block_id
+                both = _native_hash(parent, token_ids, i * bs, (i + 1) * bs, True)
+                if both is None:
+                    toks = token_ids[i * bs:(i + 1) * bs]
+                    both = (compute_block_hash(parent, toks),
+                            _sha256(bytes(map(_low8, toks))).hexdigest()[:16])
+                h, legacy = both
+                publish(b, h)
+                counts[b] = max(0, min(bs, len(token_ids) - i * bs))
+                legacy_values[int(b)] = legacy
+                legacy_index[legacy] = int(b)
                 parent = h
 
     def get_computed_blocks(self, token_ids: List[int]) -> Tuple[List[CacheBlock], int]:
@@ -515,15 +482,17 @@ class PagedCacheManager:
         with self._lock:
             out: List[CacheBlock] = []
             parent = None
-            bs, blocks, lookup, memo = self.block_size, self.blocks, self._lookup, self._memo
+            bs, blocks, lookup = self.block_size, self.blocks, self._lookup
+            if type(token_ids) is not list:
+                token_ids = list(token_ids)
             for i in range(len(token_ids) // bs):
-                h, key = self._hash_of(parent, token_ids[i * bs:(i + 1) * bs])
+                h = _native_hash(parent, token_ids, i * bs, (i + 1) * bs, False)
+                if h is None:
+                    h = compute_block_hash(parent, token_ids[i * bs:(i + 1) * bs])
                 bid = lookup(h)
                 if bid < 0:
                     self._misses += 1
                     break
-                if key not in memo:
-                    self._remember(key, h)
                 out.append(blocks[bid])
                 parent = h
             self._hits += len(out)
@@ -532,6 +501,10 @@ class PagedCacheManager:
     @staticmethod
     def compute_block_hash(tokens: List[int]) -> str:
         """Legacy string hash of a token list: 16 hex digits of SHA-256 over each token & 0xFF."""
+        if type(tokens) is list:
+            both = _native_hash(None, tokens, 0, len(tokens), True)
+            if both is not None:
+                return both[1]
         return _sha256(bytes(map(_low8, tokens))).hexdigest()[:16]
 
     def find_cached_block(self, tokens: List[int]) -> Optional[CacheBlock]:
@@ -693,9 +666,7 @@ class PagedCacheManager:
                 return False
             self.hash_to_block.clear()
             self._hash_values.clear()
-            for b in self.blocks:
-                b._hash = None
-                b.cache_data = None
+            self._cache_data.clear()
             self._hits = self._misses = 0
             self._evict_base = self._pool.stats()["evictions"]
             return True
