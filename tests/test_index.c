@@ -13,8 +13,8 @@
  * (every pool call refused with KVP_EBUSY, thread_safe 0 and 1; another pool
  * may be used), and the batch faces kvp_claim_prefix and kvp_publish_each
  * against the loops of single calls they stand for (same ids, references,
- * owners, index, stats and events; a publish run stopping where the loop
- * stops).
+ * owners, index, stats and events; a run of publishes or claims stopping
+ * where the loop stops).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvptest.h"
@@ -905,8 +905,10 @@ static void batch_compare(batch_side *a, batch_side *b)
     KVP_ASSERT_OK(kvp_stats_json(a->pool, ja, sizeof ja, &na));
     KVP_ASSERT_OK(kvp_stats_json(b->pool, jb, sizeof jb, &nb));
     assert_string_equal(ja, jb);
-    for (kvp_block id = 0; id < 96; id++) {
-        kvp_block_info ia = kvptest_info(a->pool, id), ib = kvptest_info(b->pool, id);
+    kvp_block_info ia, ib;
+    kvp_block id = 0;
+    for (; kvp_block_get(a->pool, id, &ia) == KVP_OK; id++) {
+        KVP_ASSERT_OK(kvp_block_get(b->pool, id, &ib));
         KVP_ASSERT_EQ(ia.state, ib.state);
         KVP_ASSERT_EQ(ia.ref_count, ib.ref_count);
         KVP_ASSERT_EQ(ia.anon_refs, ib.anon_refs);
@@ -915,6 +917,7 @@ static void batch_compare(batch_side *a, batch_side *b)
         if (ia.published)
             assert_memory_equal(&ia.hash, &ib.hash, sizeof ia.hash);
     }
+    KVP_ASSERT_STATUS(kvp_block_get(b->pool, id, &ib), KVP_ERANGE);
     const kvp_event *ea, *eb;
     KVP_ASSERT_OK(kvp_events_take(a->pool, &ea, &na, NULL));
     KVP_ASSERT_OK(kvp_events_take(b->pool, &eb, &nb, NULL));
@@ -1021,6 +1024,69 @@ static void test_publish_each_stops_like_loop(void **state)
     kvptest_done(side[1].pool);
 }
 
+/* An allocator that refuses everything while *user is set. */
+static void *deny_alloc(void *user, size_t size)
+{
+    return *(int *)user ? NULL : kvptest_sized_alloc(size);
+}
+
+static void deny_release(void *user, void *ptr, size_t size)
+{
+    (void)user;
+    if (ptr)
+        assert_int_equal(kvptest_sized_release(ptr), size);
+}
+
+/* kvp_claim_prefix stops at a claim that fails as the loop does: the claims
+ * before it stand, *n_hit counts them, the status is the failed claim's.
+ * Owner 2 claims block a (anonymous: no memory needed), then block b, held
+ * by owner 1, whose second owner needs an xref node: no memory, ENOMEM. */
+static void test_claim_prefix_stops_like_loop(void **state)
+{
+    (void)state;
+    static int deny;
+    static const kvp_allocator denying = {deny_alloc, deny_release, &deny};
+    batch_side side[2];
+    kvp_hash h[3] = {kvptest_hash(1), kvptest_hash(2), kvptest_hash(3)};
+    kvp_block a = 0, b = 0;
+    for (int sd = 0; sd < 2; sd++) {
+        deny = 0;
+        kvp_config cfg = kvptest_config(16);
+        cfg.events = 1;
+        cfg.allocator = &denying;
+        kvp_pool *pool = side[sd].pool = kvptest_create(&cfg);
+        a = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
+        b = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        kvp_block c = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        kvptest_take(pool, KVP_STREAM_SHARED, 2); /* owner 2 exists, with room */
+        kvp_block pub[3] = {a, b, c};
+        KVP_ASSERT_OK(kvp_publish_each(pool, pub, h, 3, NULL));
+        kvp_block got[3] = {KVP_NO_BLOCK, KVP_NO_BLOCK, KVP_NO_BLOCK};
+        size_t hit = 0;
+        deny = 1;
+        if (sd) {
+            KVP_ASSERT_STATUS(kvp_claim_prefix(pool, KVP_STREAM_SHARED, h, 3, 2, got, &hit),
+                              KVP_ENOMEM);
+        } else {
+            kvp_status rc = KVP_OK;
+            while (hit < 3 && rc == KVP_OK &&
+                   kvp_lookup(pool, KVP_STREAM_SHARED, &h[hit], &got[hit]) == KVP_OK &&
+                   (rc = kvp_claim(pool, got[hit], 2)) == KVP_OK)
+                hit++;
+            KVP_ASSERT_STATUS(rc, KVP_ENOMEM);
+        }
+        deny = 0;
+        KVP_ASSERT_EQ(hit, 1);
+        KVP_ASSERT_EQ(got[0], a);
+        KVP_ASSERT_EQ(kvptest_info(pool, a).ref_count, 2);
+        KVP_ASSERT_EQ(kvptest_info(pool, b).ref_count, 1);
+        kvptest_check(pool);
+    }
+    batch_compare(&side[0], &side[1]);
+    kvptest_done(side[0].pool);
+    kvptest_done(side[1].pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1041,6 +1107,7 @@ int main(void)
         cmocka_unit_test(test_callback_reentry_locked),
         cmocka_unit_test(test_batch_faces_match_loops),
         cmocka_unit_test(test_publish_each_stops_like_loop),
+        cmocka_unit_test(test_claim_prefix_stops_like_loop),
     };
     return cmocka_run_group_tests_name("index", tests, NULL, NULL);
 }
