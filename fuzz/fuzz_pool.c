@@ -4,8 +4,8 @@
  * What it covers: the whole state-changing surface of kvpool.h — alloc,
  * take (one call per block, and kvp_take_each), take_id, free (with double
  * frees, foreign blocks, repeated ids, bad ids), free_owner, owner
- * register/release/blocks, set_fill, claim,
- * publish, lookup(+claim), unpublish, evict, ensure_free, clear_index,
+ * register/release/blocks, set_fill, claim, claim_prefix,
+ * publish, publish_each, lookup(+claim), unpublish, evict, ensure_free, clear_index,
  * reset_prefix_cache, extend, shrink, retire_top, pool_clear, stats_reset,
  * free_count, block_get, and sequences (create, find, admit, append, fork,
  * destroy) — in every reuse order, shared or separate K/V lists, with or
@@ -230,6 +230,25 @@ static void cmp_status(const char *call, kvp_status got, kvp_status exp, uint64_
             kvp_strerror(got));
     if (got != KVP_OK && !g_r.quiet && fingerprint() != fp)
         bad("%s: refused with %s but the fingerprint changed", call, kvp_strerror(got));
+}
+
+/* A batch call that does the model's loop: the same count done (en, gn),
+ * the same blocks (e, g: NULL when the call returns none), the same status;
+ * one refused before doing anything changed nothing. */
+static void cmp_batch(const char *call, kvp_status gs, kvp_status es, size_t gn, size_t en,
+                      const kvp_block *e, const kvp_block *g, uint64_t fp)
+{
+    if (gn != en)
+        bad("%s: expected %zu done (%s), got %zu (%s)", call, en, kvp_strerror(es), gn,
+            kvp_strerror(gs));
+    if (en == 0)
+        cmp_status(call, gs, es, fp);
+    else if (gs != es)
+        bad("%s after %zu done: status expected %s, got %s", call, en, kvp_strerror(es),
+            kvp_strerror(gs));
+    for (size_t k = 0; e && k < en; k++)
+        if (e[k] != g[k])
+            bad("%s, item %zu: expected block %" PRIu32 ", got %" PRIu32, call, k, e[k], g[k]);
 }
 
 static void cmp_u64(const char *what, uint64_t exp, uint64_t got)
@@ -630,20 +649,61 @@ static void do_take_each(rd *r, int st, int oi, uint32_t v, uint64_t fp)
     kvp_status gs = by_rows ? kvp_take_each(g_r.p, (kvp_stream)st, tab, hints, rows, n, g, &gn)
                             : kvp_take_each(g_r.p, (kvp_stream)st, own, NULL, NULL, n, g, &gn);
     kvp_status es = mdl_take_each(m, st, ois, n, e, &en);
-    if (gn != en)
-        bad("kvp_take_each: expected %zu takes (%s), got %zu (%s)", en, kvp_strerror(es), gn,
-            kvp_strerror(gs));
-    if (en == 0)
-        cmp_status("kvp_take_each", gs, es, fp);
-    else if (gs != es)
-        bad("kvp_take_each after %zu takes: status expected %s, got %s", en, kvp_strerror(es),
-            kvp_strerror(gs));
-    for (size_t k = 0; k < en; k++)
-        if (e[k] != g[k])
-            bad("kvp_take_each, take %zu: expected block %" PRIu32 ", got %" PRIu32, k, e[k],
-                g[k]);
+    cmp_batch("kvp_take_each", gs, es, gn, en, e, g, fp);
     if (by_rows)
         memcpy(g_r.hint, hints, sizeof g_r.hint);
+}
+
+/* kvp_claim_prefix of a chain of 1 + v % 4 hashes for owner oi in stream
+ * st: the blocks the model's loop of lookups and claims finds, in order,
+ * stopping at the first miss.  Skipped when the claims could pass the
+ * fuzzer's reference bounds. */
+static void do_claim_prefix(rd *r, int st, int oi, uint32_t v, uint64_t fp)
+{
+    model *m = &g_m;
+    size_t n = 1 + v % 4, gn = 0, en = 0;
+    int hs[4];
+    kvp_hash gh[4];
+    char *o = g_r.op + OPF("claim_prefix(stream=%d, owner=%" PRIu64 ",", st, oval(oi));
+    for (size_t k = 0; k < n; k++) {
+        hs[k] = (int)(u8(r) % NHASH);
+        gh[k] = g_content[hs[k]];
+        o += snprintf(o, (size_t)(g_r.op + sizeof g_r.op - o), " h%d", hs[k]);
+        kvp_block b;
+        if (mdl_lookup(m, st, hs[k], &b) == KVP_OK && b < MB &&
+            mdl_refcnt(&m->b[b]) + n + 1 >= MAXREFB)
+            return;
+    }
+    snprintf(o, (size_t)(g_r.op + sizeof g_r.op - o), ")");
+    if (!owner_room(oi, (uint32_t)n))
+        return;
+    kvp_block e[4], g[4];
+    kvp_status es = mdl_claim_prefix(m, st, hs, n, oi, e, &en);
+    kvp_status gs = kvp_claim_prefix(g_r.p, (kvp_stream)st, gh, n, oval(oi), g, &gn);
+    cmp_batch("kvp_claim_prefix", gs, es, gn, en, e, g, fp);
+}
+
+/* kvp_publish_each of 1 + v % 3 blocks in use (or not) under hashes of the
+ * alphabet: the model's loop of publishes, stopping at the first refused. */
+static void do_publish_each(rd *r, uint32_t v, uint64_t fp)
+{
+    model *m = &g_m;
+    size_t n = 1 + v % 3, gn = 0, en = 0;
+    int hs[3];
+    kvp_block ids[3];
+    kvp_hash gh[3];
+    char *o = g_r.op + OPF("publish_each(");
+    for (size_t k = 0; k < n; k++) {
+        ids[k] = pick_where(r, pr_inuse);
+        hs[k] = (int)(u8(r) % NHASH);
+        gh[k] = g_content[hs[k]];
+        o += snprintf(o, (size_t)(g_r.op + sizeof g_r.op - o), " %" PRIu32 ":h%d", ids[k],
+                      hs[k]);
+    }
+    snprintf(o, (size_t)(g_r.op + sizeof g_r.op - o), ")");
+    kvp_status es = mdl_publish_each(m, ids, hs, n, &en);
+    kvp_status gs = kvp_publish_each(g_r.p, ids, gh, n, &gn);
+    cmp_batch("kvp_publish_each", gs, es, gn, en, NULL, NULL, fp);
 }
 
 static void do_seq(rd *r, int op)
@@ -998,6 +1058,11 @@ static void do_op(rd *r, int op)
         int oi = pick_owner(r);
         kvp_block id;
         if (op == OP_LOOKUP_CLAIM) {
+            uint32_t v = u8(r);
+            if (v % 4 == 1) { /* one in four: a kvp_claim_prefix */
+                do_claim_prefix(r, pick_stream(r), oi, v / 4, fp);
+                return;
+            }
             int st = pick_stream(r), h = (int)(u8(r) % NHASH);
             kvp_block e = KVP_NO_BLOCK, g = KVP_NO_BLOCK;
             OPF("lookup(stream=%d, h%d)", st, h);
@@ -1023,6 +1088,11 @@ static void do_op(rd *r, int op)
         break;
     }
     case OP_PUBLISH: {
+        uint32_t v = u8(r);
+        if (v % 4 == 1) { /* one in four: a kvp_publish_each */
+            do_publish_each(r, v / 4, fp);
+            return;
+        }
         kvp_block id = pick_where(r, pr_inuse);
         int h = (int)(u8(r) % NHASH);
         if (id < MB && m->b[id].hash >= 0 && h == 0)

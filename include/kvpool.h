@@ -581,6 +581,55 @@ KVP_API kvp_status kvp_lookup(kvp_pool *pool, kvp_stream stream, const kvp_hash 
                               kvp_block *out);
 
 /*
+ * Find and claim the longest cached prefix of a chain of hashes: one call
+ * for the loop "for each hashes[i] in order: kvp_lookup in `stream`, stop at
+ * the first miss, kvp_claim the block found for `owner` (or KVP_ANON)",
+ * with exactly that loop's result: the same blocks, references, owners'
+ * holdings, gauges and counters (kvp_stats), the same events.
+ *
+ * out_ids[0..*n_hit) receive the blocks claimed, hashes[i]'s in out_ids[i];
+ * *n_hit < n means hashes[*n_hit] missed (KVP_OK) or its claim failed.  The
+ * caller owns both arrays (out_ids holds n entries); the library keeps
+ * neither.  Each claimed block holds one more reference for `owner`, freed
+ * as any other (kvp_free, kvp_free_owner).
+ *
+ * Errors: KVP_EINVAL (NULL pool or n_hit, NULL hashes or out_ids with
+ * n > 0, unknown stream) before any lookup, with *n_hit untouched and
+ * nothing changed; KVP_EBUSY (from a callback), nothing changed.  Else the
+ * status of the first claim that failed (as kvp_claim: KVP_EINVAL for a
+ * block already holding UINT32_MAX references, KVP_ENOMEM), which changed
+ * nothing; the *n_hit claims before it stand.
+ * O(n) expected (one index chain per hash); the call's own checks and its
+ * entry are made once, not per hash.  Thread rules: those of every call
+ * (top of this header); a pool with a lock holds it for the whole call, so
+ * no other thread's call comes between the lookups and the claims.  Per-call history (history_every_call)
+ * records it as one call.
+ */
+KVP_API kvp_status kvp_claim_prefix(kvp_pool *pool, kvp_stream stream, const kvp_hash *hashes,
+                                    size_t n, kvp_owner owner, kvp_block *out_ids,
+                                    size_t *n_hit);
+
+/*
+ * Publish n blocks: one call for the loop "kvp_publish(pool, ids[i],
+ * &hashes[i]) for i in order, stopping at the first failure", with that
+ * loop's result (the same index entries, events and counts).  The arrays
+ * are the caller's and are only read.
+ *
+ * *n_published (may be NULL) receives the publishes done, n on KVP_OK.
+ * Errors: KVP_EINVAL (NULL pool, NULL ids or hashes with n > 0, prefix
+ * caching off) before any publish, nothing changed and *n_published
+ * untouched; KVP_EBUSY from a callback, nothing changed.  Else the status
+ * of the first publish refused (as kvp_publish: KVP_EINVAL for the null
+ * block, KVP_ERANGE, KVP_EDOUBLEFREE, KVP_EBUSY for a block published under
+ * another hash), which changed nothing; the publishes before it stand.
+ * O(n) expected; one entry for the whole call.  Thread rules: those of
+ * every call; a pool with a lock holds it for the whole call.  Per-call
+ * history records it as one call.
+ */
+KVP_API kvp_status kvp_publish_each(kvp_pool *pool, const kvp_block *ids, const kvp_hash *hashes,
+                                    size_t n, size_t *n_published);
+
+/*
  * Remove block `id`'s entry from the index (an eviction: callback, counted).
  * A cached free block becomes vacant.  Other blocks with the same hash keep
  * theirs.  Errors: KVP_EINVAL (NULL pool, the null block), KVP_ERANGE,

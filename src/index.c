@@ -203,6 +203,26 @@ uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint3
 /* Public calls                                                              */
 /* ------------------------------------------------------------------------ */
 
+/* Index block id (in use) under *hash (the caller entered): a no-op when it
+ * has that hash, KVP_EBUSY when it has another; a refusal changes nothing.
+ * *changed is set when the index changed. */
+static kvp_status publish_locked(kvp_pool *pool, kvp_block id, const kvp_hash *hash,
+                                 bool *changed)
+{
+    kvp_status rc = kvp__check_in_use(pool, id);
+    if (rc)
+        return rc;
+    kvp__block *blk = &pool->blocks[id];
+    if (!(blk->flags & KVP__F_PUBLISHED)) {
+        pool->hashes[id] = *hash;
+        kvp__index_insert(pool, id, NULL);
+        *changed = true;
+    } else if (memcmp(pool->hashes[id].b, hash->b, sizeof hash->b) != 0) {
+        rc = KVP_EBUSY;
+    }
+    return rc;
+}
+
 KVP__FLATTEN kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash)
 {
     if (!pool || !hash || !pool->cfg.prefix_caching)
@@ -210,18 +230,28 @@ KVP__FLATTEN kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    rc = kvp__check_in_use(pool, id);
     bool changed = false;
-    if (!rc) {
-        kvp__block *blk = &pool->blocks[id];
-        if (!(blk->flags & KVP__F_PUBLISHED)) {
-            pool->hashes[id] = *hash;
-            kvp__index_insert(pool, id, NULL);
-            changed = true;
-        } else if (memcmp(pool->hashes[id].b, hash->b, sizeof hash->b) != 0) {
-            rc = KVP_EBUSY;
-        }
-    }
+    rc = publish_locked(pool, id, hash, &changed);
+    kvp__leave(pool, changed);
+    return rc;
+}
+
+/* n publishes in order under one entry (kvpool.h): the first refusal stops
+ * the run, the publishes before it stand. */
+KVP__FLATTEN kvp_status kvp_publish_each(kvp_pool *pool, const kvp_block *ids,
+                                         const kvp_hash *hashes, size_t n, size_t *n_published)
+{
+    if (!pool || (n && (!ids || !hashes)) || !pool->cfg.prefix_caching)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    bool changed = false;
+    size_t i = 0;
+    while (i < n && (rc = publish_locked(pool, ids[i], &hashes[i], &changed)) == KVP_OK)
+        i++;
+    if (n_published)
+        *n_published = i;
     kvp__leave(pool, changed);
     return rc;
 }

@@ -1,6 +1,6 @@
 /*
  * take.c — handing blocks out: kvp_alloc, kvp_take, kvp_take_each,
- * kvp_take_id and kvp_claim.
+ * kvp_take_id, kvp_claim and kvp_claim_prefix.
  *
  * What it owns: the choice of the block a take hands out and of the path
  * it takes there.  The records it writes are block.c's, the owners'
@@ -468,16 +468,14 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
     return rc;
 }
 
-/* One more reference on a block with content (kvpool.h): every check and
- * reservation first, then kvp__claim_block. */
-KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
+/* One more reference for `owner` on block id, which must hold content (the
+ * caller entered): every check and reservation first, then
+ * kvp__claim_block; a refusal changes nothing. */
+static kvp_status claim_locked(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
-    kvp_status rc = kvp__enter(pool);
-    if (rc)
-        return rc;
     uint32_t slot = KVP__NONE;
     bool create = false;
-    rc = kvp__check_id(pool, id);
+    kvp_status rc = kvp__check_id(pool, id);
     int state = rc ? 0 : kvp__state(pool, id);
     if (!rc && state == KVP_BLOCK_VACANT)
         rc = KVP_ENOTFOUND;
@@ -496,6 +494,41 @@ KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
             slot = kvp__owner_add(pool, owner);
         kvp__claim_block(pool, id, slot);
     }
+    return rc;
+}
+
+/* One more reference on a block with content (kvpool.h). */
+KVP__FLATTEN kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner)
+{
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = claim_locked(pool, id, owner);
     kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+/* The longest cached prefix of a hash chain, claimed (kvpool.h): under one
+ * entry, each hash looked up in order and its block claimed as kvp_claim
+ * does, up to the first miss or failed claim; the claims before it stand. */
+KVP__FLATTEN kvp_status kvp_claim_prefix(kvp_pool *pool, kvp_stream stream,
+                                         const kvp_hash *hashes, size_t n, kvp_owner owner,
+                                         kvp_block *out_ids, size_t *n_hit)
+{
+    if (!n_hit || (n && (!hashes || !out_ids)))
+        return KVP_EINVAL;
+    int s;
+    kvp_status rc = kvp__enter_stream(pool, stream, &s);
+    if (rc)
+        return rc;
+    size_t i = 0;
+    for (; i < n; i++) {
+        uint32_t b = kvp__index_find(pool, s, &hashes[i]);
+        if (b == KVP__NONE || (rc = claim_locked(pool, b, owner)) != KVP_OK)
+            break;
+        out_ids[i] = b;
+    }
+    *n_hit = i;
+    kvp__leave(pool, i > 0);
     return rc;
 }

@@ -401,6 +401,55 @@ ROW(publish_same_hash_noop, FX_S, KVP_OK,
 ROW(publish_same_hash_noop_k, FX_K, KVP_OK,
     kvp_hash h = kvptest_hash(201); return kvp_publish(p, 9, &h);)
 
+/* kvp_claim_prefix: refused before any lookup, *n_hit untouched; a miss on
+ * the first hash and an empty chain claim nothing */
+static kvp_hash g_chain[2];
+#define CLAIM_PREFIX(pool, stream, hashes, n, out, n_hit)                                 \
+    g_n = 77;                                                                             \
+    kvp_status st = kvp_claim_prefix(pool, stream, hashes, n, A, out, n_hit);             \
+    ROW_CHECK(g_n == (st == KVP_OK ? 0u : 77u), "*n_hit %zu", g_n);                        \
+    return st;
+ROW(claim_prefix_null_pool, FX_ANY, KVP_EINVAL,
+    CLAIM_PREFIX(NULL, KVP_STREAM_K, g_chain, 1, g_ids, &g_n))
+ROW(claim_prefix_null_n_hit, FX_ANY, KVP_EINVAL,
+    CLAIM_PREFIX(p, KVP_STREAM_K, g_chain, 1, g_ids, NULL))
+ROW(claim_prefix_null_hashes, FX_ANY, KVP_EINVAL,
+    CLAIM_PREFIX(p, KVP_STREAM_K, NULL, 1, g_ids, &g_n))
+ROW(claim_prefix_null_out, FX_ANY, KVP_EINVAL,
+    CLAIM_PREFIX(p, KVP_STREAM_K, g_chain, 1, NULL, &g_n))
+ROW(claim_prefix_bad_stream, FX_ANY, KVP_EINVAL,
+    CLAIM_PREFIX(p, (kvp_stream)3, g_chain, 1, g_ids, &g_n))
+ROW(claim_prefix_shared_on_separate, FX_K, KVP_EINVAL,
+    g_chain[0] = kvptest_hash(201);
+    CLAIM_PREFIX(p, KVP_STREAM_SHARED, g_chain, 1, g_ids, &g_n))
+ROW(claim_prefix_first_misses, FX_ANY, KVP_OK,
+    g_chain[0] = kvptest_hash(4242); g_chain[1] = kvptest_hash(109);
+    CLAIM_PREFIX(p, KVP_STREAM_V, g_chain, 2, g_ids, &g_n))
+ROW(claim_prefix_empty, FX_ANY, KVP_OK,
+    CLAIM_PREFIX(p, KVP_STREAM_V, NULL, 0, NULL, &g_n))
+
+/* kvp_publish_each: refused before any publish (*n_published untouched), or
+ * by its first block (*n_published 0) */
+static kvp_block g_pub[2];
+#define PUBLISH_EACH(pool, ids, hashes, n, first)                                         \
+    g_n = 77;                                                                             \
+    g_pub[0] = (first);                                                                   \
+    g_pub[1] = 9;                                                                         \
+    g_chain[0] = kvptest_hash(1);                                                         \
+    g_chain[1] = kvptest_hash(2);                                                         \
+    kvp_status st = kvp_publish_each(pool, ids, hashes, n, &g_n);                         \
+    ROW_CHECK(g_n == (st == KVP_EINVAL && !(pool && (first) == 0) ? 77u : 0u),            \
+              "*n_published %zu", g_n);                                                   \
+    return st;
+ROW(publish_each_null_pool, FX_ANY, KVP_EINVAL, PUBLISH_EACH(NULL, g_pub, g_chain, 2, 9))
+ROW(publish_each_null_ids, FX_ANY, KVP_EINVAL, PUBLISH_EACH(p, NULL, g_chain, 2, 9))
+ROW(publish_each_null_hashes, FX_ANY, KVP_EINVAL, PUBLISH_EACH(p, g_pub, NULL, 2, 9))
+ROW(publish_each_null_block, FX_S, KVP_EINVAL, PUBLISH_EACH(p, g_pub, g_chain, 2, 0))
+ROW(publish_each_beyond, FX_ANY, KVP_ERANGE, PUBLISH_EACH(p, g_pub, g_chain, 2, BEYOND))
+ROW(publish_each_vacant, FX_ANY, KVP_EDOUBLEFREE, PUBLISH_EACH(p, g_pub, g_chain, 2, 12))
+ROW(publish_each_other_hash, FX_ANY, KVP_EBUSY, PUBLISH_EACH(p, g_pub + 1, g_chain, 1, 9))
+ROW(publish_each_empty, FX_ANY, KVP_OK, PUBLISH_EACH(p, NULL, NULL, 0, 9))
+
 /* kvp_lookup */
 static kvp_hash g_h109;
 ROW(lookup_null_pool, FX_ANY, KVP_EINVAL,
@@ -594,6 +643,12 @@ static const row *const rows[] = {
     R(publish_null_pool), R(publish_null_hash), R(publish_null_block), R(publish_beyond),
     R(publish_retired), R(publish_vacant), R(publish_cached_same_hash),
     R(publish_other_hash), R(publish_same_hash_noop), R(publish_same_hash_noop_k),
+    R(claim_prefix_null_pool), R(claim_prefix_null_n_hit), R(claim_prefix_null_hashes),
+    R(claim_prefix_null_out), R(claim_prefix_bad_stream), R(claim_prefix_shared_on_separate),
+    R(claim_prefix_first_misses), R(claim_prefix_empty),
+    R(publish_each_null_pool), R(publish_each_null_ids), R(publish_each_null_hashes),
+    R(publish_each_null_block), R(publish_each_beyond), R(publish_each_vacant),
+    R(publish_each_other_hash), R(publish_each_empty),
     R(lookup_null_pool), R(lookup_null_hash), R(lookup_null_out), R(lookup_bad_stream),
     R(lookup_unknown_hash), R(lookup_shared_on_separate), R(lookup_wrong_stream),
     R(lookup_found_changes_nothing),
@@ -747,6 +802,9 @@ static void test_badinput_retire_edges(void **state)
     kvp_block b = kvptest_take(q, KVP_STREAM_SHARED, 1);
     kvp_hash h = kvptest_hash(3);
     KVP_ASSERT_REFUSED(q, kvp_publish(q, b, &h), KVP_EINVAL);
+    size_t np = 77;
+    KVP_ASSERT_REFUSED(q, kvp_publish_each(q, &b, &h, 1, &np), KVP_EINVAL);
+    KVP_ASSERT_EQ(np, 77);
     kvptest_check(p);
     kvptest_done(q);
     kvp_pool_destroy(p);

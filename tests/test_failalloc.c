@@ -6,8 +6,9 @@
  * grow_on_exhaustion from kvp_alloc/kvp_take and from sequence admission),
  * owner records (new owners, the owner table and id map doubling, an
  * owner's reference array growing), shared-owner references (claims by
- * further owners: the xref slab), index growth (rebuilt with the pool),
- * verify arrays (verify_hits), hashing of long blocks, and sequences
+ * further owners, one by one or by kvp_claim_prefix: the xref slab), index
+ * growth (rebuilt with the pool), verify arrays (verify_hits), hashing of
+ * long blocks, and sequences
  * (create with extra keys, admit, probe, append, fork).
  *
  * How: a kvp_allocator that counts allocations, tracks outstanding bytes
@@ -280,6 +281,16 @@ static kvp_status act_claim_anon_then_owner(kvp_pool *p, int v)
     return kvp_claim(p, 0, 100); /* an owner claiming a block it already holds */
 }
 
+/* kvp_claim_prefix of the chain (block 0's hash, a hash not indexed) for a
+ * new owner (v even) or owner 2: its one claim is the one that allocates. */
+static kvp_status act_claim_prefix(kvp_pool *p, int v)
+{
+    kvp_hash chain[2] = {{{7}}, {{8}}};
+    kvp_block out[2];
+    size_t n_hit = 0;
+    return kvp_claim_prefix(p, KVP_STREAM_SHARED, chain, 2, v % 2 ? 2 : 99, out, &n_hit);
+}
+
 /* ---- verify arrays, hashing ---- */
 
 static void cfg_verify(kvp_config *c, int v)
@@ -406,6 +417,7 @@ static const scenario g_sc[] = {
     {"shared refs: new owner claims", 24, cfg_owners, setup_shared, act_claim_new_owner},
     {"shared refs: owner 2 claims", 24, cfg_owners, setup_shared, act_claim_owner2},
     {"shared refs: claim again", 24, cfg_owners, setup_shared, act_claim_anon_then_owner},
+    {"shared refs: claim_prefix", 24, cfg_owners, setup_shared, act_claim_prefix},
     {"verify: growth", 5, cfg_verify, setup_verify, act_verify_grow},
     {"verify: publish", 5, cfg_verify, setup_verify, act_verify_publish},
     {"hash_block (long block)", 5, cfg_verify, setup_verify, act_hash_block},

@@ -11,7 +11,10 @@
  * kvp_reset_prefix_cache (refused while busy, working when idle), pools
  * without prefix caching, and re-entrant calls from the eviction callback
  * (every pool call refused with KVP_EBUSY, thread_safe 0 and 1; another pool
- * may be used).
+ * may be used), and the batch faces kvp_claim_prefix and kvp_publish_each
+ * against the loops of single calls they stand for (same ids, references,
+ * owners, index, stats and events; a run of publishes or claims stopping
+ * where the loop stops).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvptest.h"
@@ -660,6 +663,9 @@ static void reentry_cb(void *user, const kvp_hash *hash, kvp_block block)
     note(r, "kvp_claim", kvp_claim(p, 0, 1));
     note(r, "kvp_publish", kvp_publish(p, 0, &h));
     note(r, "kvp_lookup", kvp_lookup(p, KVP_STREAM_SHARED, &h, &b0));
+    note(r, "kvp_claim_prefix", kvp_claim_prefix(p, KVP_STREAM_SHARED, &h, 1, 1, &b0, &n));
+    b0 = 0;
+    note(r, "kvp_publish_each", kvp_publish_each(p, &b0, &h, 1, &n));
     note(r, "kvp_unpublish", kvp_unpublish(p, 0));
     note(r, "kvp_clear_index", kvp_clear_index(p));
     note(r, "kvp_evict", kvp_evict(p, KVP_STREAM_SHARED, 1, &u));
@@ -738,7 +744,7 @@ static void run_reentry(int thread_safe)
         fail_msg("thread_safe=%d: %zu of %zu re-entrant calls were not refused with "
                  "KVP_EBUSY; first: %s",
                  thread_safe, r.n_wrong, r.n_checked, r.first_wrong);
-    KVP_ASSERT_EQ(r.n_checked, 6 * 33);
+    KVP_ASSERT_EQ(r.n_checked, 6 * 35);
     /* Another pool is usable from the callback. */
     KVP_ASSERT_STATUS(r.other_take, KVP_OK);
     KVP_ASSERT_STATUS(r.other_free, KVP_OK);
@@ -837,6 +843,250 @@ static void test_bucket_count(void **state)
     kvptest_done(pool);
 }
 
+/* ---- batch faces: kvp_claim_prefix and kvp_publish_each ---------------- */
+
+/* One side of the batch equivalence test: a pool, and the ids of the
+ * blocks each of its requests holds. */
+typedef struct batch_side {
+    kvp_pool *pool;
+    kvp_block held[8][16];
+    size_t nheld[8];
+    kvp_owner owner[8];
+} batch_side;
+
+static kvp_pool *batch_pool(void)
+{
+    kvp_config cfg = kvptest_config(96);
+    cfg.reuse = KVP_REUSE_FIFO;
+    cfg.events = 1;
+    return kvptest_create(&cfg);
+}
+
+/* Admit a request of `nb` blocks whose full ones hash to h[0..nfull) for
+ * `owner`: the cached prefix claimed (by the loop of kvp_lookup + kvp_claim,
+ * or kvp_claim_prefix), the rest allocated, the new full blocks published
+ * (by the loop of kvp_publish, or kvp_publish_each).  Returns the hits. */
+static size_t batch_admit(batch_side *sd, int batch, size_t slot, const kvp_hash *h,
+                          size_t nfull, size_t nb, kvp_owner owner)
+{
+    kvp_pool *pool = sd->pool;
+    kvp_block *ids = sd->held[slot];
+    size_t hit = 0, got = 0;
+    if (batch) {
+        KVP_ASSERT_OK(kvp_claim_prefix(pool, KVP_STREAM_SHARED, h, nfull, owner, ids, &hit));
+    } else {
+        while (hit < nfull && kvp_lookup(pool, KVP_STREAM_SHARED, &h[hit], &ids[hit]) == KVP_OK)
+            KVP_ASSERT_OK(kvp_claim(pool, ids[hit++], owner));
+    }
+    if (nb > hit)
+        KVP_ASSERT_OK(kvp_alloc(pool, KVP_STREAM_SHARED, (nb - hit) * 16, owner, KVP_FMT_FP16,
+                                ids + hit, 16 - hit, &got));
+    if (batch) {
+        size_t np = 99;
+        KVP_ASSERT_OK(kvp_publish_each(pool, ids + hit, h + hit, nfull - hit, &np));
+        KVP_ASSERT_EQ(np, nfull - hit);
+    } else {
+        for (size_t i = hit; i < nfull; i++)
+            KVP_ASSERT_OK(kvp_publish(pool, ids[i], &h[i]));
+    }
+    sd->nheld[slot] = hit + got;
+    sd->owner[slot] = owner;
+    return hit;
+}
+
+/* Everything a caller can observe of a pool, compared between the sides:
+ * the fingerprint, the stats (as JSON), each block's description and the
+ * events queued since the last comparison. */
+static void batch_compare(batch_side *a, batch_side *b)
+{
+    KVP_ASSERT_EQ(kvptest_fp(a->pool), kvptest_fp(b->pool));
+    char ja[8192], jb[8192];
+    size_t na, nb;
+    KVP_ASSERT_OK(kvp_stats_json(a->pool, ja, sizeof ja, &na));
+    KVP_ASSERT_OK(kvp_stats_json(b->pool, jb, sizeof jb, &nb));
+    assert_string_equal(ja, jb);
+    kvp_block_info ia, ib;
+    kvp_block id = 0;
+    for (; kvp_block_get(a->pool, id, &ia) == KVP_OK; id++) {
+        KVP_ASSERT_OK(kvp_block_get(b->pool, id, &ib));
+        KVP_ASSERT_EQ(ia.state, ib.state);
+        KVP_ASSERT_EQ(ia.ref_count, ib.ref_count);
+        KVP_ASSERT_EQ(ia.anon_refs, ib.anon_refs);
+        KVP_ASSERT_EQ(ia.owner, ib.owner);
+        KVP_ASSERT_EQ(ia.published, ib.published);
+        if (ia.published)
+            assert_memory_equal(&ia.hash, &ib.hash, sizeof ia.hash);
+    }
+    KVP_ASSERT_STATUS(kvp_block_get(b->pool, id, &ib), KVP_ERANGE);
+    const kvp_event *ea, *eb;
+    KVP_ASSERT_OK(kvp_events_take(a->pool, &ea, &na, NULL));
+    KVP_ASSERT_OK(kvp_events_take(b->pool, &eb, &nb, NULL));
+    KVP_ASSERT_EQ(na, nb);
+    for (size_t i = 0; i < na; i++) {
+        KVP_ASSERT_EQ(ea[i].kind, eb[i].kind);
+        KVP_ASSERT_EQ(ea[i].n_hashes, eb[i].n_hashes);
+        for (size_t k = 0; k < ea[i].n_hashes; k++)
+            KVP_ASSERT_EQ(ea[i].hashes[k], eb[i].hashes[k]);
+    }
+}
+
+/* kvp_claim_prefix and kvp_publish_each leave exactly what the loops of
+ * kvp_lookup + kvp_claim and kvp_publish leave: the same ids, hits,
+ * references and owners (anonymous, one owner, a second owner on a block in
+ * use), index, stats, events, over requests that share prefixes, miss, and
+ * evict cached blocks, with up to 8 requests in flight. */
+static void test_batch_faces_match_loops(void **state)
+{
+    (void)state;
+    batch_side side[2] = {{.pool = batch_pool()}, {.pool = batch_pool()}};
+    uint64_t rng = 20;
+    size_t total_hits = 0;
+    for (int step = 0; step < 400; step++) {
+        size_t slot = (size_t)kvptest_rand_below(&rng, 8);
+        kvp_owner owner = kvptest_rand_below(&rng, 3) == 0 ? KVP_ANON
+                                                            : (kvp_owner)(1 + slot % 3);
+        for (int sd = 0; sd < 2; sd++) { /* the request in this slot ends */
+            batch_side *b = &side[sd];
+            kvp_block rev[16];
+            for (size_t i = 0; i < b->nheld[slot]; i++)
+                rev[i] = b->held[slot][b->nheld[slot] - 1 - i];
+            if (b->nheld[slot])
+                KVP_ASSERT_OK(kvp_free(b->pool, rev, b->nheld[slot], b->owner[slot]));
+            b->nheld[slot] = 0;
+        }
+        /* a prompt: one of 4 prefixes of up to 6 blocks, then a suffix of
+         * up to 4 blocks unique to the step, maybe a partial block */
+        kvp_hash h[12];
+        uint64_t prompt = kvptest_rand_below(&rng, 4);
+        size_t npre = (size_t)kvptest_rand_below(&rng, 7);
+        size_t nfull = npre + (size_t)kvptest_rand_below(&rng, 5);
+        size_t nb = nfull + (size_t)kvptest_rand_below(&rng, 2);
+        for (size_t i = 0; i < nfull; i++)
+            h[i] = kvptest_hash(i < npre ? 1000 * (prompt + 1) + i
+                                         : 1000000 + 100 * (uint64_t)step + i);
+        if (nb == 0)
+            continue;
+        size_t hits[2];
+        for (int sd = 0; sd < 2; sd++)
+            hits[sd] = batch_admit(&side[sd], sd, slot, h, nfull, nb, owner);
+        KVP_ASSERT_EQ(hits[0], hits[1]);
+        total_hits += hits[0];
+        for (size_t i = 0; i < side[0].nheld[slot]; i++)
+            KVP_ASSERT_EQ(side[0].held[slot][i], side[1].held[slot][i]);
+        batch_compare(&side[0], &side[1]);
+    }
+    /* the run covered hits and evictions, not only misses */
+    assert_true(total_hits > 100);
+    assert_true(kvptest_stats(side[1].pool).evictions > 10);
+    kvptest_done(side[0].pool);
+    kvptest_done(side[1].pool);
+}
+
+/* kvp_publish_each stops at the first refused block as the loop of
+ * kvp_publish does: the publishes before it stand, the refused one and those
+ * after it change nothing, *n_published counts the ones done; a block
+ * already published under the same hash is a no-op, not a refusal. */
+static void test_publish_each_stops_like_loop(void **state)
+{
+    (void)state;
+    batch_side side[2] = {{.pool = batch_pool()}, {.pool = batch_pool()}};
+    kvp_hash h[5] = {kvptest_hash(1), kvptest_hash(2), kvptest_hash(3), kvptest_hash(4),
+                     kvptest_hash(5)};
+    for (int sd = 0; sd < 2; sd++) {
+        kvp_pool *pool = side[sd].pool;
+        kvp_block ids[4];
+        KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 4 * 16, 7, ids, 4), 4);
+        KVP_ASSERT_OK(kvp_publish(pool, ids[0], &h[0]));
+        KVP_ASSERT_OK(kvp_free(pool, &ids[3], 1, 7)); /* ids[3] free: refused */
+        /* ids[0] again under its hash, ids[1], then the free block, then ids[2] */
+        kvp_block order[4] = {ids[0], ids[1], ids[3], ids[2]};
+        kvp_hash hs[4] = {h[0], h[1], h[3], h[2]};
+        if (sd) {
+            size_t np = 99;
+            KVP_ASSERT_STATUS(kvp_publish_each(pool, order, hs, 4, &np), KVP_EDOUBLEFREE);
+            KVP_ASSERT_EQ(np, 2);
+        } else {
+            kvp_status rc = KVP_OK;
+            for (size_t i = 0; i < 4 && rc == KVP_OK; i++)
+                rc = kvp_publish(pool, order[i], &hs[i]);
+            KVP_ASSERT_STATUS(rc, KVP_EDOUBLEFREE);
+        }
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 2), ids[1]);
+        KVP_ASSERT_EQ(kvptest_lookup(pool, 3), KVP_NO_BLOCK);
+        KVP_ASSERT_EQ(kvptest_info(pool, ids[2]).published, 0);
+        /* a hash other than the one it has: KVP_EBUSY, n_published 0 */
+        size_t np = 99;
+        KVP_ASSERT_REFUSED(pool, kvp_publish_each(pool, &ids[0], &h[4], 1, &np), KVP_EBUSY);
+        KVP_ASSERT_EQ(np, 0);
+    }
+    batch_compare(&side[0], &side[1]);
+    kvptest_done(side[0].pool);
+    kvptest_done(side[1].pool);
+}
+
+/* An allocator that refuses everything while *user is set. */
+static void *deny_alloc(void *user, size_t size)
+{
+    return *(int *)user ? NULL : kvptest_sized_alloc(size);
+}
+
+static void deny_release(void *user, void *ptr, size_t size)
+{
+    (void)user;
+    if (ptr)
+        assert_int_equal(kvptest_sized_release(ptr), size);
+}
+
+/* kvp_claim_prefix stops at a claim that fails as the loop does: the claims
+ * before it stand, *n_hit counts them, the status is the failed claim's.
+ * Owner 2 claims block a (anonymous: no memory needed), then block b, held
+ * by owner 1, whose second owner needs an xref node: no memory, ENOMEM. */
+static void test_claim_prefix_stops_like_loop(void **state)
+{
+    (void)state;
+    static int deny;
+    static const kvp_allocator denying = {deny_alloc, deny_release, &deny};
+    batch_side side[2];
+    kvp_hash h[3] = {kvptest_hash(1), kvptest_hash(2), kvptest_hash(3)};
+    kvp_block a = 0, b = 0;
+    for (int sd = 0; sd < 2; sd++) {
+        deny = 0;
+        kvp_config cfg = kvptest_config(16);
+        cfg.events = 1;
+        cfg.allocator = &denying;
+        kvp_pool *pool = side[sd].pool = kvptest_create(&cfg);
+        a = kvptest_take(pool, KVP_STREAM_SHARED, KVP_ANON);
+        b = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        kvp_block c = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        kvptest_take(pool, KVP_STREAM_SHARED, 2); /* owner 2 exists, with room */
+        kvp_block pub[3] = {a, b, c};
+        KVP_ASSERT_OK(kvp_publish_each(pool, pub, h, 3, NULL));
+        kvp_block got[3] = {KVP_NO_BLOCK, KVP_NO_BLOCK, KVP_NO_BLOCK};
+        size_t hit = 0;
+        deny = 1;
+        if (sd) {
+            KVP_ASSERT_STATUS(kvp_claim_prefix(pool, KVP_STREAM_SHARED, h, 3, 2, got, &hit),
+                              KVP_ENOMEM);
+        } else {
+            kvp_status rc = KVP_OK;
+            while (hit < 3 && rc == KVP_OK &&
+                   kvp_lookup(pool, KVP_STREAM_SHARED, &h[hit], &got[hit]) == KVP_OK &&
+                   (rc = kvp_claim(pool, got[hit], 2)) == KVP_OK)
+                hit++;
+            KVP_ASSERT_STATUS(rc, KVP_ENOMEM);
+        }
+        deny = 0;
+        KVP_ASSERT_EQ(hit, 1);
+        KVP_ASSERT_EQ(got[0], a);
+        KVP_ASSERT_EQ(kvptest_info(pool, a).ref_count, 2);
+        KVP_ASSERT_EQ(kvptest_info(pool, b).ref_count, 1);
+        kvptest_check(pool);
+    }
+    batch_compare(&side[0], &side[1]);
+    kvptest_done(side[0].pool);
+    kvptest_done(side[1].pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -855,6 +1105,9 @@ int main(void)
         cmocka_unit_test(test_prefix_caching_off),
         cmocka_unit_test(test_callback_reentry_unlocked),
         cmocka_unit_test(test_callback_reentry_locked),
+        cmocka_unit_test(test_batch_faces_match_loops),
+        cmocka_unit_test(test_publish_each_stops_like_loop),
+        cmocka_unit_test(test_claim_prefix_stops_like_loop),
     };
     return cmocka_run_group_tests_name("index", tests, NULL, NULL);
 }

@@ -4,9 +4,9 @@
  *
  * Requests (a Zipf-chosen system prompt plus a unique suffix) are generated
  * up front into one token array.  The library runs them either call by call
- * (kvp_hash_tokens, kvp_lookup + kvp_claim for the longest cached prefix,
- * kvp_alloc for the rest, kvp_publish for the new full blocks, kvp_free tail
- * first: api "calls") or through the sequence API (kvp_seq_create,
+ * (kvp_hash_tokens, kvp_claim_prefix for the longest cached prefix,
+ * kvp_alloc for the rest, kvp_publish_each for the new full blocks, kvp_free
+ * tail first: api "calls") or through the sequence API (kvp_seq_create,
  * kvp_seq_admit, kvp_seq_destroy: api "seq"), which is the path an engine
  * uses.  The floor hashes through the same kvp_hash_tokens on the same pool
  * and keeps a plain open-addressing table from hash to slot, with slots
@@ -117,16 +117,13 @@ static kvp_status admit_calls(prefix *p, const uint32_t *tok, size_t n)
     kvp_pool *pool = p->pool;
     size_t nfull, hit = 0, got = 0;
     kvp_status rc = kvp_hash_tokens(pool, tok, n, NULL, p->hashes, PREFIX_MAX_BLOCKS, 0, &nfull);
-    for (; rc == KVP_OK && hit < nfull; hit++) {
-        if (kvp_lookup(pool, KVP_STREAM_SHARED, &p->hashes[hit], &p->ids[hit]) != KVP_OK)
-            break;
-        rc = kvp_claim(pool, p->ids[hit], KVP_ANON);
-    }
+    if (rc == KVP_OK)
+        rc = kvp_claim_prefix(pool, KVP_STREAM_SHARED, p->hashes, nfull, KVP_ANON, p->ids, &hit);
     if (rc == KVP_OK && n > hit * BENCH_BLOCK_TOKENS)
         rc = kvp_alloc(pool, KVP_STREAM_SHARED, n - hit * BENCH_BLOCK_TOKENS, KVP_ANON,
                        KVP_FMT_FP16, p->ids + hit, PREFIX_MAX_BLOCKS - hit, &got);
-    for (size_t i = hit; rc == KVP_OK && i < nfull; i++)
-        rc = kvp_publish(pool, p->ids[i], &p->hashes[i]);
+    if (rc == KVP_OK)
+        rc = kvp_publish_each(pool, p->ids + hit, p->hashes + hit, nfull - hit, NULL);
     size_t held = hit + got;
     for (size_t i = 0; i < held; i++)
         p->rev[i] = p->ids[held - 1 - i];

@@ -729,6 +729,41 @@ kvp_status mdl_lookup(const model *m, int stream, int h, kvp_block *out)
     return KVP_OK;
 }
 
+/* kvp_claim_prefix: for each hs[k] in order, mdl_lookup, stopping at the
+ * first miss, then mdl_claim, stopping at the first that fails; ids[k] the
+ * block claimed for hs[k], *n_hit the claims done. */
+kvp_status mdl_claim_prefix(model *m, int stream, const int *hs, size_t n, int oi,
+                            kvp_block *ids, size_t *n_hit)
+{
+    if (mdl_list(m, stream) < 0)
+        return KVP_EINVAL;
+    kvp_status rc = KVP_OK;
+    size_t k = 0;
+    for (; k < n; k++) {
+        kvp_block b;
+        if (mdl_lookup(m, stream, hs[k], &b) != KVP_OK || (rc = mdl_claim(m, b, oi)) != KVP_OK)
+            break;
+        ids[k] = b;
+    }
+    *n_hit = k;
+    return rc;
+}
+
+/* kvp_publish_each: mdl_publish of (ids[k], hs[k]) in order, stopping at
+ * the first that fails; *n_done the publishes done. */
+kvp_status mdl_publish_each(model *m, const kvp_block *ids, const int *hs, size_t n,
+                            size_t *n_done)
+{
+    if (!m->c.prefix)
+        return KVP_EINVAL;
+    kvp_status rc = KVP_OK;
+    size_t k = 0;
+    while (k < n && (rc = mdl_publish(m, ids[k], hs[k])) == KVP_OK)
+        k++;
+    *n_done = k;
+    return rc;
+}
+
 kvp_status mdl_unpublish(model *m, kvp_block id)
 {
     if (id < m->top && m->b[id].is_null)

@@ -167,6 +167,14 @@ kvp_status mdl_set_fill(model *m, kvp_block id, uint32_t fill);
 kvp_status mdl_claim(model *m, kvp_block id, int oi);
 kvp_status mdl_publish(model *m, kvp_block id, int h);
 kvp_status mdl_lookup(const model *m, int stream, int h, kvp_block *out);
+/* kvp_claim_prefix: mdl_lookup + mdl_claim of each hs[k] in order up to the
+ * first miss or failed claim; *n_hit the claims done, their blocks in ids. */
+kvp_status mdl_claim_prefix(model *m, int stream, const int *hs, size_t n, int oi,
+                            kvp_block *ids, size_t *n_hit);
+/* kvp_publish_each: mdl_publish of (ids[k], hs[k]) in order up to the
+ * first that fails; *n_done the publishes done. */
+kvp_status mdl_publish_each(model *m, const kvp_block *ids, const int *hs, size_t n,
+                            size_t *n_done);
 kvp_status mdl_unpublish(model *m, kvp_block id);
 kvp_status mdl_evict(model *m, int stream, uint32_t n, uint32_t *n_ev);
 kvp_status mdl_ensure(model *m, int stream, uint32_t n);
