@@ -82,11 +82,12 @@ compile-asan: bootstrap
 	@$(call kvp_configure,$(ASAN_DIR),$(ASAN_ARGS))
 	@$(CMAKE) --build $(ASAN_DIR) --parallel $(JOBS)
 
-# TSan only matters for the threading tests: build just tests/test_thread*.c.
+# TSan only matters for the tests that run threads: tests/test_thread*.c and
+# tests/test_engine.c (decodes computed on two threads).
 # Building named targets skips CMake's glob re-check, so the target list is
 # part of the configure stamp: a new test_thread*.c triggers a reconfigure.
 compile-tsan: bootstrap
-	@targets="$$(echo $$(for f in tests/test_thread*.c; do [ -e "$$f" ] && basename "$$f" .c; done))"; \
+	@targets="$$(echo $$(for f in tests/test_thread*.c tests/test_engine.c; do [ -e "$$f" ] && basename "$$f" .c; done))"; \
 	if [ -z "$$targets" ]; then echo "== $(TSAN_DIR): no tests/test_thread*.c, skipping"; exit 0; fi; \
 	$(call kvp_configure,$(TSAN_DIR),$(TSAN_ARGS), targets=$$targets) && \
 	$(CMAKE) --build $(TSAN_DIR) --parallel $(JOBS) --target $$targets
