@@ -3,7 +3,7 @@ optimal policy against an exhaustive search, sampling, targets and outputs.
 
 The curve claims to be what `kvpool replay --capacity C` reports at every
 capacity, block for block and token for token.  These tests hold it to that
-on the bundled Mooncake trace (at many capacities, through `sweep` and
+on both bundled Mooncake traces (at many capacities, through `sweep` and
 `replay --json`) and on random prefix-tree traces generated here (at every
 capacity from 1 to past the distinct block count, with --all-capacities
 covering the capacities below the largest request, where replays reject
@@ -25,6 +25,7 @@ import pytest
 from test_cli import BLOCK, BUNDLED, KVPOOL, binaries  # the builds test_cli runs
 
 CSV_HEADER = "capacity,blocks_hit,hit_rate,tokens_hit,tokens_hit_rate"
+SYNTHETIC = BUNDLED.parent / "mooncake_fast25_synthetic_trace.jsonl.gz"
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
 
@@ -122,6 +123,24 @@ def test_bundled_curve_equals_replays(bundled_curve, tmp_path):
     assert swept[hi + 1000] == s["unlimited"]["blocks_hit"] == rows[hi][0]
     for c in (lo, 10000, 100000):
         r = replay(BUNDLED, c)
+        assert (r["blocks_hit"], r["tokens_hit"]) == rows[c], c
+
+
+def test_synthetic_curve_equals_replays(tmp_path):
+    """The second bundled trace (many first blocks, longer requests)."""
+    out = tmp_path / "s.csv"
+    (s,) = curve_json(SYNTHETIC, "--csv", out)
+    rows = read_csv(out)
+    assert s["exact"] and s["prefix_tree"]
+    lo, hi = s["largest_request"], s["distinct_blocks"]
+    assert (lo, hi) == (374, 43924)
+    caps = [lo, 500, 1000, 5000, 10000, 20000, hi - 1, hi]
+    swept = sweep_hits(SYNTHETIC, caps + [hi + 1000], tmp_path)
+    for c in caps:
+        assert rows[c][0] == swept[c], c
+    assert swept[hi + 1000] == s["unlimited"]["blocks_hit"] == rows[hi][0]
+    for c in (lo, 5000):
+        r = replay(SYNTHETIC, c)
         assert (r["blocks_hit"], r["tokens_hit"]) == rows[c], c
 
 
