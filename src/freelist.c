@@ -329,12 +329,17 @@ void kvp__order(kvp_pool *p)
  * (take.c) then answers "may I serve this stream value" with one load.
  * hooked is fixed at creation; ordered changes at creation and in
  * kvp_pool_clear (pool.c) and in kvp__order, each
- * of which calls this. */
+ * of which calls this.  Only entries that change are written: the take
+ * reads its entry before it takes the pool's lock, and a thread-safe pool
+ * (hooked) keeps every entry NULL from creation on, so no thread ever
+ * writes what another reads without the lock. */
 void kvp__fast_reset(kvp_pool *p)
 {
     for (int v = KVP_STREAM_SHARED; v <= KVP_STREAM_V; v++) {
         int s = kvp__stream_index(p, v);
-        p->fast[v] = s < 0 || p->hooked || p->ordered ? NULL : &p->st[s];
+        kvp__stream *f = s < 0 || p->hooked || p->ordered ? NULL : &p->st[s];
+        if (p->fast[v] != f)
+            p->fast[v] = f;
     }
 }
 
