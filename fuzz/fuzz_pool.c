@@ -199,9 +199,9 @@ __attribute__((noreturn, format(printf, 1, 2))) static void bad(const char *fmt,
 {
     va_list ap;
     fprintf(stderr,
-            "\nFUZZ MISMATCH config reuse=%d sep=%d null=%d grow=%d prefix=%d ts=%d events=%d"
+            "\nFUZZ MISMATCH config reuse=%d policy=%d sep=%d null=%d grow=%d prefix=%d ts=%d events=%d"
             " bs=%" PRIu32 " blocks=%" PRIu32 " max=%" PRIu32 "\n  op #%zu: %s\n  ",
-            g_r.c.reuse, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.events,
+            g_r.c.reuse, g_r.c.policy, g_r.c.sep, g_r.c.nullb, g_r.c.grow, g_r.c.prefix, g_r.ts, g_r.c.events,
             g_r.c.bs, g_r.c.nblocks, g_r.c.maxb, g_r.op_index, g_r.op);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -351,6 +351,8 @@ static void cmp_block(kvp_block id)
     if (!k->reborn && !!bi.ever_allocated != k->ever)
         bad("block %" PRIu32 ": ever_allocated expected %d, got %d", id, k->ever,
             bi.ever_allocated);
+    if (bi.priority != k->prio)
+        bad("block %" PRIu32 ": priority expected %u, got %u", id, k->prio, bi.priority);
     int holds = bi.owner == KVP_ANON && k->nh == 0;
     for (int i = 0; i < k->nh; i++)
         holds |= g_ownval[k->h_own[i]] == bi.owner;
@@ -494,6 +496,7 @@ typedef int (*pred)(const mblk *k);
 static int pr_inuse(const mblk *k) { return k->state == KVP_BLOCK_IN_USE && !k->is_null; }
 static int pr_free(const mblk *k) { return mdl_is_free(k); }
 static int pr_published(const mblk *k) { return k->hash >= 0; }
+static int pr_cached(const mblk *k) { return k->state == KVP_BLOCK_CACHED; }
 
 /* Mostly a block satisfying p (the n-th, chosen by a byte), else any id. */
 static kvp_block pick_where(rd *r, pred p)
@@ -561,7 +564,8 @@ enum {
     OP_ALLOC, OP_TAKE, OP_TAKE_ID, OP_FREE, OP_FREE2, OP_FREE_OWNER, OP_REGISTER, OP_RELEASE,
     OP_SET_FILL, OP_CLAIM, OP_PUBLISH, OP_LOOKUP_CLAIM, OP_UNPUBLISH, OP_EVICT, OP_ENSURE,
     OP_EXTEND, OP_SHRINK, OP_RETIRE_TOP, OP_OWNER_BLOCKS, OP_SEQ_CREATE, OP_SEQ_ADMIT,
-    OP_SEQ_APPEND, OP_SEQ_APPEND2, OP_SEQ_FORK, OP_SEQ_DESTROY, OP_RARE, OP_SEQ_TRUNCATE, NOPS
+    OP_SEQ_APPEND, OP_SEQ_APPEND2, OP_SEQ_FORK, OP_SEQ_DESTROY, OP_RARE, OP_SEQ_TRUNCATE,
+    OP_SET_PRIORITY, OP_SEQ_RAISE, NOPS
 };
 
 static kvp_status do_free(rd *r)
@@ -818,6 +822,17 @@ static void do_seq(rd *r, int op)
         es = mdl_seq_truncate(m, q, n);
         gs = kvp_seq_truncate(g_r.seq[q], g_r.tok[q], n);
         cmp_status("kvp_seq_truncate", gs, es, fp);
+        break;
+    }
+    case OP_SEQ_RAISE: {
+        if (q < 0)
+            return;
+        size_t n = u8(r) % (m->sq[q].nblocks + 2);
+        unsigned prio = u8(r) % (KVP_PRIORITY_MAX + 2); /* one past the highest: refused */
+        OPF("seq_raise_priority(%" PRIu64 ", %zu blocks, %u)", id, n, prio);
+        es = mdl_seq_raise_priority(m, q, n, prio);
+        gs = kvp_seq_raise_priority(g_r.seq[q], n, prio);
+        cmp_status("kvp_seq_raise_priority", gs, es, fp);
         break;
     }
     case OP_SEQ_DESTROY:
@@ -1184,6 +1199,15 @@ static void do_op(rd *r, int op)
     case OP_RARE:
         do_rare(r);
         break;
+    case OP_SET_PRIORITY: {
+        kvp_block id = pick_where(r, u8(r) & 1 ? pr_cached : pr_inuse);
+        unsigned prio = u8(r) % (KVP_PRIORITY_MAX + 2); /* one past the highest: refused */
+        OPF("set_priority(%" PRIu32 ", %u)", id, prio);
+        es = mdl_set_priority(m, id, prio);
+        gs = kvp_set_priority(p, id, prio);
+        cmp_status("kvp_set_priority", gs, es, fp);
+        break;
+    }
     default:
         do_seq(r, op);
         break;
@@ -1214,6 +1238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c.nblocks = 1;
     c.maxb = (c.grow || (b2 & 1)) ? c.nblocks + 1 + (b2 >> 1) % 100 : 0;
     c.events = (b3 >> 5) & 1;
+    c.policy = (b3 >> 6) & 1 && c.reuse != KVP_REUSE_FIFO ? KVP_POLICY_SLRU : KVP_POLICY_LRU;
     g_inputs++;
     memset(&g_r, 0, sizeof g_r);
     g_r.c = c;
@@ -1236,6 +1261,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.null_block = c.nullb;
     cfg.prefix_caching = c.prefix;
     cfg.reuse = c.reuse;
+    cfg.policy = c.policy;
     cfg.thread_safe = g_r.ts;
     cfg.history_len = (b3 >> 1) & 1 ? 4 : 0;
     cfg.history_every_call = (b3 >> 2) & 1;

@@ -55,7 +55,7 @@
 
 #define NHASH 8         /* hash alphabet: small, so duplicates are common */
 #define WHOLE_EVERY 64  /* steps between whole-state comparisons */
-#define NOP 27
+#define NOP 28
 #define MAXREFB 64      /* owner references per block the test creates */
 
 /* ------------------------------------------------------------------------ */
@@ -134,7 +134,7 @@ enum {
     OP_SET_FILL, OP_CLAIM, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH, OP_EVICT, OP_ENSURE,
     OP_CLEAR_INDEX, OP_RESET_PREFIX, OP_DRAIN, OP_EXTEND, OP_SHRINK, OP_RETIRE_TOP,
     OP_BLOCK_GET, OP_OWNER_BLOCKS, OP_FREE_COUNT, OP_POOL_CLEAR, OP_CLAIM_LOOKUP,
-    OP_STATS_RESET, OP_TAKE_EACH
+    OP_STATS_RESET, OP_TAKE_EACH, OP_SET_PRIORITY
 };
 
 static const char *const g_opname[NOP] = {
@@ -142,13 +142,13 @@ static const char *const g_opname[NOP] = {
     "set_fill", "claim", "publish", "lookup", "unpublish", "evict", "ensure_free",
     "clear_index", "reset_prefix_cache", "drain+reset", "extend", "shrink", "retire_top",
     "block_get", "owner_blocks", "free_count", "pool_clear", "lookup+claim", "stats_reset",
-    "take_each",
+    "take_each", "set_priority",
 };
 
 /* Relative weights. */
 static const unsigned g_weight[NOP] = {
     140, 50, 35, 140, 45, 25, 25, 50, 50, 90, 40, 25, 25, 25,
-    4, 8, 3, 25, 25, 25, 10, 15, 10, 1, 60, 2, 30,
+    4, 8, 3, 25, 25, 25, 10, 15, 10, 1, 60, 2, 30, 30,
 };
 
 typedef struct ctx {
@@ -365,6 +365,8 @@ static void cmp_block(ctx *x, kvp_block id)
     if (k->hash >= 0 && memcmp(bi.hash.b, g_hash[k->hash].b, 32) != 0)
         bad(x, "block %" PRIu32 ": hash expected h%d, got h%d", id, k->hash,
             hash_index(&bi.hash));
+    if (bi.priority != k->prio)
+        bad(x, "block %" PRIu32 ": priority expected %u, got %u", id, k->prio, bi.priority);
     if (!k->reborn && !!bi.ever_allocated != k->ever)
         bad(x, "block %" PRIu32 ": ever_allocated expected %d, got %d", id, k->ever,
             bi.ever_allocated);
@@ -1034,6 +1036,18 @@ static void do_step(ctx *x, int op)
                 ", got retired %" PRIu32 " moved_to %" PRIu32, er, em, gr, gm);
         break;
     }
+    case OP_SET_PRIORITY: {
+        kvp_block id = pick_target(x, chance(x, 60) ? pr_cached : pr_inuse, 85);
+        unsigned prio = rn(x, KVP_PRIORITY_MAX + 2); /* one past the highest: refused */
+        OPF("set_priority(id=%" PRIu32 " %s, %u)", id, id < MB ? state_name(m->b[id].state) : "",
+            prio);
+        es = mdl_set_priority(m, id, prio);
+        gs = kvp_set_priority(p, id, prio);
+        cmp_status(x, "kvp_set_priority", gs, es, fp);
+        if (id < MB)
+            cmp_block(x, id);
+        break;
+    }
     case OP_BLOCK_GET: {
         kvp_block id = pick_bad_id(x);
         OPF("block_get(%" PRIu32 ")", id);
@@ -1136,6 +1150,7 @@ static void run_config(const mcfg *c)
     cfg.null_block = c->nullb;
     cfg.prefix_caching = c->prefix;
     cfg.reuse = c->reuse;
+    cfg.policy = c->policy;
     cfg.events = c->events;
     if (!c->unhooked) {
         cfg.on_evict = on_evict;
@@ -1193,27 +1208,38 @@ static void run_config(const mcfg *c)
 #define BASE_STEPS 10000
 
 static const mcfg g_cfgs[] = {
-    /* name, reuse, sep, null, grow, prefix, bs, n, max, seed, steps, unhooked, decode, events */
-    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0, 0},
-    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0, 1},
-    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0, 1},
-    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0, 0},
-    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0, 1},
-    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0, 0},
-    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0, 0},
-    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0, 0},
-    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1},
-    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0},
-    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0},
+    /* name, reuse, sep, null, grow, prefix, bs, n, max, seed, steps, unhooked, decode, events,
+     * policy */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0, 0, KVP_POLICY_LRU},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0, 1, KVP_POLICY_LRU},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0, 1, KVP_POLICY_LRU},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0, 0, KVP_POLICY_LRU},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0, 1, KVP_POLICY_LRU},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0, 0, KVP_POLICY_LRU},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0, 0, KVP_POLICY_LRU},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0, 0, KVP_POLICY_LRU},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1, KVP_POLICY_LRU},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0, KVP_POLICY_LRU},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0, KVP_POLICY_LRU},
     /* Nothing hooked, so takes run the fast path (take.c), which
      * the configurations above, all with an eviction callback, never do. */
-    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0},
-    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0},
-    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0, 0},
+    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0, KVP_POLICY_LRU},
+    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0, KVP_POLICY_LRU},
+    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0, 0, KVP_POLICY_LRU},
     /* Decode-like: quiet runs of takes and owner frees, long enough for
      * takes to defer, and nothing that turns the fast path off. */
-    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1, 0},
-    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1, 0},
+    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1, 0, KVP_POLICY_LRU},
+    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1, 0, KVP_POLICY_LRU},
+    /* SLRU: probationary and protected segments and the ghost list, with
+     * priorities, in the LIFO and LOWEST orders (FIFO refuses it). */
+    {"lifo-slru",              KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x6001, 0, 0, 0, 1,
+     KVP_POLICY_SLRU},
+    {"lifo-kv-null-grow-slru", KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x6002, 0, 0, 0, 0,
+     KVP_POLICY_SLRU},
+    {"lowest-shared-grow-slru", KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x6003, 0, 0, 0, 0,
+     KVP_POLICY_SLRU},
+    {"lifo-slru-unhooked",     KVP_REUSE_LIFO,   0, 1, 1, 1, 16, 32, 64, 0x6004, 0, 1, 0, 0,
+     KVP_POLICY_SLRU},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])
@@ -1229,7 +1255,7 @@ static void run_index(size_t i, size_t weight)
     run_config(&c);
 }
 
-/* 16 configurations, weights 1 or 2: 21 x BASE_STEPS steps in all. */
+/* 20 configurations, weights 1 or 2: 26 x BASE_STEPS steps in all. */
 static void test_lifo_shared(void **s) { (void)s; run_index(0, 1); }
 static void test_lifo_shared_null_grow(void **s) { (void)s; run_index(1, 2); }
 static void test_lifo_kv_null_grow(void **s) { (void)s; run_index(2, 2); }
@@ -1246,6 +1272,10 @@ static void test_lifo_kv_grow_unhooked(void **s) { (void)s; run_index(12, 1); }
 static void test_fifo_shared_unhooked(void **s) { (void)s; run_index(13, 1); }
 static void test_lifo_decode(void **s) { (void)s; run_index(14, 1); }
 static void test_lifo_kv_decode(void **s) { (void)s; run_index(15, 1); }
+static void test_lifo_slru(void **s) { (void)s; run_index(16, 2); }
+static void test_lifo_kv_null_grow_slru(void **s) { (void)s; run_index(17, 1); }
+static void test_lowest_shared_grow_slru(void **s) { (void)s; run_index(18, 1); }
+static void test_lifo_slru_unhooked(void **s) { (void)s; run_index(19, 1); }
 
 static void test_total(void **s)
 {
@@ -1275,6 +1305,10 @@ int main(void)
         cmocka_unit_test(test_fifo_shared_unhooked),
         cmocka_unit_test(test_lifo_decode),
         cmocka_unit_test(test_lifo_kv_decode),
+        cmocka_unit_test(test_lifo_slru),
+        cmocka_unit_test(test_lifo_kv_null_grow_slru),
+        cmocka_unit_test(test_lowest_shared_grow_slru),
+        cmocka_unit_test(test_lifo_slru_unhooked),
         cmocka_unit_test(test_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -178,9 +178,29 @@ static void record_ev(model *m, int hash, kvp_block b)
     m->nev++;
 }
 
-/* Drop b's index entry: one eviction (callback, counted). */
+/* A block's policy state when it holds no content yet. */
+static void reset_policy(mblk *k)
+{
+    k->prio = KVP_PRIORITY_NORMAL;
+    k->hit = k->prot = 0;
+}
+
+/* Drop b's index entry: one eviction (callback, counted).  SLRU's ghost list
+ * remembers it: kvpool.h, "its hash was among the pool's last num_blocks
+ * evicted hashes". */
 static void evict_entry(model *m, kvp_block b)
 {
+    if (m->c.policy == KVP_POLICY_SLRU) {
+        uint32_t cap = m->c.nblocks ? m->c.nblocks : 1;
+        if (m->ghost_n == cap) {
+            memmove(&m->ghost[0], &m->ghost[1], (cap - 1) * sizeof m->ghost[0]);
+            m->ghost_n--;
+        }
+        m->ghost[m->ghost_n].list = m->b[b].list;
+        m->ghost[m->ghost_n].hash = m->b[b].hash;
+        m->ghost[m->ghost_n].alive = 1;
+        m->ghost_n++;
+    }
     record_ev(m, m->b[b].hash, b);
     m->k.evictions++;
     m->b[b].hash = -1;
@@ -211,6 +231,27 @@ static void free_remove(model *m, kvp_block b)
     }
 }
 
+/* The cached block of list L evicted next (kvp_policy): the lowest
+ * priority, then probationary before protected, then the one that joined
+ * its group first; FIFO: the first cached block in the queue. */
+kvp_block mdl_victim(const model *m, int L)
+{
+    if (m->c.reuse == KVP_REUSE_FIFO) {
+        for (uint32_t i = 0; i < m->fq[L].n; i++)
+            if (m->b[m->fq[L].v[i]].state == KVP_BLOCK_CACHED)
+                return m->fq[L].v[i];
+        return KVP_NO_BLOCK;
+    }
+    kvp_block best = KVP_NO_BLOCK;
+    for (uint32_t i = 0; i < m->cac[L].n; i++) {
+        const mblk *k = &m->b[m->cac[L].v[i]], *o = best == KVP_NO_BLOCK ? NULL : &m->b[best];
+        if (!o || k->prio < o->prio || (k->prio == o->prio && k->prot < o->prot) ||
+            (k->prio == o->prio && k->prot == o->prot && k->stamp < o->stamp))
+            best = m->cac[L].v[i];
+    }
+    return best;
+}
+
 /* The block the next allocation from list L takes, or KVP_NO_BLOCK. */
 static kvp_block next_pick(const model *m, int L)
 {
@@ -220,19 +261,51 @@ static kvp_block next_pick(const model *m, int L)
         return m->stk[L].v[0];
     if (m->fresh[L].n)
         return m->fresh[L].v[0];
-    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
+    return mdl_victim(m, L);
 }
 
-/* The least recently freed cached block of list L, or KVP_NO_BLOCK. */
-static kvp_block lru_cached(const model *m, int L)
+/* Cached block b joins its priority's eviction order as if freed now:
+ * protected under SLRU when it was hit since published; a protected group
+ * above 4/5 of its priority's cached blocks gives its oldest back to the
+ * probationary group, as if freed now. */
+static void policy_insert(model *m, kvp_block b)
 {
-    if (m->c.reuse == KVP_REUSE_FIFO) {
-        for (uint32_t i = 0; i < m->fq[L].n; i++)
-            if (m->b[m->fq[L].v[i]].state == KVP_BLOCK_CACHED)
-                return m->fq[L].v[i];
-        return KVP_NO_BLOCK;
+    mblk *k = &m->b[b];
+    k->prot = m->c.policy == KVP_POLICY_SLRU && k->hit;
+    k->stamp = ++m->clock;
+    if (!k->prot)
+        return;
+    uint32_t prot = 0, all = 0;
+    kvp_block oldest = KVP_NO_BLOCK;
+    for (uint32_t i = 0; i < m->cac[k->list].n; i++) {
+        const mblk *o = &m->b[m->cac[k->list].v[i]];
+        if (o->prio != k->prio)
+            continue;
+        all++;
+        if (o->prot) {
+            prot++;
+            if (oldest == KVP_NO_BLOCK || o->stamp < m->b[oldest].stamp)
+                oldest = m->cac[k->list].v[i];
+        }
     }
-    return m->cac[L].n ? m->cac[L].v[0] : KVP_NO_BLOCK;
+    if (prot * 5 > all * 4) {
+        m->b[oldest].prot = 0;
+        m->b[oldest].stamp = ++m->clock;
+    }
+}
+
+/* Content id h was just indexed on block b: under SLRU a hash still in the
+ * ghost list comes back as if hit, and leaves the list. */
+static void index_entry(model *m, kvp_block b, int h)
+{
+    mblk *k = &m->b[b];
+    k->hash = h;
+    k->seq = ++m->seq;
+    for (uint32_t i = 0; i < m->ghost_n; i++)
+        if (m->ghost[i].alive && m->ghost[i].list == k->list && m->ghost[i].hash == h) {
+            m->ghost[i].alive = 0;
+            k->hit = 1;
+        }
 }
 
 /* Blocks that just became free (state already set to vacant or cached) join
@@ -246,10 +319,13 @@ static void join_free(model *m, const kvp_block *bl, uint32_t n)
             kvp_block b = bl[i];
             if (m->b[b].list != L)
                 continue;
+            if (m->b[b].state == KVP_BLOCK_VACANT)
+                reset_policy(&m->b[b]);
             if (m->c.reuse == KVP_REUSE_FIFO) {
                 il_push(&m->fq[L], b);
             } else if (m->b[b].state == KVP_BLOCK_CACHED) {
                 il_push(&m->cac[L], b);
+                policy_insert(m, b);
             } else if (m->c.reuse == KVP_REUSE_LIFO) {
                 il_ins(&m->stk[L], pos++, b);
             } else {
@@ -268,6 +344,7 @@ static void cached_to_vacant(model *m, kvp_block b)
 {
     int L = m->b[b].list;
     m->b[b].state = KVP_BLOCK_VACANT;
+    reset_policy(&m->b[b]);
     if (m->c.reuse == KVP_REUSE_FIFO)
         return;
     int pos = il_find(&m->cac[L], b);
@@ -317,6 +394,7 @@ static void hand_out(model *m, kvp_block b, int oi, unsigned format, int format_
     mblk *k = &m->b[b];
     if (k->hash >= 0)
         evict_entry(m, b);
+    reset_policy(k);
     if (k->ever)
         m->k.reused++;
     k->ever = 1;
@@ -337,6 +415,7 @@ static void init_block(model *m, kvp_block b, int L)
     k->list = L;
     k->hash = -1;
     k->reborn = reborn;
+    reset_policy(k);
 }
 
 /* Add k vacant blocks to list L: retired ids first (lowest first), then above
@@ -364,6 +443,7 @@ void mdl_init(model *m, const mcfg *c)
     for (uint32_t i = 0; i < MB; i++) {
         m->b[i].state = M_NONE;
         m->b[i].hash = -1;
+        reset_policy(&m->b[i]);
     }
     uint32_t nk = c->sep ? (c->nblocks + 1) / 2 : c->nblocks;
     for (uint32_t i = 0; i < c->nblocks; i++) {
@@ -683,9 +763,46 @@ kvp_status mdl_claim(model *m, kvp_block id, int oi)
     if (k->state == KVP_BLOCK_CACHED) {
         free_remove(m, id);
         k->state = KVP_BLOCK_IN_USE; /* keeps content, fill and format */
+        k->prot = 0;
     }
+    k->hit = 1;
     holder_add(k, oi);
     owner_ref_add(m, oi, id);
+    return KVP_OK;
+}
+
+/* kvpool.h kvp_set_priority: a cached block rejoins its new priority's
+ * order as if freed now. */
+static void set_priority(model *m, kvp_block id, unsigned prio)
+{
+    mblk *k = &m->b[id];
+    k->prio = prio;
+    if (k->state == KVP_BLOCK_CACHED && m->c.reuse != KVP_REUSE_FIFO)
+        policy_insert(m, id);
+}
+
+kvp_status mdl_set_priority(model *m, kvp_block id, unsigned prio)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    if (mdl_bad_id(m, id))
+        return KVP_ERANGE;
+    if (prio > KVP_PRIORITY_MAX || m->c.reuse == KVP_REUSE_FIFO)
+        return KVP_EINVAL;
+    if (m->b[id].state != KVP_BLOCK_IN_USE && m->b[id].state != KVP_BLOCK_CACHED)
+        return KVP_ENOTFOUND;
+    set_priority(m, id, prio);
+    return KVP_OK;
+}
+
+kvp_status mdl_seq_raise_priority(model *m, int slot, size_t n, unsigned prio)
+{
+    if (prio > KVP_PRIORITY_MAX || m->c.reuse == KVP_REUSE_FIFO)
+        return KVP_EINVAL;
+    mseq *q = &m->sq[slot];
+    for (size_t i = 0; i < n && i < q->nblocks; i++)
+        if (m->b[q->blocks[i]].prio < prio)
+            set_priority(m, q->blocks[i], prio);
     return KVP_OK;
 }
 
@@ -704,8 +821,7 @@ kvp_status mdl_publish(model *m, kvp_block id, int h)
         return KVP_OK;
     if (k->hash >= 0)
         return KVP_EBUSY;
-    k->hash = h;
-    k->seq = ++m->seq;
+    index_entry(m, id, h);
     return KVP_OK;
 }
 
@@ -785,7 +901,7 @@ kvp_status mdl_evict(model *m, int stream, uint32_t n, uint32_t *n_ev)
         return KVP_EINVAL;
     uint32_t k = 0;
     while (k < n) {
-        kvp_block b = lru_cached(m, L);
+        kvp_block b = mdl_victim(m, L);
         if (b == KVP_NO_BLOCK)
             break;
         evict_entry(m, b);
@@ -808,7 +924,7 @@ kvp_status mdl_ensure(model *m, int stream, uint32_t n)
     if (v + c < n)
         return KVP_EEXHAUSTED;
     for (uint32_t i = v; i < n; i++) {
-        kvp_block b = lru_cached(m, L);
+        kvp_block b = mdl_victim(m, L);
         evict_entry(m, b);
         cached_to_vacant(m, b);
     }
@@ -821,9 +937,10 @@ kvp_status mdl_ensure(model *m, int stream, uint32_t n)
 static void forget_all(model *m)
 {
     record_ev(m, -1, KVP_NO_BLOCK);
+    m->ghost_n = 0;
     for (int L = 0; L < m->nl; L++) {
         kvp_block b;
-        while ((b = lru_cached(m, L)) != KVP_NO_BLOCK) {
+        while ((b = mdl_victim(m, L)) != KVP_NO_BLOCK) {
             m->b[b].hash = -1;
             cached_to_vacant(m, b);
         }
@@ -868,6 +985,7 @@ static void retire_free(model *m, kvp_block b)
     int L = m->b[b].list;
     int reborn = m->b[b].reborn;
     memset(&m->b[b], 0, sizeof m->b[b]);
+    reset_policy(&m->b[b]);
     m->b[b].state = KVP_BLOCK_RETIRED;
     m->b[b].list = L;
     m->b[b].hash = -1;
@@ -936,6 +1054,7 @@ kvp_status mdl_retire_top(model *m, kvp_block *ret, kvp_block *moved)
                 m->sq[q].blocks[i] = d;
     int treborn = m->b[t].reborn;
     memset(&m->b[t], 0, sizeof m->b[t]);
+    reset_policy(&m->b[t]);
     m->b[t].state = KVP_BLOCK_RETIRED;
     m->b[t].list = L;
     m->b[t].hash = -1;
@@ -1044,8 +1163,7 @@ static void seq_publish(model *m, kvp_block b, int h)
 {
     if (!m->c.prefix || m->b[b].hash >= 0)
         return;
-    m->b[b].hash = h;
-    m->b[b].seq = ++m->seq;
+    index_entry(m, b, h);
 }
 
 kvp_status mdl_seq_admit(model *m, int slot, size_t n, const int *h, size_t *cached)
@@ -1078,7 +1196,9 @@ kvp_status mdl_seq_admit(model *m, int slot, size_t n, const int *h, size_t *cac
         if (b->state == KVP_BLOCK_CACHED) {
             free_remove(m, match[i]);
             b->state = KVP_BLOCK_IN_USE; /* keeps content, fill, format */
+            b->prot = 0;
         }
+        b->hit = 1;
         b->seqref++;
         q->blocks[i] = match[i];
     }

@@ -65,6 +65,10 @@ typedef struct mblk {
     int reborn;       /* id was retired and added again */
     int is_null;
     uint32_t seqref;  /* references held by model sequences (apart from anon) */
+    unsigned prio;    /* retention priority (KVP_PRIORITY_NORMAL while vacant) */
+    int hit;          /* claimed since published, or a ghost hit (SLRU) */
+    int prot;         /* cached: protected segment (SLRU) */
+    uint64_t stamp;   /* cached: when it joined its eviction group */
 } mblk;
 
 typedef struct mown {
@@ -87,6 +91,7 @@ typedef struct mcfg {
                      more quiet runs, for the takes that defer */
     int events;   /* KV events on (the model ignores them; the tests check
                      what a subscriber sees against the index) */
+    kvp_policy policy;
 } mcfg;
 
 typedef struct mctr {
@@ -119,6 +124,11 @@ typedef struct model {
     ilist fresh[2];   /* LIFO: never-used vacant, ascending */
     ilist cac[2];     /* LIFO/LOWEST: cached, least recently freed first */
     ilist fq[2];      /* FIFO: every free block, next first */
+    uint64_t clock;   /* eviction-order stamps */
+    /* SLRU's ghost list: the last `cap` evictions, oldest first, each
+     * (list, content id), alive until that content is published again */
+    uint32_t ghost_n;
+    struct { int list, hash, alive; } ghost[MB * 4];
     uint64_t seq;
     mctr k;
     int nev;
@@ -165,6 +175,10 @@ kvp_status mdl_register(model *m, int oi);
 kvp_status mdl_release(model *m, int oi);
 kvp_status mdl_set_fill(model *m, kvp_block id, uint32_t fill);
 kvp_status mdl_claim(model *m, kvp_block id, int oi);
+kvp_status mdl_set_priority(model *m, kvp_block id, unsigned prio);
+kvp_status mdl_seq_raise_priority(model *m, int slot, size_t n, unsigned prio);
+/* The cached block of list L evicted next, or KVP_NO_BLOCK. */
+kvp_block mdl_victim(const model *m, int L);
 kvp_status mdl_publish(model *m, kvp_block id, int h);
 kvp_status mdl_lookup(const model *m, int stream, int h, kvp_block *out);
 /* kvp_claim_prefix: mdl_lookup + mdl_claim of each hs[k] in order up to the
