@@ -719,8 +719,8 @@ KVP_API kvp_status kvp_ensure_free(kvp_pool *pool, kvp_stream stream, uint32_t n
  * while the child is kept (kvp_seq_raise_priority does this for a
  * sequence's blocks).  Errors: KVP_EINVAL (NULL pool, priority above
  * KVP_PRIORITY_MAX, the null block, a FIFO pool, which reuses free blocks in
- * the order freed), KVP_ERANGE, KVP_ENOTFOUND (the block is vacant or
- * retired: no content), KVP_EBUSY.  A refusal changes nothing.  O(1).
+ * the order freed), KVP_ERANGE (unknown or retired id), KVP_ENOTFOUND (the
+ * block is vacant: no content), KVP_EBUSY.  A refusal changes nothing.  O(1).
  */
 KVP_API kvp_status kvp_set_priority(kvp_pool *pool, kvp_block id, unsigned priority);
 

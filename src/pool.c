@@ -299,6 +299,26 @@ KVP__FLATTEN kvp_status kvp_peek_next(kvp_pool *pool, kvp_stream stream, kvp_blo
     return KVP_OK;
 }
 
+/* A block with content gets a retention priority (kvpool.h, policy.c). */
+kvp_status kvp_set_priority(kvp_pool *pool, kvp_block id, unsigned priority)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check_id(pool, id);
+    if (!rc && (priority > KVP_PRIORITY_MAX || pool->cfg.reuse == KVP_REUSE_FIFO ||
+                (pool->blocks[id].flags & KVP__F_NULL)))
+        rc = KVP_EINVAL;
+    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE && kvp__state(pool, id) != KVP_BLOCK_CACHED)
+        rc = KVP_ENOTFOUND;
+    if (!rc)
+        kvp__set_priority(pool, id, priority);
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
 static kvp_stream public_stream(const kvp_pool *p, int s)
 {
     return p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);
