@@ -18,7 +18,7 @@ H = bytes(31) + b"\x01"
 # (the hash-first methods take a hash; their second argument is the int).
 CALLS = {
     "owner_register": "I", "owner_release": "I", "free_owner": "I",
-    "free_count": "I", "peek_next": "I", "set_fill": "II", "block_info": "I",
+    "free_count": "I", "peek_next": "I", "set_fill": "II", "set_priority": "II", "block_info": "I",
     "block_ptr": "I", "take_id": "I", "claim": "I", "publish": "IH", "unpublish": "I",
     "lookup": "HI", "evict": "I", "ensure_free": "I", "extend": "I", "shrink": "I",
 }

@@ -48,6 +48,30 @@ static int parse_reuse(PyObject *o, kvp_reuse *r)
     return 0;
 }
 
+/* policy= as a name ('lru', 'slru') or a kvp_policy value; absent leaves
+ * *pol.  0, or -1 with the exception set. */
+static int parse_policy(PyObject *o, kvp_policy *pol)
+{
+    if (!o)
+        return 0;
+    if (PyUnicode_Check(o)) {
+        if (!PyUnicode_CompareWithASCIIString(o, "lru"))
+            *pol = KVP_POLICY_LRU;
+        else if (!PyUnicode_CompareWithASCIIString(o, "slru"))
+            *pol = KVP_POLICY_SLRU;
+        else {
+            PyErr_SetString(kvpy_exc[KVP_EINVAL], "policy must be 'lru' or 'slru'");
+            return -1;
+        }
+        return 0;
+    }
+    uint32_t v;
+    if (kvpy_get_u32(o, 0, &v, "policy"))
+        return -1;
+    *pol = (kvp_policy)v;
+    return 0;
+}
+
 /* hash_alg= as a name ('sha256', 'xxh3') or a kvp_hash_alg value other than
  * KVP_HASH_CUSTOM; absent leaves *a.  0, or -1 with the exception set. */
 static int parse_alg(PyObject *o, kvp_hash_alg *a)
@@ -83,14 +107,14 @@ static const char *const pool_kw[] = {
     "thread_safe", "null_block", "prefix_caching", "reuse", "history_len",
     "history_every_call", "on_evict", "hash_alg", "root_seed", "random_root",
     "verify_hits", "block_bytes", "host_arena", "events", "event_capacity", "medium", "prefault",
-    NULL};
+    "policy", NULL};
 
 /* Pool(**config): every keyword is a kvp_config field (see the type's doc).
  * Builds the library pool (without the GIL when it is large); NULL with the
  * exception set on a bad argument or a refused configuration. */
 PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *o[22] = {0};
+    PyObject *o[23] = {0};
     if (PyTuple_GET_SIZE(args) != 0) {
         PyErr_SetString(PyExc_TypeError, "Pool() takes keyword arguments only");
         return NULL;
@@ -128,7 +152,7 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         kvpy_get_bool(o[14], 0, &cfg.random_root) || kvpy_get_bool(o[15], 0, &cfg.verify_hits) ||
         kvpy_get_bool(o[17], 0, &cfg.host_arena) || kvpy_get_bool(o[18], 0, &cfg.events) ||
         kvpy_get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity") ||
-        kvpy_get_bool(o[21], 0, &cfg.prefault))
+        kvpy_get_bool(o[21], 0, &cfg.prefault) || parse_policy(o[22], &cfg.policy))
         return NULL;
     if (o[11] && o[11] != Py_None && !PyCallable_Check(o[11])) {
         PyErr_SetString(PyExc_TypeError, "on_evict must be callable or None");
@@ -1288,13 +1312,14 @@ static PyObject *info_dict(const kvp_block_info *bi)
         Py_DECREF(h);
         return NULL;
     }
-    return Py_BuildValue("{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:O,s:N,s:N}", "state",
+    return Py_BuildValue("{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:O,s:N,s:N,s:I}", "state",
                          state_name(bi->state), "stream", (int)bi->stream, "format",
                          (unsigned)bi->format, "ref_count", (unsigned)bi->ref_count, "anon_refs",
                          (unsigned)bi->anon_refs, "seq_refs", (unsigned)bi->seq_refs, "fill",
                          (unsigned)bi->fill, "published", bi->published ? Py_True : Py_False,
                          "ever_allocated", bi->ever_allocated ? Py_True : Py_False, "is_null",
-                         bi->is_null ? Py_True : Py_False, "owner", owner, "hash", h);
+                         bi->is_null ? Py_True : Py_False, "owner", owner, "hash", h, "priority",
+                         (unsigned)bi->priority);
 }
 
 /*
@@ -1313,6 +1338,7 @@ typedef enum sig_id {
     SIG_OWNER,       /* f(owner), positional, an int */
     SIG_ID,          /* f(id), positional */
     SIG_ID_FILL,     /* f(id, fill), positional */
+    SIG_ID_PRIO,     /* f(id, priority), positional */
     SIG_ID_HASH,     /* f(id, hash), positional */
     SIG_ID_OWNER,    /* f(id, owner=None) */
     SIG_N_STREAM,    /* f(n, stream=default stream) */
@@ -1344,6 +1370,7 @@ static const sig_def sigs[] = {
     [SIG_OWNER] = {{"owner", NULL}, {ARG_OWNER}, 1, 0},
     [SIG_ID] = {{"id", NULL}, {ARG_ID}, 1, 0},
     [SIG_ID_FILL] = {{"id", "fill", NULL}, {ARG_ID, ARG_U32}, 2, 0},
+    [SIG_ID_PRIO] = {{"id", "priority", NULL}, {ARG_ID, ARG_U32}, 2, 0},
     [SIG_ID_HASH] = {{"id", "hash", NULL}, {ARG_ID, ARG_HASH}, 2, 0},
     [SIG_ID_OWNER] = {{"id", "owner", NULL}, {ARG_ID, ARG_OWNER_OPT}, 1, 1},
     [SIG_N_STREAM] = {{"n", "stream", NULL}, {ARG_U32, ARG_STREAM_K}, 1, 1},
@@ -1427,6 +1454,9 @@ static kvp_status free_one(kvp_pool *p, kvp_block id, kvp_owner owner, uint32_t 
       "peek_next(stream=0) -> int | None: the block the next allocation would take, not "      \
       "taken.")                                                                                 \
     X(set_fill, SIG_ID_FILL, RET_NONE, 0, kvp_set_fill(p, a->id, a->u32), "set_fill(id, fill)") \
+    X(set_priority, SIG_ID_PRIO, RET_NONE, 0, kvp_set_priority(p, a->id, a->u32),               \
+      "set_priority(id, priority): the retention priority (0 low .. 3, 1 normal) of a block "  \
+      "with content: cached blocks of lower priorities are evicted first.  O(1).")             \
     X(block_info, SIG_ID, RET_INFO, 0, kvp_block_get(p, a->id, &r->info),                       \
       "block_info(id) -> dict")                                                                 \
     X(block_ptr, SIG_ID, RET_PTR, 0, kvp_block_ptr(p, a->id, &r->ptr),                          \
@@ -1699,7 +1729,8 @@ PyTypeObject kvpy_pool_type = {
               "prefix_caching=True, reuse='lifo', history_len=64, history_every_call=False, "
               "on_evict=None, hash_alg='sha256', root_seed=None, random_root=False, "
               "verify_hits=False, block_bytes=None, host_arena=False, events=False, "
-              "event_capacity=4096, medium=None, prefault=False)\n\nA kvpool block pool (kvp_pool).",
+              "event_capacity=4096, medium=None, prefault=False, policy='lru')\n\nA kvpool block "
+              "pool (kvp_pool).",
     .tp_weaklistoffset = offsetof(PoolObject, weakrefs),
     .tp_methods = Pool_methods,
     .tp_getset = Pool_getset,

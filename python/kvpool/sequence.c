@@ -370,6 +370,22 @@ static PyObject *Seq_fork(SeqObject *self, PyObject *const *args, Py_ssize_t nar
     return (PyObject *)w;
 }
 
+/* raise_priority(n_blocks, priority): kvp_seq_raise_priority. */
+static PyObject *Seq_raise_priority(SeqObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t n;
+    uint32_t prio;
+    if (!kvpy_nargs_is(nargs, 2, "raise_priority(n_blocks, priority)"))
+        return NULL;
+    if (kvpy_get_u64(args[0], 0, &n, "n_blocks") || kvpy_get_u32(args[1], 0, &prio, "priority") ||
+        !seq_ok(self))
+        return NULL;
+    kvp_status st = kvp_seq_raise_priority(self->seq, (size_t)n, prio);
+    if (st)
+        return kvpy_raise(st);
+    Py_RETURN_NONE;
+}
+
 /* destroy(): free the blocks and the sequence; the wrapper becomes dead.
  * BusyError while the table is exported. */
 static PyObject *Seq_destroy(SeqObject *self, PyObject *Py_UNUSED(ignored))
@@ -585,6 +601,10 @@ static PyMethodDef Seq_methods[] = {
      "as the last fills and published when full; copy-on-write for a shared partial block."},
     {"fork", (PyCFunction)(void (*)(void))Seq_fork_ev, METH_FASTCALL,
      "fork(child_id) -> Sequence sharing every block."},
+    {"raise_priority", (PyCFunction)(void (*)(void))Seq_raise_priority, METH_FASTCALL,
+     "raise_priority(n_blocks, priority): raise the retention priority of the first n_blocks "
+     "blocks to priority (0 low .. 3; a block already higher keeps its own), so that a "
+     "prefix such as a system prompt is evicted after what follows it.  O(n_blocks)."},
     {"destroy", (PyCFunction)Seq_destroy_ev, METH_NOARGS,
      "destroy()\n\nFree the blocks (last first) and the sequence."},
     {"blocks", (PyCFunction)(void (*)(void))Seq_blocks, METH_FASTCALL | METH_KEYWORDS,
