@@ -871,20 +871,14 @@ static void do_step(ctx *x, int op)
         gs = do_free_owner(x, oi);
         break;
     }
-    case OP_REGISTER: {
-        int oi = pick_owner(x);
-        OPF("owner_register(%" PRIu64 ")", oval(oi));
-        es = mdl_register(m, oi);
-        gs = kvp_owner_register(p, oval(oi));
-        cmp_status(x, "kvp_owner_register", gs, es, fp);
-        break;
-    }
+    case OP_REGISTER:
     case OP_RELEASE: {
+        int reg = op == OP_REGISTER;
         int oi = pick_owner(x);
-        OPF("owner_release(%" PRIu64 ")", oval(oi));
-        es = mdl_release(m, oi);
-        gs = kvp_owner_release(p, oval(oi));
-        cmp_status(x, "kvp_owner_release", gs, es, fp);
+        OPF("owner_%s(%" PRIu64 ")", reg ? "register" : "release", oval(oi));
+        es = reg ? mdl_register(m, oi) : mdl_release(m, oi);
+        gs = reg ? kvp_owner_register(p, oval(oi)) : kvp_owner_release(p, oval(oi));
+        cmp_status(x, reg ? "kvp_owner_register" : "kvp_owner_release", gs, es, fp);
         break;
     }
     case OP_SET_FILL: {
