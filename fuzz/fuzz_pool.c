@@ -257,6 +257,31 @@ static void cmp_u64(const char *what, uint64_t exp, uint64_t got)
         bad("%s: expected %" PRIu64 ", got %" PRIu64, what, exp, got);
 }
 
+/* One stream call that reports a count (kvp_evict, kvp_extend, kvp_shrink),
+ * run on the model and on the library: the statuses compared and, when the
+ * call succeeds, the counts. */
+static void run_counted(const char *call, const char *what, int st, uint32_t n, uint64_t fp,
+                        kvp_status (*mf)(model *, int, uint32_t, uint32_t *),
+                        kvp_status (*kf)(kvp_pool *, kvp_stream, uint32_t, uint32_t *))
+{
+    uint32_t en = 0, gn = 0;
+    kvp_status es = mf(&g_m, st, n, &en);
+    kvp_status gs = kf(g_r.p, (kvp_stream)st, n, &gn);
+    cmp_status(call, gs, es, fp);
+    if (es == KVP_OK)
+        cmp_u64(what, en, gn);
+}
+
+/* One pool-wide call without arguments (kvp_clear_index,
+ * kvp_reset_prefix_cache, kvp_pool_clear), run on the model and on the
+ * library with the statuses compared. */
+static void run_whole(const char *call, uint64_t fp, kvp_status (*mf)(model *),
+                      kvp_status (*kf)(kvp_pool *))
+{
+    kvp_status es = mf(&g_m);
+    cmp_status(call, kf(g_r.p), es, fp);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Whole-state comparison after every operation                              */
 /* ------------------------------------------------------------------------ */
@@ -862,21 +887,15 @@ static void do_rare(rd *r)
     switch (u8(r) % 8) {
     case 0:
         OPF("clear_index()");
-        es = mdl_clear_index(m);
-        gs = kvp_clear_index(p);
-        cmp_status("kvp_clear_index", gs, es, fp);
+        run_whole("kvp_clear_index", fp, mdl_clear_index, kvp_clear_index);
         break;
     case 1:
         OPF("reset_prefix_cache()");
-        es = mdl_reset_prefix(m);
-        gs = kvp_reset_prefix_cache(p);
-        cmp_status("kvp_reset_prefix_cache", gs, es, fp);
+        run_whole("kvp_reset_prefix_cache", fp, mdl_reset_prefix, kvp_reset_prefix_cache);
         break;
     case 2:
         OPF("pool_clear()");
-        es = mdl_pool_clear(m);
-        gs = kvp_pool_clear(p);
-        cmp_status("kvp_pool_clear", gs, es, fp);
+        run_whole("kvp_pool_clear", fp, mdl_pool_clear, kvp_pool_clear);
         memset(g_r.seq, 0, sizeof g_r.seq);
         break;
     case 3: {
@@ -920,9 +939,7 @@ static void do_rare(rd *r)
         }
         fp = fingerprint();
         OPF("drain: reset_prefix_cache()");
-        es = mdl_reset_prefix(m);
-        gs = kvp_reset_prefix_cache(p);
-        cmp_status("kvp_reset_prefix_cache", gs, es, fp);
+        run_whole("kvp_reset_prefix_cache", fp, mdl_reset_prefix, kvp_reset_prefix_cache);
         break;
     }
     default: {
@@ -1131,13 +1148,8 @@ static void do_op(rd *r, int op)
         int st = pick_stream(r);
         uint32_t n = u8(r) % 8;
         if (op == OP_EVICT) {
-            uint32_t en = 0, gn = 0;
             OPF("evict(stream=%d, %" PRIu32 ")", st, n);
-            es = mdl_evict(m, st, n, &en);
-            gs = kvp_evict(p, (kvp_stream)st, n, &gn);
-            cmp_status("kvp_evict", gs, es, fp);
-            if (es == KVP_OK)
-                cmp_u64("evict n_evicted", en, gn);
+            run_counted("kvp_evict", "evict n_evicted", st, n, fp, mdl_evict, kvp_evict);
         } else {
             OPF("ensure_free(stream=%d, %" PRIu32 ")", st, n);
             es = mdl_ensure(m, st, n);
@@ -1148,28 +1160,19 @@ static void do_op(rd *r, int op)
     }
     case OP_EXTEND: {
         int st = pick_stream(r);
-        uint32_t n = u8(r) % 8, en = 0, gn = 0;
+        uint32_t n = u8(r) % 8;
         if (mdl_managed(m) + n > POOL_BOUND)
             n = 0;
         OPF("extend(stream=%d, %" PRIu32 ")", st, n);
-        es = mdl_extend(m, st, n, &en);
-        gs = kvp_extend(p, (kvp_stream)st, n, &gn);
-        cmp_status("kvp_extend", gs, es, fp);
-        if (es == KVP_OK)
-            cmp_u64("extend n_added", en, gn);
+        run_counted("kvp_extend", "extend n_added", st, n, fp, mdl_extend, kvp_extend);
         break;
     }
     case OP_SHRINK: {
         int st = pick_stream(r), L = mdl_list(m, st);
         uint32_t f = L >= 0 ? mdl_n_free(m, L) : 4, v = u8(r);
         uint32_t t = v < 16 ? 0 : f > 3 ? f - 1 - v % 3 : v % (f + 2);
-        uint32_t en = 0, gn = 0;
         OPF("shrink(stream=%d, target=%" PRIu32 ")", st, t);
-        es = mdl_shrink(m, st, t, &en);
-        gs = kvp_shrink(p, (kvp_stream)st, t, &gn);
-        cmp_status("kvp_shrink", gs, es, fp);
-        if (es == KVP_OK)
-            cmp_u64("shrink n_retired", en, gn);
+        run_counted("kvp_shrink", "shrink n_retired", st, t, fp, mdl_shrink, kvp_shrink);
         break;
     }
     case OP_RETIRE_TOP: {

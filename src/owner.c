@@ -449,14 +449,25 @@ void kvp__owner_relocate(kvp_pool *p, uint32_t to)
 /* Public owner calls                                                        */
 /* ------------------------------------------------------------------------ */
 
-kvp_status kvp_owner_register(kvp_pool *pool, kvp_owner owner)
+/* What every public owner call starts with: refuse a missing pool or the
+ * anonymous owner, enter the pool, and find the owner's slot (KVP__NONE when
+ * it has none).  On an error the pool is not entered. */
+static kvp_status enter_owner(kvp_pool *pool, kvp_owner owner, uint32_t *slot)
 {
     if (!pool || owner == KVP_ANON)
         return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
+    *slot = rc ? KVP__NONE : kvp__owner_find(pool, owner);
+    return rc;
+}
+
+kvp_status kvp_owner_register(kvp_pool *pool, kvp_owner owner)
+{
+    uint32_t slot;
+    kvp_status rc = enter_owner(pool, owner, &slot);
     if (rc)
         return rc;
-    if (kvp__owner_find(pool, owner) != KVP__NONE)
+    if (slot != KVP__NONE)
         rc = KVP_EOWNERACTIVE;
     else
         rc = kvp__owner_reserve(pool);
@@ -468,12 +479,10 @@ kvp_status kvp_owner_register(kvp_pool *pool, kvp_owner owner)
 
 kvp_status kvp_owner_release(kvp_pool *pool, kvp_owner owner)
 {
-    if (!pool || owner == KVP_ANON)
-        return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    uint32_t slot;
+    kvp_status rc = enter_owner(pool, owner, &slot);
     if (rc)
         return rc;
-    uint32_t slot = kvp__owner_find(pool, owner);
     if (slot == KVP__NONE)
         rc = KVP_ENOTFOUND;
     else if (kvp__owner_live(&pool->owners[slot]))
@@ -487,12 +496,12 @@ kvp_status kvp_owner_release(kvp_pool *pool, kvp_owner owner)
 kvp_status kvp_owner_blocks(kvp_pool *pool, kvp_owner owner, kvp_block *ids, size_t ids_cap,
                             size_t *n_out)
 {
-    if (!pool || !n_out || (!ids && ids_cap) || owner == KVP_ANON)
+    if (!n_out || (!ids && ids_cap))
         return KVP_EINVAL;
-    kvp_status rc = kvp__enter(pool);
+    uint32_t slot;
+    kvp_status rc = enter_owner(pool, owner, &slot);
     if (rc)
         return rc;
-    uint32_t slot = kvp__owner_find(pool, owner);
     if (slot == KVP__NONE) {
         rc = KVP_ENOTFOUND;
     } else {

@@ -324,6 +324,41 @@ static void release_all(kvp_pool *p, kvp_seq *q)
     q->nblocks = q->nhashes = q->ntokens = 0;
 }
 
+/* Would one more sequence reference per appearance in q's table wrap a
+ * block's 32-bit reference count?  Counts the appearances in the blocks'
+ * per-call counters (q's blocks are in use), marking and unmarking them. */
+static bool refs_would_wrap(kvp_pool *p, const kvp_seq *q)
+{
+    bool wrap = false;
+    for (size_t i = 0; i < q->nblocks; i++) {
+        kvp__block *blk = &p->blocks[q->blocks[i]];
+        if (!(blk->flags & KVP__F_MARK)) {
+            blk->flags |= KVP__F_MARK;
+            blk->count = 0;
+        }
+        wrap |= blk->ref > UINT32_MAX - ++blk->count;
+    }
+    for (size_t i = 0; i < q->nblocks; i++)
+        p->blocks[q->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+    return wrap;
+}
+
+/* A new, unregistered sequence `id` with a copy of `x` and room for the
+ * blocks of `parent` (NULL: none), with a registry slot reserved for it.
+ * Refused with KVP_EOWNERACTIVE when sequence `id` exists, and with
+ * KVP_EINVAL when taking a reference to each of parent's blocks would wrap a
+ * block's count. */
+static kvp_status seq_open(kvp_pool *p, uint64_t id, const kvp_extra_keys *x,
+                           const kvp_seq *parent, kvp_seq **q)
+{
+    if (registry_find(p, id))
+        return KVP_EOWNERACTIVE;
+    if (parent && refs_would_wrap(p, parent))
+        return KVP_EINVAL;
+    kvp_status rc = registry_reserve(p);
+    return rc ? rc : seq_new(p, id, x, parent ? parent->nblocks : 0, q);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Public calls                                                              */
 /* ------------------------------------------------------------------------ */
@@ -337,12 +372,7 @@ kvp_status kvp_seq_create(kvp_pool *pool, uint64_t request_id, const kvp_extra_k
     if (rc)
         return rc;
     kvp_seq *q = NULL;
-    if (registry_find(pool, request_id))
-        rc = KVP_EOWNERACTIVE;
-    if (!rc)
-        rc = registry_reserve(pool);
-    if (!rc)
-        rc = seq_new(pool, request_id, extra, 0, &q);
+    rc = seq_open(pool, request_id, extra, NULL, &q);
     if (!rc) {
         registry_add(pool, q);
         *out = q;
@@ -603,25 +633,6 @@ KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, siz
     return rc;
 }
 
-/* Would one more sequence reference per appearance in q's table wrap a
- * block's 32-bit reference count?  Counts the appearances in the blocks'
- * per-call counters (q's blocks are in use), marking and unmarking them. */
-static bool refs_would_wrap(kvp_pool *p, const kvp_seq *q)
-{
-    bool wrap = false;
-    for (size_t i = 0; i < q->nblocks; i++) {
-        kvp__block *blk = &p->blocks[q->blocks[i]];
-        if (!(blk->flags & KVP__F_MARK)) {
-            blk->flags |= KVP__F_MARK;
-            blk->count = 0;
-        }
-        wrap |= blk->ref > UINT32_MAX - ++blk->count;
-    }
-    for (size_t i = 0; i < q->nblocks; i++)
-        p->blocks[q->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
-    return wrap;
-}
-
 /* Blocks of q from index `from` on that only q holds (ref 1): what dropping
  * them puts back on the free list. */
 static uint32_t sole_blocks(const kvp_pool *p, const kvp_seq *q, size_t from)
@@ -708,14 +719,7 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
     if (rc)
         return rc;
     kvp_seq *q = NULL;
-    if (registry_find(p, child_id))
-        rc = KVP_EOWNERACTIVE;
-    if (!rc && refs_would_wrap(p, parent))
-        rc = KVP_EINVAL;
-    if (!rc)
-        rc = registry_reserve(p);
-    if (!rc)
-        rc = seq_new(p, child_id, extra_of(parent), parent->nblocks, &q);
+    rc = seq_open(p, child_id, extra_of(parent), parent, &q);
     if (!rc) {
         if (parent->nblocks)
             memcpy(q->blocks, parent->blocks, parent->nblocks * sizeof *q->blocks);

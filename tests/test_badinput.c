@@ -762,26 +762,22 @@ static void run_table(int which, int thread_safe)
         fail_msg("%zu of %zu bad-input rows failed (listed above)", n_failed, n_run);
 }
 
-static void test_badinput_shared(void **state)
+/* One run of the table: the fixture and whether the pool is thread-safe,
+ * handed to the test as its state. */
+typedef struct table_run {
+    int which, thread_safe;
+} table_run;
+
+static table_run g_runs[] = {{FX_S, 0}, {FX_S, 1}, {FX_K, 0}, {FX_K, 1}};
+
+static void test_badinput_table(void **state)
 {
-    (void)state;
-    run_table(FX_S, 0);
+    const table_run *t = *state;
+    run_table(t->which, t->thread_safe);
 }
-static void test_badinput_shared_locked(void **state)
-{
-    (void)state;
-    run_table(FX_S, 1);
-}
-static void test_badinput_separate(void **state)
-{
-    (void)state;
-    run_table(FX_K, 0);
-}
-static void test_badinput_separate_locked(void **state)
-{
-    (void)state;
-    run_table(FX_K, 1);
-}
+/* A cmocka entry for one run, under its own name (as
+ * cmocka_unit_test_prestate, which names every entry after the function). */
+#define TABLE_TEST(name, run) {(name), test_badinput_table, NULL, NULL, &(run)}
 
 /* The retire_top case of the null block and of an empty pool. */
 static void test_badinput_retire_edges(void **state)
@@ -813,10 +809,10 @@ static void test_badinput_retire_edges(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_badinput_shared),
-        cmocka_unit_test(test_badinput_shared_locked),
-        cmocka_unit_test(test_badinput_separate),
-        cmocka_unit_test(test_badinput_separate_locked),
+        TABLE_TEST("test_badinput_shared", g_runs[0]),
+        TABLE_TEST("test_badinput_shared_locked", g_runs[1]),
+        TABLE_TEST("test_badinput_separate", g_runs[2]),
+        TABLE_TEST("test_badinput_separate_locked", g_runs[3]),
         cmocka_unit_test(test_badinput_retire_edges),
     };
     return cmocka_run_group_tests_name("badinput", tests, NULL, NULL);

@@ -120,10 +120,7 @@ static void test_reuse_fifo(void **state)
 
     /* One queue for vacant and cached blocks alike. */
     kvptest_evrec rec;
-    kvp_config cfg = kvptest_config(4);
-    cfg.reuse = KVP_REUSE_FIFO;
-    kvptest_evrec_attach(&rec, &cfg);
-    pool = kvptest_create(&cfg);
+    pool = kvptest_rec_pool(&rec, 4, KVP_REUSE_FIFO);
     KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
     kvp_hash h = kvptest_hash(100);
     KVP_ASSERT_OK(kvp_publish(pool, 0, &h));
@@ -144,10 +141,7 @@ static void test_vacant_before_cached(void **state)
     const kvp_reuse orders[2] = {KVP_REUSE_LIFO, KVP_REUSE_LOWEST};
     for (int o = 0; o < 2; o++) {
         kvptest_evrec rec;
-        kvp_config cfg = kvptest_config(4);
-        cfg.reuse = orders[o];
-        kvptest_evrec_attach(&rec, &cfg);
-        kvp_pool *pool = kvptest_create(&cfg);
+        kvp_pool *pool = kvptest_rec_pool(&rec, 4, orders[o]);
         KVPTEST_EXPECT_TAKES(pool, KVP_STREAM_SHARED, 1, 0, 1, 2, 3);
         kvp_hash h10 = kvptest_hash(10), h11 = kvptest_hash(11);
         KVP_ASSERT_OK(kvp_publish(pool, 0, &h10));

@@ -45,21 +45,13 @@ static void expect_evicted_at(const kvptest_evrec *r, size_t before, uint64_t hv
 #define EXPECT_EVICTED(r, before, hv, b) \
     expect_evicted_at((r), (before), (hv), (b), __FILE__, __LINE__)
 
-static kvp_pool *rec_pool(kvptest_evrec *rec, uint32_t n, kvp_reuse reuse)
-{
-    kvp_config cfg = kvptest_config(n);
-    cfg.reuse = reuse;
-    kvptest_evrec_attach(rec, &cfg);
-    return kvptest_create(&cfg);
-}
-
 /* ---- publish / lookup / unpublish ------------------------------------- */
 
 static void test_publish_lookup_unpublish(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LOWEST);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 48, 1, ids, 8); /* 0 1 2 */
     kvptest_publish(pool, 1, 500);
@@ -98,9 +90,7 @@ static void test_publish_lookup_unpublish(void **state)
     /* Unpublish an in-use block: an eviction; the block stays in use. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 1));
     EXPECT_EVICTED(&rec, 0, 500, 1);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.evictions, 1);
-    KVP_ASSERT_EQ(st.indexed, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(evictions, 1), ST(indexed, 0));
     info = kvptest_info(pool, 1);
     KVP_ASSERT_EQ(info.state, KVP_BLOCK_IN_USE);
     KVP_ASSERT_EQ(info.published, 0);
@@ -113,10 +103,7 @@ static void test_publish_lookup_unpublish(void **state)
     /* Unpublish a cached block: it becomes vacant. */
     KVP_ASSERT_OK(kvp_unpublish(pool, 1));
     EXPECT_EVICTED(&rec, 1, 600, 1);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.cached, 0);
-    KVP_ASSERT_EQ(st.vacant, 6);
-    KVP_ASSERT_EQ(st.evictions, 2);
+    KVPTEST_EXPECT_STATS(pool, ST(cached, 0), ST(vacant, 6), ST(evictions, 2));
     KVP_ASSERT_EQ(kvptest_info(pool, 1).state, KVP_BLOCK_VACANT);
     /* An unpublished block that is freed is vacant. */
     kvptest_publish(pool, 2, 700);
@@ -137,7 +124,7 @@ static void test_lazy_eviction(void **state)
     const kvp_reuse orders[3] = {KVP_REUSE_LIFO, KVP_REUSE_LOWEST, KVP_REUSE_FIFO};
     for (int o = 0; o < 3; o++) {
         kvptest_evrec rec;
-        kvp_pool *pool = rec_pool(&rec, 4, orders[o]);
+        kvp_pool *pool = kvptest_rec_pool(&rec, 4, orders[o]);
         kvp_block ids[4];
         kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
         kvptest_publish(pool, ids[1], 42);
@@ -147,10 +134,7 @@ static void test_lazy_eviction(void **state)
         kvp_block_info info = kvptest_info(pool, ids[1]);
         KVP_ASSERT_EQ(info.state, KVP_BLOCK_CACHED);
         KVP_ASSERT_EQ(info.published, 1);
-        kvp_stats st = kvptest_stats(pool);
-        KVP_ASSERT_EQ(st.cached, 1);
-        KVP_ASSERT_EQ(st.indexed, 1);
-        KVP_ASSERT_EQ(st.evictions, 0);
+        KVPTEST_EXPECT_STATS(pool, ST(cached, 1), ST(indexed, 1), ST(evictions, 0));
         KVP_ASSERT_EQ(rec.n, 0);
         kvptest_check(pool);
         /* Handing it out again is the eviction. */
@@ -172,7 +156,7 @@ static void test_lazy_eviction(void **state)
 
     /* Through kvp_alloc, several at once, in LRU order. */
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 4, KVP_REUSE_LIFO);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 4, KVP_REUSE_LIFO);
     kvp_block ids[4];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
     for (int i = 0; i < 4; i++)
@@ -197,7 +181,7 @@ static void test_claim_cached(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 4, KVP_REUSE_LOWEST);
     kvp_block ids[4];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4); /* 0..3 */
     KVP_ASSERT_OK(kvp_set_fill(pool, 2, 16));
@@ -219,10 +203,7 @@ static void test_claim_cached(void **state)
     KVP_ASSERT_EQ(info.published, 1);
     KVP_ASSERT_EQ(kvptest_hash_u64(&info.hash), 22);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 22), 2);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.cached, 1);
-    KVP_ASSERT_EQ(st.indexed, 2);
-    KVP_ASSERT_EQ(st.evictions, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(cached, 1), ST(indexed, 2), ST(evictions, 0));
     kvp_block ob[4];
     KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 5, ob, 4), 1);
     KVP_ASSERT_EQ(ob[0], 2);
@@ -236,7 +217,7 @@ static void test_claim_cached(void **state)
     kvptest_done(pool);
 
     /* A claimed-and-freed block goes to the most recent end of the LRU. */
-    pool = rec_pool(&rec, 4, KVP_REUSE_LOWEST);
+    pool = kvptest_rec_pool(&rec, 4, KVP_REUSE_LOWEST);
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 4);
     kvptest_publish(pool, 0, 100);
     kvptest_publish(pool, 1, 101);
@@ -290,7 +271,7 @@ static void test_duplicates(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LOWEST);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8); /* 0..3 */
     /* Published in order 1, 0, 2, 3. */
@@ -358,7 +339,7 @@ static void test_duplicates_many(void **state)
     (void)state;
     const uint32_t N = 64;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, N, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, N, KVP_REUSE_LOWEST);
     kvp_block ids[64];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * (uint64_t)N, 1, ids, N);
     for (uint32_t i = 0; i < N; i++)
@@ -398,7 +379,7 @@ static void test_evict_lru(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LOWEST);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
     for (kvp_block b = 0; b < 8; b++)
@@ -418,11 +399,7 @@ static void test_evict_lru(void **state)
     KVPTEST_EXPECT_EVREC(&rec, 1, 102, 2);
     KVP_ASSERT_EQ(kvptest_info(pool, 5).state, KVP_BLOCK_VACANT);
     KVP_ASSERT_EQ(kvptest_info(pool, 7).state, KVP_BLOCK_CACHED);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.evictions, 2);
-    KVP_ASSERT_EQ(st.cached, 2);
-    KVP_ASSERT_EQ(st.vacant, 2);
-    KVP_ASSERT_EQ(st.indexed, 6);
+    KVPTEST_EXPECT_STATS(pool, ST(evictions, 2), ST(cached, 2), ST(vacant, 2), ST(indexed, 6));
     kvptest_check(pool);
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 10, NULL));
     KVP_ASSERT_EQ(rec.n, 4);
@@ -432,10 +409,7 @@ static void test_evict_lru(void **state)
     KVP_ASSERT_EQ(ne, 0);
     /* In-use published blocks are never evicted. */
     KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.evictions, 4);
-    KVP_ASSERT_EQ(st.cached, 0);
-    KVP_ASSERT_EQ(st.vacant, 4);
+    KVPTEST_EXPECT_STATS(pool, ST(evictions, 4), ST(cached, 0), ST(vacant, 4));
     /* Evicted blocks are plain vacant blocks (LOWEST: lowest first). */
     KVP_ASSERT_EQ(kvptest_take(pool, KVP_STREAM_SHARED, 1), 0);
     KVP_ASSERT_EQ(rec.n, 4);
@@ -446,7 +420,7 @@ static void test_ensure_free(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LOWEST);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 128, 1, ids, 8);
     for (kvp_block b = 0; b < 4; b++)
@@ -492,7 +466,7 @@ static void test_clear_index(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LOWEST);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LOWEST);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 96, 1, ids, 8); /* 0..5 */
     for (kvp_block b = 0; b < 5; b++)
@@ -506,12 +480,8 @@ static void test_clear_index(void **state)
     KVP_ASSERT_EQ(rec.cleared[0], 1);
     KVP_ASSERT_EQ(rec.block[0], KVP_NO_BLOCK);
     KVP_ASSERT_EQ(rec.bad, 0);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.indexed, 0);
-    KVP_ASSERT_EQ(st.cached, 0);
-    KVP_ASSERT_EQ(st.vacant, 4);
-    KVP_ASSERT_EQ(st.in_use, 4);
-    KVP_ASSERT_EQ(st.evictions, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(indexed, 0), ST(cached, 0), ST(vacant, 4), ST(in_use, 4),
+                         ST(evictions, 0));
     for (uint64_t hv = 300; hv < 305; hv++)
         KVP_ASSERT_EQ(kvptest_lookup(pool, hv), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_info(pool, 0).state, KVP_BLOCK_VACANT);
@@ -540,7 +510,7 @@ static void test_reset_prefix_cache(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_pool *pool = rec_pool(&rec, 8, KVP_REUSE_LIFO);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LIFO);
     kvp_block ids[8];
     kvptest_alloc(pool, KVP_STREAM_SHARED, 64, 1, ids, 8);
     for (int i = 0; i < 4; i++)
@@ -559,11 +529,7 @@ static void test_reset_prefix_cache(void **state)
     KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
     KVP_ASSERT_EQ(rec.n, 1);
     KVP_ASSERT_EQ(rec.n_cleared, 1);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.indexed, 0);
-    KVP_ASSERT_EQ(st.cached, 0);
-    KVP_ASSERT_EQ(st.vacant, 8);
-    KVP_ASSERT_EQ(st.evictions, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(indexed, 0), ST(cached, 0), ST(vacant, 8), ST(evictions, 0));
     for (uint64_t hv = 400; hv < 404; hv++)
         KVP_ASSERT_EQ(kvptest_lookup(pool, hv), KVP_NO_BLOCK);
     for (kvp_block b = 0; b < 8; b++) {
@@ -596,9 +562,7 @@ static void test_prefix_caching_off(void **state)
     uint32_t ne = 9;
     KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 4, &ne));
     KVP_ASSERT_EQ(ne, 0);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.cached, 0);
-    KVP_ASSERT_EQ(st.vacant, 4);
+    KVPTEST_EXPECT_STATS(pool, ST(cached, 0), ST(vacant, 4));
     KVP_ASSERT_EQ(rec.n, 0);
     KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
     kvptest_done(pool);

@@ -250,6 +250,34 @@ static void cmp_u64(ctx *x, const char *what, uint64_t exp, uint64_t got)
         bad(x, "%s: expected %" PRIu64 ", got %" PRIu64, what, exp, got);
 }
 
+/* One stream call that reports a count (kvp_evict, kvp_extend, kvp_shrink),
+ * run on the model and on the library: the statuses compared and, when the
+ * call succeeds, the counts.  Returns the library's status. */
+static kvp_status run_counted(ctx *x, const char *call, const char *what, int st, uint32_t n,
+                              uint64_t fp, kvp_status (*mf)(model *, int, uint32_t, uint32_t *),
+                              kvp_status (*kf)(kvp_pool *, kvp_stream, uint32_t, uint32_t *))
+{
+    uint32_t en = 0, gn = 0;
+    kvp_status es = mf(x->m, st, n, &en);
+    kvp_status gs = kf(x->p, (kvp_stream)st, n, &gn);
+    cmp_status(x, call, gs, es, fp);
+    if (es == KVP_OK)
+        cmp_u64(x, what, en, gn);
+    return gs;
+}
+
+/* One pool-wide call without arguments (kvp_clear_index,
+ * kvp_reset_prefix_cache, kvp_pool_clear), run on the model and on the
+ * library with the statuses compared.  Returns the library's status. */
+static kvp_status run_whole(ctx *x, const char *call, uint64_t fp, kvp_status (*mf)(model *),
+                            kvp_status (*kf)(kvp_pool *))
+{
+    kvp_status es = mf(x->m);
+    kvp_status gs = kf(x->p);
+    cmp_status(x, call, gs, es, fp);
+    return gs;
+}
+
 static void cmp_events(ctx *x)
 {
     model *m = x->m;
@@ -845,20 +873,14 @@ static void do_step(ctx *x, int op)
         gs = do_free_owner(x, oi);
         break;
     }
-    case OP_REGISTER: {
-        int oi = pick_owner(x);
-        OPF("owner_register(%" PRIu64 ")", oval(oi));
-        es = mdl_register(m, oi);
-        gs = kvp_owner_register(p, oval(oi));
-        cmp_status(x, "kvp_owner_register", gs, es, fp);
-        break;
-    }
+    case OP_REGISTER:
     case OP_RELEASE: {
+        int reg = op == OP_REGISTER;
         int oi = pick_owner(x);
-        OPF("owner_release(%" PRIu64 ")", oval(oi));
-        es = mdl_release(m, oi);
-        gs = kvp_owner_release(p, oval(oi));
-        cmp_status(x, "kvp_owner_release", gs, es, fp);
+        OPF("owner_%s(%" PRIu64 ")", reg ? "register" : "release", oval(oi));
+        es = reg ? mdl_register(m, oi) : mdl_release(m, oi);
+        gs = reg ? kvp_owner_register(p, oval(oi)) : kvp_owner_release(p, oval(oi));
+        cmp_status(x, reg ? "kvp_owner_register" : "kvp_owner_release", gs, es, fp);
         break;
     }
     case OP_SET_FILL: {
@@ -947,13 +969,9 @@ static void do_step(ctx *x, int op)
     }
     case OP_EVICT: {
         int st = pick_stream(x);
-        uint32_t n = rn(x, 5), en = 0, gn = 0;
+        uint32_t n = rn(x, 5);
         OPF("evict(stream=%d, n=%" PRIu32 ")", st, n);
-        es = mdl_evict(m, st, n, &en);
-        gs = kvp_evict(p, (kvp_stream)st, n, &gn);
-        cmp_status(x, "kvp_evict", gs, es, fp);
-        if (es == KVP_OK)
-            cmp_u64(x, "evict n_evicted", en, gn);
+        gs = run_counted(x, "kvp_evict", "evict n_evicted", st, n, fp, mdl_evict, kvp_evict);
         break;
     }
     case OP_ENSURE: {
@@ -970,9 +988,7 @@ static void do_step(ctx *x, int op)
     }
     case OP_CLEAR_INDEX:
         OPF("clear_index()");
-        es = mdl_clear_index(m);
-        gs = kvp_clear_index(p);
-        cmp_status(x, "kvp_clear_index", gs, es, fp);
+        gs = run_whole(x, "kvp_clear_index", fp, mdl_clear_index, kvp_clear_index);
         break;
     case OP_DRAIN:
         for (int oi = 0; oi < NOWN; oi++)
@@ -990,22 +1006,15 @@ static void do_step(ctx *x, int op)
         /* fall through */
     case OP_RESET_PREFIX:
         OPF("reset_prefix_cache()");
-        es = mdl_reset_prefix(m);
-        gs = kvp_reset_prefix_cache(p);
-        cmp_status(x, "kvp_reset_prefix_cache", gs, es, fp);
+        gs = run_whole(x, "kvp_reset_prefix_cache", fp, mdl_reset_prefix, kvp_reset_prefix_cache);
         break;
     case OP_EXTEND: {
         int st = pick_stream(x);
         uint32_t n = rn(x, 7);
         if (!m->c.maxb && mdl_managed(m) + n > 200)
             n = 0;
-        uint32_t en = 0, gn = 0;
         OPF("extend(stream=%d, n=%" PRIu32 ")", st, n);
-        es = mdl_extend(m, st, n, &en);
-        gs = kvp_extend(p, (kvp_stream)st, n, &gn);
-        cmp_status(x, "kvp_extend", gs, es, fp);
-        if (es == KVP_OK)
-            cmp_u64(x, "extend n_added", en, gn);
+        gs = run_counted(x, "kvp_extend", "extend n_added", st, n, fp, mdl_extend, kvp_extend);
         break;
     }
     case OP_SHRINK: {
@@ -1015,13 +1024,8 @@ static void do_step(ctx *x, int op)
         uint32_t t = f > 3 ? f - 1 - rn(x, 3) : rn(x, f + 2);
         if (chance(x, 5))
             t = 0;
-        uint32_t en = 0, gn = 0;
         OPF("shrink(stream=%d, target_free=%" PRIu32 ")", st, t);
-        es = mdl_shrink(m, st, t, &en);
-        gs = kvp_shrink(p, (kvp_stream)st, t, &gn);
-        cmp_status(x, "kvp_shrink", gs, es, fp);
-        if (es == KVP_OK)
-            cmp_u64(x, "shrink n_retired", en, gn);
+        gs = run_counted(x, "kvp_shrink", "shrink n_retired", st, t, fp, mdl_shrink, kvp_shrink);
         break;
     }
     case OP_RETIRE_TOP: {
@@ -1087,9 +1091,7 @@ static void do_step(ctx *x, int op)
     }
     case OP_POOL_CLEAR:
         OPF("pool_clear()");
-        es = mdl_pool_clear(m);
-        gs = kvp_pool_clear(p);
-        cmp_status(x, "kvp_pool_clear", gs, es, fp);
+        gs = run_whole(x, "kvp_pool_clear", fp, mdl_pool_clear, kvp_pool_clear);
         break;
     case OP_STATS_RESET: {
         OPF("stats_reset()");

@@ -602,10 +602,7 @@ static void test_take_id(void **state)
 {
     (void)state;
     kvptest_evrec rec;
-    kvp_config cfg = kvptest_config(8);
-    cfg.reuse = KVP_REUSE_LOWEST;
-    kvptest_evrec_attach(&rec, &cfg);
-    kvp_pool *pool = kvptest_create(&cfg);
+    kvp_pool *pool = kvptest_rec_pool(&rec, 8, KVP_REUSE_LOWEST);
 
     /* A never-used block out of order. */
     KVP_ASSERT_OK(kvp_take_id(pool, 5, 1));

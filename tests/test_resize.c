@@ -88,11 +88,7 @@ static void test_extend_cap(void **state)
     uint32_t added = 99;
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 5, &added));
     KVP_ASSERT_EQ(added, 2);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.blocks, 6);
-    KVP_ASSERT_EQ(st.extended, 2);
-    KVP_ASSERT_EQ(st.vacant, 6);
-    KVP_ASSERT_EQ(st.grown, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(blocks, 6), ST(extended, 2), ST(vacant, 6), ST(grown, 0));
     for (kvp_block b = 4; b < 6; b++) {
         kvp_block_info info = kvptest_info(pool, b);
         KVP_ASSERT_EQ(info.state, KVP_BLOCK_VACANT);
@@ -176,10 +172,7 @@ static void test_extend_refills_retired(void **state)
     KVP_ASSERT_EQ(added, 3);
     EXPECT_STATES(pool, KVP_BLOCK_VACANT, 6, 8, 9);
     KVP_ASSERT_STATUS(kvp_block_get(pool, 10, &info), KVP_ERANGE);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.blocks, 10);
-    KVP_ASSERT_EQ(st.extended, 5);
-    KVP_ASSERT_EQ(st.retired, 3);
+    KVPTEST_EXPECT_STATS(pool, ST(blocks, 10), ST(extended, 5), ST(retired, 3));
     kvptest_done(pool);
 
     /* The cap counts managed blocks, not the highest id. */
@@ -211,9 +204,7 @@ static void shrink_order(kvp_reuse reuse)
     /* LRU of cached: 6 1 8 3.  In use: 4, 9. */
     kvp_block f[8] = {6, 0, 1, 2, 8, 5, 3, 7};
     KVP_ASSERT_OK(kvp_free(pool, f, 8, 1));
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.vacant, 4);
-    KVP_ASSERT_EQ(st.cached, 4);
+    KVPTEST_EXPECT_STATS(pool, ST(vacant, 4), ST(cached, 4));
 
     uint32_t nret = 0;
     KVP_ASSERT_OK(kvp_shrink(pool, KVP_STREAM_SHARED, 6, &nret));
@@ -232,10 +223,7 @@ static void shrink_order(kvp_reuse reuse)
     KVPTEST_EXPECT_EVREC(&rec, 1, 106, 6);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 108), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 103), 3);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.evictions, 2);
-    KVP_ASSERT_EQ(st.retired, 6);
-    KVP_ASSERT_EQ(st.blocks, 4);
+    KVPTEST_EXPECT_STATS(pool, ST(evictions, 2), ST(retired, 6), ST(blocks, 4));
     kvptest_check(pool);
 
     /* Target at or above the free count: nothing. */
@@ -256,11 +244,7 @@ static void shrink_order(kvp_reuse reuse)
     KVP_ASSERT_EQ(info.owner, 1);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 109), 9);
     EXPECT_STATES(pool, KVP_BLOCK_IN_USE, 4);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.blocks, 2);
-    KVP_ASSERT_EQ(st.free, 0);
-    KVP_ASSERT_EQ(st.in_use, 2);
-    KVP_ASSERT_EQ(st.retired, 8);
+    KVPTEST_EXPECT_STATS(pool, ST(blocks, 2), ST(free, 0), ST(in_use, 2), ST(retired, 8));
     KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 1, ids, 10), 2);
     /* Retired blocks are out of range for everything. */
     kvp_block r = 7;
@@ -270,23 +254,15 @@ static void shrink_order(kvp_reuse reuse)
     kvptest_done(pool);
 }
 
-static void test_shrink_order(void **state)
-{
-    (void)state;
-    shrink_order(KVP_REUSE_LOWEST);
-}
+/* shrink_order in each reuse order, the order handed to the test as its
+ * state; each entry named in the test list. */
+static kvp_reuse g_orders[] = {KVP_REUSE_LOWEST, KVP_REUSE_LIFO, KVP_REUSE_FIFO};
 
-static void test_shrink_order_lifo(void **state)
+static void test_shrink_order_in(void **state)
 {
-    (void)state;
-    shrink_order(KVP_REUSE_LIFO);
+    shrink_order(*(const kvp_reuse *)*state);
 }
-
-static void test_shrink_order_fifo(void **state)
-{
-    (void)state;
-    shrink_order(KVP_REUSE_FIFO);
-}
+#define SHRINK_TEST(name, order) {(name), test_shrink_order_in, NULL, NULL, &(order)}
 
 static void test_shrink_separate(void **state)
 {
@@ -320,10 +296,7 @@ static void test_retire_top_free(void **state)
     kvp_pool *pool = make(4, KVP_REUSE_LOWEST, 0, &rec);
     expect_retire(pool, 3, KVP_NO_BLOCK);
     EXPECT_STATES(pool, KVP_BLOCK_RETIRED, 3);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.blocks, 3);
-    KVP_ASSERT_EQ(st.retired, 1);
-    KVP_ASSERT_EQ(st.relocated, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(blocks, 3), ST(retired, 1), ST(relocated, 0));
     KVP_ASSERT_EQ(rec.n, 0);
     kvptest_check(pool);
     /* A cached top: evicted. */
@@ -335,11 +308,7 @@ static void test_retire_top_free(void **state)
     KVP_ASSERT_EQ(rec.n, 1);
     KVPTEST_EXPECT_EVREC(&rec, 0, 22, 2);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 22), KVP_NO_BLOCK);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.evictions, 1);
-    KVP_ASSERT_EQ(st.retired, 2);
-    KVP_ASSERT_EQ(st.blocks, 2);
-    KVP_ASSERT_EQ(st.indexed, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(evictions, 1), ST(retired, 2), ST(blocks, 2), ST(indexed, 0));
     kvptest_check(pool);
     /* Retired ids come back with extend, lowest first. */
     uint32_t added = 0;
@@ -398,17 +367,10 @@ static void test_retire_top_used(void **state)
     KVP_ASSERT_EQ(kvptest_owner_blocks(pool, 2, ob, 8), 2);
     KVP_ASSERT_EQ(ob[0], 3);
     KVP_ASSERT_EQ(ob[1], 1);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.relocated, 1);
-    KVP_ASSERT_EQ(st.retired, 1);
-    KVP_ASSERT_EQ(st.blocks, 7);
-    KVP_ASSERT_EQ(st.in_use, before.in_use);
-    KVP_ASSERT_EQ(st.free, before.free - 1);
-    KVP_ASSERT_EQ(st.shared, before.shared);
-    KVP_ASSERT_EQ(st.indexed, before.indexed);
-    KVP_ASSERT_EQ(st.fragmented, 1);
-    KVP_ASSERT_EQ(st.owners, 2);
-    KVP_ASSERT_EQ(st.evictions, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(relocated, 1), ST(retired, 1), ST(blocks, 7),
+                         ST(in_use, before.in_use), ST(free, before.free - 1),
+                         ST(shared, before.shared), ST(indexed, before.indexed), ST(fragmented, 1),
+                         ST(owners, 2), ST(evictions, 0));
     kvptest_check(pool);
 
     /* The old id is gone; the new one behaves like the old one did. */
@@ -463,11 +425,7 @@ static void test_retire_top_destination(void **state)
     KVPTEST_EXPECT_EVREC(&rec, 0, 11, 1);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 11), KVP_NO_BLOCK);
     KVP_ASSERT_EQ(kvptest_lookup(pool, 66), 1);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.evictions, 1);
-    KVP_ASSERT_EQ(st.relocated, 2);
-    KVP_ASSERT_EQ(st.indexed, 1);
-    KVP_ASSERT_EQ(st.free, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(evictions, 1), ST(relocated, 2), ST(indexed, 1), ST(free, 0));
     kvptest_done(pool);
 }
 
@@ -478,10 +436,7 @@ static void test_retire_top_no_free(void **state)
     kvp_pool *pool = make_full(4, KVP_REUSE_LOWEST, 0, NULL, ids);
     kvptest_publish(pool, 3, 3);
     KVP_ASSERT_REFUSED(pool, kvp_retire_top(pool, &r, &m), KVP_EEXHAUSTED);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.retired, 0);
-    KVP_ASSERT_EQ(st.relocated, 0);
-    KVP_ASSERT_EQ(st.blocks, 4);
+    KVPTEST_EXPECT_STATS(pool, ST(retired, 0), ST(relocated, 0), ST(blocks, 4));
     /* After a shrink retired the top ids, the highest managed is the top. */
     kvptest_free1(pool, 0, 1);
     kvptest_free1(pool, 3, 1);
@@ -584,11 +539,7 @@ static void test_retire_all(void **state)
             moves++;
         kvptest_check(pool);
     }
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.blocks, 8);
-    KVP_ASSERT_EQ(st.in_use, 8);
-    KVP_ASSERT_EQ(st.free, 0);
-    KVP_ASSERT_EQ(st.relocated, moves);
+    KVPTEST_EXPECT_STATS(pool, ST(blocks, 8), ST(in_use, 8), ST(free, 0), ST(relocated, moves));
     /* Every odd block's content is still findable, at an id below 8. */
     for (kvp_block b = 1; b < 16; b += 2) {
         kvp_block at = kvptest_lookup(pool, 1000 + b);
@@ -609,9 +560,9 @@ int main(void)
         cmocka_unit_test(test_extend_cap),
         cmocka_unit_test(test_extend_reuse_position),
         cmocka_unit_test(test_extend_refills_retired),
-        cmocka_unit_test(test_shrink_order),
-        cmocka_unit_test(test_shrink_order_lifo),
-        cmocka_unit_test(test_shrink_order_fifo),
+        SHRINK_TEST("test_shrink_order", g_orders[0]),
+        SHRINK_TEST("test_shrink_order_lifo", g_orders[1]),
+        SHRINK_TEST("test_shrink_order_fifo", g_orders[2]),
         cmocka_unit_test(test_shrink_separate),
         cmocka_unit_test(test_retire_top_free),
         cmocka_unit_test(test_retire_top_used),

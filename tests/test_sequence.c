@@ -183,10 +183,7 @@ static void test_hit_on_free_cached(void **state)
         KVP_ASSERT_EQ(bi.published, 1);
         KVP_ASSERT_EQ(bi.fill, 4);
     }
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.cached, 0);
-    KVP_ASSERT_EQ(st.in_use, 3);
-    KVP_ASSERT_EQ(st.evictions, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(cached, 0), ST(in_use, 3), ST(evictions, 0));
     kvptest_done(pool);
 }
 
@@ -289,9 +286,7 @@ static void test_partial_block_published_when_full(void **state)
     bi = kvptest_info(pool, ia[4]);
     KVP_ASSERT_EQ(bi.published, 1);
     assert_memory_equal(bi.hash.b, h[4].b, 32);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.indexed, 5);
-    KVP_ASSERT_EQ(st.tokens_in_use, 20);
+    KVPTEST_EXPECT_STATS(pool, ST(indexed, 5), ST(tokens_in_use, 20));
     /* Append onto an empty sequence (no admit): allowed, publishes too. */
     kvp_seq *b = mkseq(pool, 2);
     APPEND(b, t, 5);
@@ -403,13 +398,10 @@ static void test_admit_exhausted(void **state)
     KVP_ASSERT_EQ(refs(pool, ia[0]), 0);
     KVP_ASSERT_EQ(lookup_hash(pool, &hp[0]), ia[0]);
     KVP_ASSERT_EQ(lookup_hash(pool, &hp[1]), ia[1]);
-    kvp_stats after = kvptest_stats(pool);
-    KVP_ASSERT_EQ(after.exhausted, before.exhausted + 1);
-    KVP_ASSERT_EQ(after.prefix_queries, before.prefix_queries);
-    KVP_ASSERT_EQ(after.prefix_hits, before.prefix_hits);
-    KVP_ASSERT_EQ(after.evictions, before.evictions);
-    KVP_ASSERT_EQ(after.in_use, before.in_use);
-    KVP_ASSERT_EQ(after.cached, 2);
+    KVPTEST_EXPECT_STATS(pool, ST(exhausted, before.exhausted + 1),
+                         ST(prefix_queries, before.prefix_queries),
+                         ST(prefix_hits, before.prefix_hits), ST(evictions, before.evictions),
+                         ST(in_use, before.in_use), ST(cached, 2));
     /* Without any hit. */
     uint32_t big[40];
     kvptest_tokens(big, 40, 5000);
@@ -521,9 +513,7 @@ static void test_admit_grows(void **state)
     kvptest_tokens(t, 40, 1);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 21); /* 6 blocks: grows by 2 */
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.blocks, 6);
-    KVP_ASSERT_EQ(st.grown, 2);
+    KVPTEST_EXPECT_STATS(pool, ST(blocks, 6), ST(grown, 2));
     kvp_seq *b = mkseq(pool, 2);
     uint32_t u[12];
     kvptest_tokens(u, 12, 700);
@@ -563,12 +553,8 @@ static void test_leave_one_token(void **state)
     kvp_hash h[2];
     KVP_ASSERT_OK(kvp_hash_tokens(pool, t, 8, NULL, h, 2, 0, NULL));
     KVP_ASSERT_EQ(lookup_hash(pool, &h[1]), ia[1]);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.prefix_queries, 2);
-    KVP_ASSERT_EQ(st.prefix_hits, 1);
-    KVP_ASSERT_EQ(st.prefix_tokens_queried, 8);
-    KVP_ASSERT_EQ(st.prefix_tokens_hit, 4);
-    KVP_ASSERT_EQ(st.indexed, 3);
+    KVPTEST_EXPECT_STATS(pool, ST(prefix_queries, 2), ST(prefix_hits, 1),
+                         ST(prefix_tokens_queried, 8), ST(prefix_tokens_hit, 4), ST(indexed, 3));
     /* 9 tokens: both full blocks hit. */
     kvp_seq *c = mkseq(pool, 3);
     t[8] = 99;
@@ -656,10 +642,7 @@ static void test_reset_prefix_cache(void **state)
         KVP_ASSERT_EQ(kvptest_stats(pool).cached, 2);
         KVP_ASSERT_OK(kvp_reset_prefix_cache(pool));
         KVP_ASSERT_EQ(rec.n_cleared, 1);
-        kvp_stats st = kvptest_stats(pool);
-        KVP_ASSERT_EQ(st.cached, 0);
-        KVP_ASSERT_EQ(st.indexed, 0);
-        KVP_ASSERT_EQ(st.in_use, (uint64_t)null_block);
+        KVPTEST_EXPECT_STATS(pool, ST(cached, 0), ST(indexed, 0), ST(in_use, (uint64_t)null_block));
         kvp_seq *c = mkseq(pool, 4);
         KVP_ASSERT_EQ(admit(c, t, 9), 0);
         kvptest_done(pool);
@@ -688,11 +671,8 @@ static void test_fork_cow(void **state)
         KVP_ASSERT_EQ(ib[i], ia[i]);
         KVP_ASSERT_EQ(refs(pool, ia[i]), 2);
     }
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.shared, 3);
-    KVP_ASSERT_EQ(st.in_use, 3);
-    KVP_ASSERT_EQ(st.cow_copies, 0);
-    KVP_ASSERT_EQ(st.tokens_in_use, 10);
+    KVPTEST_EXPECT_STATS(pool, ST(shared, 3), ST(in_use, 3), ST(cow_copies, 0),
+                         ST(tokens_in_use, 10));
     kvp_seq *found = NULL;
     KVP_ASSERT_OK(kvp_seq_find(pool, 2, &found));
     assert_ptr_equal(found, b);
@@ -718,10 +698,7 @@ static void test_fork_cow(void **state)
     KVP_ASSERT_EQ(table(b, ib2, &ntb), 3);
     assert_memory_equal(ib2, ib, sizeof(kvp_block) * 3);
     KVP_ASSERT_EQ(ntb, 10);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.cow_copies, 1);
-    KVP_ASSERT_EQ(st.tokens_in_use, 4 + 4 + 2 + 3);
-    KVP_ASSERT_EQ(st.shared, 2);
+    KVPTEST_EXPECT_STATS(pool, ST(cow_copies, 1), ST(tokens_in_use, 4 + 4 + 2 + 3), ST(shared, 2));
     kvptest_check(pool);
 
     /* b now holds the old block alone: writes in place. */
@@ -843,11 +820,9 @@ static void truncate_case(int verify)
     void *dst;
     KVP_ASSERT_OK(kvp_block_ptr(pool, ia2[2], &dst));
     assert_memory_equal(dst, src, 16);
-    kvp_stats after = kvptest_stats(pool);
-    KVP_ASSERT_EQ(after.cow_copies, before.cow_copies + 1);
-    KVP_ASSERT_EQ(after.free_calls, before.free_calls + 1);
-    KVP_ASSERT_EQ(after.blocks_freed, before.blocks_freed + 2);
-    KVP_ASSERT_EQ(after.tokens_in_use, 10);
+    KVPTEST_EXPECT_STATS(pool, ST(cow_copies, before.cow_copies + 1),
+                         ST(free_calls, before.free_calls + 1),
+                         ST(blocks_freed, before.blocks_freed + 2), ST(tokens_in_use, 10));
     kvptest_check(pool);
 
     /* Appending other tokens fills the copy under a hash of its own; the
@@ -1223,35 +1198,23 @@ static void test_stats(void **state)
     kvptest_tokens(t, 40, 1);
     kvp_seq *a = mkseq(pool, 1);
     admit(a, t, 10);
-    kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.tokens_in_use, 10);
-    KVP_ASSERT_EQ(st.prefix_queries, 2);
-    KVP_ASSERT_EQ(st.prefix_hits, 0);
-    KVP_ASSERT_EQ(st.fragmented, 1);
-    KVP_ASSERT_EQ(st.in_use, 3);
+    KVPTEST_EXPECT_STATS(pool, ST(tokens_in_use, 10), ST(prefix_queries, 2), ST(prefix_hits, 0),
+                         ST(fragmented, 1), ST(in_use, 3));
     kvp_seq *b = NULL;
     KVP_ASSERT_OK(kvp_seq_fork(a, 2, &b));
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.tokens_in_use, 10); /* per block, not per sequence */
-    KVP_ASSERT_EQ(st.prefix_queries, 2); /* fork counts nothing */
+    /* tokens_in_use counts per block, not per sequence; fork counts no query. */
+    KVPTEST_EXPECT_STATS(pool, ST(tokens_in_use, 10), ST(prefix_queries, 2));
     APPEND(b, t + 10, 1);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.tokens_in_use, 13);
-    KVP_ASSERT_EQ(st.cow_copies, 1);
+    KVPTEST_EXPECT_STATS(pool, ST(tokens_in_use, 13), ST(cow_copies, 1));
     APPEND(a, t + 10, 1);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.tokens_in_use, 14);
-    KVP_ASSERT_EQ(st.cow_copies, 1);
-    KVP_ASSERT_EQ(st.prefix_queries, 2); /* append counts nothing */
+    /* append counts no query */
+    KVPTEST_EXPECT_STATS(pool, ST(tokens_in_use, 14), ST(cow_copies, 1), ST(prefix_queries, 2));
     /* 25 tokens: cap (25-1)/4 = 6 queries, 2 hits. */
     kvp_seq *c = mkseq(pool, 3);
     KVP_ASSERT_EQ(admit(c, t, 25), 8);
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.prefix_queries, 8);
-    KVP_ASSERT_EQ(st.prefix_hits, 2);
-    KVP_ASSERT_EQ(st.prefix_tokens_queried, 32);
-    KVP_ASSERT_EQ(st.prefix_tokens_hit, 8);
-    KVP_ASSERT_EQ(st.tokens_in_use, 14 + 25 - 8);
+    KVPTEST_EXPECT_STATS(pool, ST(prefix_queries, 8), ST(prefix_hits, 2),
+                         ST(prefix_tokens_queried, 32), ST(prefix_tokens_hit, 8),
+                         ST(tokens_in_use, 14 + 25 - 8));
     /* A refused admission counts no queries. */
     uint32_t big[200];
     kvptest_tokens(big, 200, 1);
@@ -1259,19 +1222,14 @@ static void test_stats(void **state)
     KVP_ASSERT_REFUSED(pool, kvp_seq_admit(d, big, 200, NULL), KVP_EEXHAUSTED);
     KVP_ASSERT_EQ(kvptest_stats(pool).prefix_queries, 8);
     KVP_ASSERT_OK(kvp_stats_reset(pool));
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.prefix_queries, 0);
-    KVP_ASSERT_EQ(st.prefix_hits, 0);
-    KVP_ASSERT_EQ(st.prefix_tokens_queried, 0);
-    KVP_ASSERT_EQ(st.prefix_tokens_hit, 0);
-    KVP_ASSERT_EQ(st.cow_copies, 0);
-    KVP_ASSERT_EQ(st.tokens_in_use, 14 + 25 - 8); /* a gauge */
+    /* The rates restart; tokens_in_use, a gauge, does not. */
+    KVPTEST_EXPECT_STATS(pool, ST(prefix_queries, 0), ST(prefix_hits, 0),
+                         ST(prefix_tokens_queried, 0), ST(prefix_tokens_hit, 0),
+                         ST(cow_copies, 0), ST(tokens_in_use, 14 + 25 - 8));
     KVP_ASSERT_OK(kvp_seq_destroy(a));
     KVP_ASSERT_OK(kvp_seq_destroy(b));
     KVP_ASSERT_OK(kvp_seq_destroy(c));
-    st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.tokens_in_use, 0);
-    KVP_ASSERT_EQ(st.in_use, 0);
+    KVPTEST_EXPECT_STATS(pool, ST(tokens_in_use, 0), ST(in_use, 0));
     /* With prefix caching off: no queries at all, no hits. */
     kvp_config nc = seq_config(8, 4, KVP_REUSE_LIFO);
     nc.prefix_caching = 0;
@@ -1279,9 +1237,7 @@ static void test_stats(void **state)
     kvp_seq *x = mkseq(np, 1), *y = mkseq(np, 2);
     KVP_ASSERT_EQ(admit(x, t, 9), 0);
     KVP_ASSERT_EQ(admit(y, t, 9), 0);
-    st = kvptest_stats(np);
-    KVP_ASSERT_EQ(st.prefix_hits, 0);
-    KVP_ASSERT_EQ(st.indexed, 0);
+    KVPTEST_EXPECT_STATS(np, ST(prefix_hits, 0), ST(indexed, 0));
     kvptest_done(np);
     kvptest_done(pool);
 }

@@ -825,15 +825,13 @@ static int write_csv(const result *rs, size_t n, const char *path)
 static int plot_curves(const result *rs, size_t n, const opts *o)
 {
     size_t per = PLOT_POINTS + 1 + 64 + 64;
-    double *x = malloc(n * per * sizeof *x), *y = malloc(n * per * sizeof *y);
-    kvpt_series *series = malloc(3 * n * sizeof *series);
-    char (*titles)[160] = malloc(4 * n * sizeof *titles);
-    int rc = KVPT_EXIT_ERROR;
+    kvpt_chart ch;
+    if (kvpt_chart_init(&ch, n * per, 3 * n, 4 * n * 160))
+        return KVPT_EXIT_ERROR;
+    double *x = ch.x, *y = ch.y;
+    kvpt_series *series = ch.series;
+    char (*titles)[160] = (char (*)[160])ch.titles;
     size_t ns = 0, nt = 0;
-    if (!x || !y || !series || !titles) {
-        kvpt_error("out of memory");
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         const result *r = &rs[i];
         double *px = x + i * per, *py = y + i * per;
@@ -885,16 +883,7 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
             series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0, "points pt 7 ps 1.6"};
         }
     }
-    rc = kvpt_plot(o->plot, "LRU prefix-cache hit rate at every capacity",
-                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", series, ns) == 0
-             ? KVPT_EXIT_OK
-             : KVPT_EXIT_ERROR;
-out:
-    free(x);
-    free(y);
-    free(series);
-    free(titles);
-    return rc;
+    return kvpt_chart_hit_rate(&ch, o->plot, "LRU prefix-cache hit rate at every capacity", ns);
 }
 
 /* ---- command -------------------------------------------------------------- */

@@ -406,3 +406,34 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
     }
     return rc;
 }
+
+/* See plot.h. */
+int kvpt_chart_init(kvpt_chart *c, size_t n_points, size_t n_series, size_t title_bytes)
+{
+    c->x = malloc(n_points * sizeof *c->x);
+    c->y = malloc(n_points * sizeof *c->y);
+    c->series = malloc(n_series * sizeof *c->series);
+    c->titles = malloc(title_bytes);
+    if (c->x && c->y && c->series && c->titles)
+        return 0;
+    kvpt_error("out of memory");
+    free(c->x);
+    free(c->y);
+    free(c->series);
+    free(c->titles);
+    return -1;
+}
+
+/* See plot.h. */
+int kvpt_chart_hit_rate(kvpt_chart *c, const char *path, const char *title, size_t n_series)
+{
+    int rc = kvpt_plot(path, title, "capacity (blocks of 512 tokens, log scale)",
+                       "block hit rate", c->series, n_series) == 0
+                 ? KVPT_EXIT_OK
+                 : KVPT_EXIT_ERROR;
+    free(c->x);
+    free(c->y);
+    free(c->series);
+    free(c->titles);
+    return rc;
+}

@@ -52,4 +52,21 @@ int kvpt_plot_check(const char *path);
 int kvpt_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
               const kvpt_series *series, size_t n_series);
 
+/* The memory of a hit-rate chart for the caller to fill: the points, the
+ * series and the text of their titles. */
+typedef struct kvpt_chart {
+    double *x, *y;
+    kvpt_series *series;
+    char *titles;
+} kvpt_chart;
+
+/* Allocate room for n_points points, n_series series and title_bytes of
+ * titles.  Returns 0, or -1 with "out of memory" printed and nothing held. */
+int kvpt_chart_init(kvpt_chart *c, size_t n_points, size_t n_series, size_t title_bytes);
+
+/* Draw c's first n_series series as block hit rate against capacity (in
+ * blocks of 512 tokens) into `path` with kvpt_plot, then free c's memory.
+ * Returns an exit code. */
+int kvpt_chart_hit_rate(kvpt_chart *c, const char *path, const char *title, size_t n_series);
+
 #endif /* KVPT_PLOT_H */

@@ -160,15 +160,11 @@ static void print_sweep_table(const sweep *s)
 static int plot_sweep(const sweep *s, const char *path)
 {
     enum { TITLE = 96 };
-    size_t n = s->n_traces * s->n_caps;
-    double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    kvpt_series *series = malloc(s->n_traces * sizeof *series);
-    char *titles = malloc(s->n_traces * TITLE);
-    int rc = KVPT_EXIT_ERROR;
-    if (!x || !y || !series || !titles) {
-        kvpt_error("out of memory");
-        goto out;
-    }
+    kvpt_chart ch;
+    if (kvpt_chart_init(&ch, s->n_traces * s->n_caps, s->n_traces, s->n_traces * TITLE))
+        return KVPT_EXIT_ERROR;
+    double *x = ch.x, *y = ch.y;
+    char *titles = ch.titles;
     for (size_t i = 0; i < s->n_traces; i++) {
         for (size_t j = 0; j < s->n_caps; j++) {
             x[i * s->n_caps + j] = (double)s->caps[j];
@@ -177,20 +173,10 @@ static int plot_sweep(const sweep *s, const char *path)
         snprintf(titles + i * TITLE, TITLE, "%s%sunlimited capacity: %.4f",
                  s->n_traces > 1 ? kvpt_base_name(s->paths[i]) : "", s->n_traces > 1 ? ", " : "",
                  s->ceiling[i]);
-        series[i] = (kvpt_series){kvpt_base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
-                                  y + i * s->n_caps, titles + i * TITLE, s->ceiling[i], NULL};
+        ch.series[i] = (kvpt_series){kvpt_base_name(s->paths[i]), s->n_caps, x + i * s->n_caps,
+                                     y + i * s->n_caps, titles + i * TITLE, s->ceiling[i], NULL};
     }
-    rc = kvpt_plot(path, "Prefix-cache hit rate by capacity",
-                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", series,
-                   s->n_traces) == 0
-             ? KVPT_EXIT_OK
-             : KVPT_EXIT_ERROR;
-out:
-    free(x);
-    free(y);
-    free(series);
-    free(titles);
-    return rc;
+    return kvpt_chart_hit_rate(&ch, path, "Prefix-cache hit rate by capacity", s->n_traces);
 }
 
 /* Refuse what can be refused before the first replay: a trace that cannot

@@ -103,16 +103,27 @@ static PyObject *VBlock_get_id(VBlock *self, void *c)
     return PyLong_FromUnsignedLong(self->id);
 }
 
+/* The pool's record of the block: 0, or -1 with an exception set (a
+ * closed pool, or the status of kvp_block_get). */
+static int vblock_info(VBlock *self, kvp_block_info *bi)
+{
+    if (!kvpy_pool_ok(self->pool))
+        return -1;
+    kvp_status st = kvp_block_get(self->pool->pool, self->id, bi);
+    if (st) {
+        kvpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
 /* ref_cnt, read from the pool. */
 static PyObject *VBlock_get_ref(VBlock *self, void *c)
 {
     (void)c;
-    if (!kvpy_pool_ok(self->pool))
-        return NULL;
     kvp_block_info bi;
-    kvp_status st = kvp_block_get(self->pool->pool, self->id, &bi);
-    if (st)
-        return kvpy_raise(st);
+    if (vblock_info(self, &bi))
+        return NULL;
     return PyLong_FromUnsignedLong(bi.ref_count);
 }
 
@@ -124,12 +135,9 @@ static PyObject *VBlock_get_hash(VBlock *self, void *c)
     PyObject **key = &self->pool->vkeys[self->id];
     if (!*key)
         Py_RETURN_NONE;
-    if (!kvpy_pool_ok(self->pool))
-        return NULL;
     kvp_block_info bi;
-    kvp_status st = kvp_block_get(self->pool->pool, self->id, &bi);
-    if (st)
-        return kvpy_raise(st);
+    if (vblock_info(self, &bi))
+        return NULL;
     kvp_hash kh;
     vkey_of_key(*key, &kh);
     if (bi.published && memcmp(bi.hash.b, kh.b, 32) == 0) {
@@ -487,6 +495,36 @@ static int touch_one(VPool *self, PyObject *o)
     return 0;
 }
 
+/* 0 when o is one of self's blocks, else -1 with TypeError or ValueError set. */
+static int check_one(VPool *self, PyObject *o)
+{
+    return vblock_of(self, o) ? 0 : -1;
+}
+
+/* Apply fn to each block of items[0..n), or, when nested, to each block of
+ * each group items[i].  Stops at the first failure (-1, exception set). */
+static int touch_each(VPool *self, PyObject **items, Py_ssize_t n, int nested,
+                      int (*fn)(VPool *, PyObject *))
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!nested) {
+            if (fn(self, items[i]))
+                return -1;
+            continue;
+        }
+        PyObject *g = PySequence_Fast(items[i], "touch(): groups must be sequences");
+        if (!g)
+            return -1;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(g); j++)
+            if (fn(self, PySequence_Fast_GET_ITEM(g, j))) {
+                Py_DECREF(g);
+                return -1;
+            }
+        Py_DECREF(g);
+    }
+    return 0;
+}
+
 /* touch(blocks): one more reference each; a free block leaves the queue.
  * Accepts a flat sequence of blocks or a sequence of sequences (groups). */
 static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t nargs)
@@ -500,41 +538,13 @@ static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t narg
     PyObject **items = PySequence_Fast_ITEMS(seq);
     /* Check everything first so that a refused call changes nothing. */
     int nested = n > 0 && Py_TYPE(items[0]) != &kvpy_vblock_type;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (nested) {
-            PyObject *g = PySequence_Fast(items[i], "touch(): groups must be sequences");
-            if (!g)
-                goto fail;
-            for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(g); j++)
-                if (!vblock_of(self, PySequence_Fast_GET_ITEM(g, j))) {
-                    Py_DECREF(g);
-                    goto fail;
-                }
-            Py_DECREF(g);
-        } else if (!vblock_of(self, items[i])) {
-            goto fail;
-        }
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (nested) {
-            PyObject *g = PySequence_Fast(items[i], "touch(): groups must be sequences");
-            if (!g)
-                goto fail;
-            for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(g); j++)
-                if (touch_one(self, PySequence_Fast_GET_ITEM(g, j))) {
-                    Py_DECREF(g);
-                    goto fail;
-                }
-            Py_DECREF(g);
-        } else if (touch_one(self, items[i])) {
-            goto fail;
-        }
-    }
+    int rc = touch_each(self, items, n, nested, check_one);
+    if (!rc)
+        rc = touch_each(self, items, n, nested, touch_one);
     Py_DECREF(seq);
+    if (rc)
+        return NULL;
     Py_RETURN_NONE;
-fail:
-    Py_DECREF(seq);
-    return NULL;
 }
 
 /* get_cached_block(block_hash, kv_cache_group_ids) -> list or None */

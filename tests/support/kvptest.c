@@ -115,6 +115,24 @@ kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line)
     return s;
 }
 
+void kvptest_expect_stats_at(kvp_pool *pool, const kvptest_stat *want, const char *file,
+                             int line)
+{
+    kvp_stats s = kvptest_stats_at(pool, file, line);
+    int bad = 0;
+    for (size_t i = 0; want[i].name; i++) {
+        uint64_t got;
+        memcpy(&got, (const char *)&s + want[i].offset, sizeof got);
+        if (got == want[i].want)
+            continue;
+        print_error("%s:%d: stats.%s: got %llu, expected %llu\n", file, line, want[i].name,
+                    (unsigned long long)got, (unsigned long long)want[i].want);
+        bad = 1;
+    }
+    if (bad)
+        _fail(file, line);
+}
+
 size_t kvptest_history_len_at(kvp_pool *pool, const char *file, int line)
 {
     size_t n = 0;
@@ -260,6 +278,15 @@ void kvptest_evrec_attach(kvptest_evrec *r, kvp_config *cfg)
     kvptest_evrec_reset(r);
     cfg->on_evict = kvptest_evrec_fn;
     cfg->evict_user = r;
+}
+
+kvp_pool *kvptest_rec_pool_at(kvptest_evrec *rec, uint32_t num_blocks, kvp_reuse reuse,
+                              const char *file, int line)
+{
+    kvp_config cfg = kvptest_config(num_blocks);
+    cfg.reuse = reuse;
+    kvptest_evrec_attach(rec, &cfg);
+    return kvptest_create_at(&cfg, file, line);
 }
 
 double kvptest_scale(void)

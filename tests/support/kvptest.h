@@ -136,6 +136,27 @@ kvp_pool *kvptest_pool_at(uint32_t num_blocks, kvp_reuse reuse, const char *file
 
 kvp_stats kvptest_stats_at(kvp_pool *pool, const char *file, int line);
 #define kvptest_stats(pool) kvptest_stats_at((pool), __FILE__, __LINE__)
+
+/* One expected counter (a uint64_t field) of kvp_stats, written
+ * ST(field, value): the field's name and offset, and the value it should
+ * hold. */
+typedef struct kvptest_stat {
+    const char *name;
+    size_t offset;
+    uint64_t want;
+} kvptest_stat;
+#define ST(field, value) {#field, offsetof(kvp_stats, field), (uint64_t)(value)}
+
+/* Read pool's stats once and expect each listed counter to hold its value,
+ * e.g. KVPTEST_EXPECT_STATS(pool, ST(in_use, 3), ST(cached, 0)).  A failure
+ * lists every counter that differs, at the caller's line.  `want` ends with
+ * a NULL name. */
+void kvptest_expect_stats_at(kvp_pool *pool, const kvptest_stat *want, const char *file,
+                             int line);
+#define KVPTEST_EXPECT_STATS(pool, ...)                                               \
+    kvptest_expect_stats_at((pool), (const kvptest_stat[]){__VA_ARGS__, {NULL, 0, 0}}, \
+                            __FILE__, __LINE__)
+
 size_t kvptest_history_len_at(kvp_pool *pool, const char *file, int line);
 #define kvptest_history_len(pool) kvptest_history_len_at((pool), __FILE__, __LINE__)
 kvp_block_info kvptest_info_at(kvp_pool *pool, kvp_block id, const char *file,
@@ -193,6 +214,12 @@ void kvptest_evrec_expect_at(const kvptest_evrec *r, size_t i, uint64_t hv, kvp_
                              const char *file, int line);
 #define KVPTEST_EXPECT_EVREC(r, i, hv, b) \
     kvptest_evrec_expect_at((r), (i), (hv), (b), __FILE__, __LINE__)
+
+/* kvptest_pool(n, reuse) with its evictions recorded in rec (reset first). */
+kvp_pool *kvptest_rec_pool_at(kvptest_evrec *rec, uint32_t num_blocks, kvp_reuse reuse,
+                              const char *file, int line);
+#define kvptest_rec_pool(rec, n, reuse) \
+    kvptest_rec_pool_at((rec), (n), (reuse), __FILE__, __LINE__)
 
 /* ---- scale -------------------------------------------------------------- */
 

@@ -581,6 +581,16 @@ int mdl_bad_id(const model *m, kvp_block id)
            m->b[id].state == M_GONE || m->b[id].state == M_NONE;
 }
 
+/* The status of a call naming block `id`, as far as the id alone decides it:
+ * KVP_EINVAL for the null block, KVP_ERANGE for an id the pool does not
+ * manage, else KVP_OK. */
+static kvp_status id_status(const model *m, kvp_block id)
+{
+    if (id < m->top && m->b[id].is_null)
+        return KVP_EINVAL;
+    return mdl_bad_id(m, id) ? KVP_ERANGE : KVP_OK;
+}
+
 kvp_status mdl_alloc(model *m, int stream, uint64_t tokens, int oi, unsigned fmt,
                           size_t cap, int take, kvp_block *ids, size_t *n_out)
 {
@@ -629,10 +639,9 @@ kvp_status mdl_take_each(model *m, int stream, const int *ois, size_t n, kvp_blo
 
 kvp_status mdl_take_id(model *m, kvp_block id, int oi)
 {
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (mdl_bad_id(m, id))
-        return KVP_ERANGE;
+    kvp_status bad = id_status(m, id);
+    if (bad)
+        return bad;
     if (m->b[id].state == KVP_BLOCK_IN_USE)
         return KVP_EBUSY;
     free_remove(m, id);
@@ -650,10 +659,9 @@ kvp_status mdl_free(model *m, const kvp_block *ids, size_t n, int oi)
     memset(named, 0, sizeof named);
     for (size_t i = 0; i < n; i++) {
         kvp_block id = ids[i];
-        if (id < m->top && m->b[id].is_null)
-            return KVP_EINVAL;
-        if (mdl_bad_id(m, id))
-            return KVP_ERANGE;
+        kvp_status bad = id_status(m, id);
+        if (bad)
+            return bad;
         if (mdl_is_free(&m->b[id]))
             return KVP_EDOUBLEFREE;
         uint32_t c = ++named[id];
@@ -739,10 +747,9 @@ kvp_status mdl_release(model *m, int oi)
 
 kvp_status mdl_set_fill(model *m, kvp_block id, uint32_t fill)
 {
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (mdl_bad_id(m, id))
-        return KVP_ERANGE;
+    kvp_status bad = id_status(m, id);
+    if (bad)
+        return bad;
     if (fill > m->c.bs)
         return KVP_EINVAL;
     if (mdl_is_free(&m->b[id]))
@@ -753,10 +760,9 @@ kvp_status mdl_set_fill(model *m, kvp_block id, uint32_t fill)
 
 kvp_status mdl_claim(model *m, kvp_block id, int oi)
 {
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (mdl_bad_id(m, id))
-        return KVP_ERANGE;
+    kvp_status bad = id_status(m, id);
+    if (bad)
+        return bad;
     mblk *k = &m->b[id];
     if (k->state == KVP_BLOCK_VACANT)
         return KVP_ENOTFOUND;
@@ -810,10 +816,9 @@ kvp_status mdl_publish(model *m, kvp_block id, int h)
 {
     if (!m->c.prefix)
         return KVP_EINVAL;
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (mdl_bad_id(m, id))
-        return KVP_ERANGE;
+    kvp_status bad = id_status(m, id);
+    if (bad)
+        return bad;
     mblk *k = &m->b[id];
     if (mdl_is_free(k))
         return KVP_EDOUBLEFREE;
@@ -882,10 +887,9 @@ kvp_status mdl_publish_each(model *m, const kvp_block *ids, const int *hs, size_
 
 kvp_status mdl_unpublish(model *m, kvp_block id)
 {
-    if (id < m->top && m->b[id].is_null)
-        return KVP_EINVAL;
-    if (mdl_bad_id(m, id))
-        return KVP_ERANGE;
+    kvp_status bad = id_status(m, id);
+    if (bad)
+        return bad;
     if (m->b[id].hash < 0)
         return KVP_ENOTFOUND;
     evict_entry(m, id);
