@@ -152,13 +152,12 @@ kvp_status kvp__ghost_create(kvp_pool *p)
 {
     if (p->cfg.policy != KVP_POLICY_SLRU)
         return KVP_OK;
-    uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
-    p->ghost.ring = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.ring);
-    if (!p->ghost.ring || kvp__map_reserve(p, &p->ghost.map, cap) != KVP_OK) {
+    p->ghost.cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
+    p->ghost.ring = kvp__alloc(p, (size_t)p->ghost.cap * sizeof *p->ghost.ring);
+    if (!p->ghost.ring || kvp__map_reserve(p, &p->ghost.map, p->ghost.cap) != KVP_OK) {
         kvp__ghost_destroy(p);
         return KVP_ENOMEM;
     }
-    p->ghost.cap = cap;
     return KVP_OK;
 }
 

@@ -2,7 +2,7 @@
  * test_failalloc.c — allocation-failure injection at every allocation.
  *
  * What it covers: every place kvpool allocates memory — pool creation (all
- * tables, ordered id sets, verify arrays, history), growth (kvp_extend,
+ * tables, ordered id sets, verify arrays, history, SLRU's ghost list), growth (kvp_extend,
  * grow_on_exhaustion from kvp_alloc/kvp_take and from sequence admission),
  * owner records (new owners, the owner table and id map doubling, an
  * owner's reference array growing), shared-owner references (claims by
@@ -130,6 +130,7 @@ static void cfg_create(kvp_config *c, int v)
     c->verify_hits = (v >> 2) & 1;
     c->null_block = v == 3;
     c->history_len = v == 5 ? 0 : 16;
+    c->policy = (v & 1) && c->reuse != KVP_REUSE_FIFO ? KVP_POLICY_SLRU : KVP_POLICY_LRU;
 }
 
 /* ---- growth ---- */
@@ -524,6 +525,7 @@ static void run_create(int verify)
                 KVP_ASSERT_EQ(fired, 1);
                 KVP_ASSERT_EQ((uintptr_t)p, (uintptr_t)&points);
                 KVP_ASSERT_EQ(g_fm.outstanding, 0);
+                KVP_ASSERT_EQ(g_fm.bad_release, 0);
                 points++;
                 continue;
             }
