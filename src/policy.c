@@ -4,8 +4,9 @@
  * KVP_POLICY_SLRU.
  *
  * What it owns: each stream's eviction lists (lhead, ltail, lcount, lmask),
- * the lprev/lnext links of cached blocks, the KVP__R_* bits of every block
- * record but KVP__R_HIT, which kvp__policy_hit sets, and p->ghost.
+ * the lprev/lnext links of cached blocks, the KVP__R_* bits of the block
+ * records (block.c and freelist.c clear them when a block's content goes,
+ * and kvp__policy_hit sets KVP__R_HIT on a claim), and p->ghost.
  *
  * Invariants (checked by check.c):
  * - A block is in exactly one list iff it is cached: list
@@ -24,7 +25,7 @@
  *
  * Why this shape: the order lives in the block records' links, so LRU costs
  * no memory beyond the records, and every operation is a list unlink or
- * append plus a count-leading-zeros.  The ghost list remembers evicted
+ * append plus a count of trailing zeros.  The ghost list remembers evicted
  * hashes by a 64-bit key in a ring the size of the initial pool, which is
  * the recency horizon SLRU needs to recognise content that comes back.
  */
