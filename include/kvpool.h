@@ -138,8 +138,9 @@ enum {
 };
 
 /*
- * Reuse order of free blocks (SPEC "Block lifecycle").  In every order cached
- * blocks leave least recently freed first.
+ * Reuse order of free blocks (SPEC "Block lifecycle").  In every order vacant
+ * blocks are reused before cached ones (FIFO aside: see below), and cached
+ * ones leave in eviction order (kvp_policy).
  * - KVP_REUSE_LIFO: vacant before cached; vacant blocks most recently freed
  *   first; never-used blocks after every freed vacant block, lowest id first.
  *   A cached block that loses its content while free (kvp_evict,
@@ -156,6 +157,47 @@ typedef enum kvp_reuse {
     KVP_REUSE_LOWEST = 1,
     KVP_REUSE_FIFO = 2
 } kvp_reuse;
+
+/*
+ * Eviction order of cached free blocks: which one loses its content when the
+ * pool needs a vacant block (reuse, kvp_evict, kvp_ensure_free, relocation).
+ * Retention priorities come first under every policy: every cached block of
+ * a lower priority is evicted before any of a higher one (kvp_set_priority);
+ * the policy orders blocks of equal priority.  Each is O(1) per block freed,
+ * claimed, evicted or given a priority.
+ * - KVP_POLICY_LRU: least recently freed first.
+ * - KVP_POLICY_SLRU: segmented LRU with a ghost list, which favours content
+ *   used more than once.  A cached block is "protected" when it was claimed
+ *   (kvp_claim, a sequence's admission) since its content was published, or
+ *   when its hash was among the pool's last num_blocks evicted hashes (the
+ *   ghost list) when it was published; otherwise it is "probationary".
+ *   Probationary blocks are evicted before protected ones of the same
+ *   priority, each group least recently freed first.  Protected blocks are at
+ *   most 4/5 of a priority's cached blocks: a block freed into a full
+ *   protected group moves that group's least recently freed block to the
+ *   most recently freed end of the probationary group.  The ghost list costs
+ *   about 40 bytes per block of num_blocks, allocated at creation.
+ *   Refused with KVP_REUSE_FIFO, which reuses free blocks in the order freed.
+ *
+ * Prefix rule.  A block can be hit only together with its whole prefix, so
+ * evicting a cached block's parent while keeping the child wastes the child.
+ * Both policies evict a child before its parent when a request's blocks are
+ * freed last block first (sequences and kvp_seq_destroy do), claims take a
+ * prefix from its first block (kvp_claim_prefix, sequences), and a block's
+ * priority is never above its parent's (kvp_seq_raise_priority keeps that).
+ */
+typedef enum kvp_policy {
+    KVP_POLICY_LRU = 0,
+    KVP_POLICY_SLRU = 1
+} kvp_policy;
+
+/* Retention priorities (kvp_set_priority).  A block's priority belongs to its
+ * content: it is KVP_PRIORITY_NORMAL when a block is handed out, and goes
+ * back to it when the block becomes vacant or is reused. */
+#define KVP_PRIORITY_LOW 0u
+#define KVP_PRIORITY_NORMAL 1u
+#define KVP_PRIORITY_HIGH 2u
+#define KVP_PRIORITY_MAX 3u
 
 /*
  * Eviction callback.  Called once for every hash that leaves the content index
@@ -251,6 +293,8 @@ typedef struct kvp_config {
                                    publishing is refused (KVP_EINVAL) and every
                                    free block is vacant. */
     kvp_reuse reuse;            /* reuse order (default KVP_REUSE_LIFO) */
+    kvp_policy policy;          /* eviction order of cached blocks (default
+                                   KVP_POLICY_LRU) */
     uint32_t history_len;       /* stats history ring length (default 64) */
     int history_every_call;     /* snapshot after every changing call
                                    (default 0; costs a copy per call) */
@@ -320,7 +364,7 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
  * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
- * order; allocator missing a function; with host_arena, a block_bytes[s]
+ * order or policy; KVP_POLICY_SLRU with KVP_REUSE_FIFO; allocator missing a function; with host_arena, a block_bytes[s]
  * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
  * KVP_ENOMEM.  *out is set only on success.
  */
@@ -541,6 +585,7 @@ typedef struct kvp_block_info {
     int is_null;
     kvp_owner owner;          /* the first owner holding it, or KVP_ANON */
     kvp_hash hash;            /* valid when published */
+    unsigned priority;        /* retention priority (kvp_set_priority) */
 } kvp_block_info;
 
 /* Describe block `id`.  Errors: KVP_EINVAL (NULL), KVP_ERANGE (beyond the
@@ -646,7 +691,8 @@ KVP_API kvp_status kvp_unpublish(kvp_pool *pool, kvp_block id);
 KVP_API kvp_status kvp_clear_index(kvp_pool *pool);
 
 /*
- * Evict up to `n` least recently freed cached blocks of `stream` (each:
+ * Evict up to `n` cached blocks of `stream` in eviction order (kvp_policy;
+ * each:
  * callback, counted; the block becomes vacant).  *n_evicted (may be NULL)
  * receives how many.  Errors: KVP_EINVAL (NULL pool, bad stream), KVP_EBUSY.
  * O(evicted).
@@ -655,12 +701,28 @@ KVP_API kvp_status kvp_evict(kvp_pool *pool, kvp_stream stream, uint32_t n,
                              uint32_t *n_evicted);
 
 /*
- * Make at least `n` vacant blocks available in `stream` by evicting least
- * recently freed cached blocks, without growing.  All or nothing: when vacant
+ * Make at least `n` vacant blocks available in `stream` by evicting cached
+ * blocks in eviction order (kvp_policy), without growing.  All or nothing: when vacant
  * plus cached blocks are fewer than n, KVP_EEXHAUSTED and nothing is evicted.
  * Errors: KVP_EINVAL, KVP_EEXHAUSTED, KVP_EBUSY.  O(evicted).
  */
 KVP_API kvp_status kvp_ensure_free(kvp_pool *pool, kvp_stream stream, uint32_t n);
+
+/*
+ * Give block `id`, which holds content (in use or cached), the retention
+ * priority `priority` (KVP_PRIORITY_LOW..KVP_PRIORITY_MAX, see kvp_policy):
+ * cached blocks of lower priorities are evicted first.  A cached block moves
+ * to the most recently freed end of its new priority's order (under
+ * KVP_POLICY_SLRU, to the protected segment if it was claimed since
+ * published).  The priority lasts while the block holds this content.  Give
+ * a block no higher priority than its parent's, or the parent can be evicted
+ * while the child is kept (kvp_seq_raise_priority does this for a
+ * sequence's blocks).  Errors: KVP_EINVAL (NULL pool, priority above
+ * KVP_PRIORITY_MAX, the null block, a FIFO pool, which reuses free blocks in
+ * the order freed), KVP_ERANGE, KVP_ENOTFOUND (the block is vacant or
+ * retired: no content), KVP_EBUSY.  A refusal changes nothing.  O(1).
+ */
+KVP_API kvp_status kvp_set_priority(kvp_pool *pool, kvp_block id, unsigned priority);
 
 /*
  * Forget every block's content.  Refused with KVP_EBUSY while any block
@@ -918,6 +980,17 @@ KVP_API kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, size_t n
  * blocks + block_size).
  */
 KVP_API kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n);
+
+/*
+ * Raise the retention priority (kvp_set_priority) of the first `n_blocks`
+ * blocks the sequence holds (all of them when it holds fewer) to `priority`;
+ * a block already higher keeps its own.  A block's prefix is raised with it,
+ * so priorities never increase along a prefix: e.g. a system prompt's blocks
+ * kept longer than the conversations that follow it.  Errors: KVP_EINVAL
+ * (NULL sequence, priority above KVP_PRIORITY_MAX, a FIFO pool), KVP_EBUSY.
+ * A refusal changes nothing.  O(n_blocks).
+ */
+KVP_API kvp_status kvp_seq_raise_priority(kvp_seq *seq, size_t n_blocks, unsigned priority);
 
 /*
  * Fork: create sequence `child_id` sharing every block of `parent` (one more

@@ -57,6 +57,7 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
     if (blk->flags & KVP__F_PUBLISHED) { /* cached: now as if vacant */
         kvp__unindex(p, b);
         blk->fill = 0;
+        blk->retain = 0;
     }
     kvp__hand_out_counted(p, b, oslot, format, blk->stream);
     kvp__count_out(p, 1);
@@ -69,6 +70,7 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
 void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot)
 {
     kvp__block *blk = &p->blocks[b];
+    kvp__policy_hit(blk);
     if (blk->state == KVP_BLOCK_CACHED) {
         kvp__free_remove(p, b);
         blk->state = KVP_BLOCK_IN_USE;

@@ -117,8 +117,9 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             CHECK(in_vac == p->ordered && !in_cac && !pub,
                   "block %u: vacant but vacant=%d cached=%d pub=%d (sets kept: %d)", b, in_vac,
                   in_cac, pub, p->ordered);
-            CHECK(k->fill == 0 && !(k->flags & ~KVP__F_EVER),
-                  "block %u: vacant with fill %u, flags 0x%x", b, k->fill, k->flags);
+            CHECK(k->fill == 0 && !(k->flags & ~KVP__F_EVER) && k->retain == 0,
+                  "block %u: vacant with fill %u, flags 0x%x, policy bits 0x%x", b, k->fill,
+                  k->flags, k->retain);
             vac[s]++;
             stacked[s] += k->next == KVP__STACKED;
             break;
@@ -129,7 +130,8 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             cac[s]++;
             break;
         case KVP_BLOCK_IN_USE: {
-            CHECK(!in_vac && !in_cac, "block %u: in use but in a free set", b);
+            CHECK(!in_vac && !in_cac && !(k->retain & KVP__R_PROT),
+                  "block %u: in use but in a free set or segment", b);
             uint32_t xn = 0;
             for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->xcap; x = p->xrefs[x].bnext) {
                 CHECK(x < p->xcap && p->xrefs[x].block == b, "block %u: xref %u points elsewhere",
@@ -223,15 +225,26 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
 {
     for (int s = 0; s < p->nstreams; s++) {
         const kvp__stream *st = &p->st[s];
-        uint32_t n = 0, prev = KVP__NONE;
-        for (uint32_t b = st->lhead; b != KVP__NONE; prev = b, b = p->blocks[b].lnext) {
-            CHECK(b < p->top && n++ < p->top, "stream %d: LRU list broken at %u", s, b);
-            CHECK(p->blocks[b].state == KVP_BLOCK_CACHED && p->blocks[b].stream == s &&
-                      p->blocks[b].lprev == prev,
-                  "stream %d: LRU list holds block %u wrongly", s, b);
+        uint32_t total = 0;
+        for (unsigned l = 0; l < KVP__LISTS; l++) {
+            uint32_t n = 0, prev = KVP__NONE;
+            for (uint32_t b = st->lhead[l]; b != KVP__NONE; prev = b, b = p->blocks[b].lnext) {
+                CHECK(b < p->top && n++ < p->top, "stream %d: eviction list %u broken at %u", s,
+                      l, b);
+                const kvp__block *k = &p->blocks[b];
+                CHECK(k->state == KVP_BLOCK_CACHED && k->stream == s && k->lprev == prev &&
+                          2 * kvp__priority(k) + ((k->retain & KVP__R_PROT) != 0) == l,
+                      "stream %d: eviction list %u holds block %u wrongly", s, l, b);
+            }
+            CHECK(n == st->lcount[l] && st->ltail[l] == prev &&
+                      ((st->lmask >> l) & 1) == (n > 0) &&
+                      ((l & 1) == 0 || n == 0 || p->cfg.policy == KVP_POLICY_SLRU),
+                  "stream %d: eviction list %u: length %u, count %u, mask 0x%x", s, l, n,
+                  st->lcount[l], st->lmask);
+            total += n;
         }
-        CHECK(n == st->ncached && st->ltail == prev, "stream %d: LRU list length %u, cached %u",
-              s, n, st->ncached);
+        CHECK(total == st->ncached && st->lmask >> KVP__LISTS == 0,
+              "stream %d: eviction lists hold %u, cached %u", s, total, st->ncached);
         CHECK((p->cfg.reuse == KVP_REUSE_LIFO) == (st->stk != NULL) &&
                   (st->stk || st->nstk == 0),
               "stream %d: stack array %s in reuse order %d", s, st->stk ? "kept" : "missing",
@@ -247,8 +260,7 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
             continue;
         }
         bool fifo = p->cfg.reuse == KVP_REUSE_FIFO;
-        n = 0;
-        prev = KVP__NONE;
+        uint32_t n = 0, prev = KVP__NONE;
         for (uint32_t b = st->qhead; b != KVP__NONE; prev = b, b = p->blocks[b].next) {
             CHECK(b < p->top && n++ < p->top, "stream %d: free queue broken at %u", s, b);
             int state = p->blocks[b].state;
@@ -375,6 +387,31 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
     return KVP_OK;
 }
 
+/* The ghost list (policy.c): every key in the map sits at its slot, which
+ * the ring has filled. */
+static kvp_status check_ghost(kvp_pool *p, ctx *c)
+{
+    const kvp__map *m = &p->ghost.map;
+    uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
+    CHECK(p->ghost.cap == (p->cfg.policy == KVP_POLICY_SLRU ? cap : 0) &&
+              p->ghost.used <= p->ghost.cap && m->count <= p->ghost.used &&
+              (p->ghost.next == p->ghost.used % (p->ghost.cap ? p->ghost.cap : 1) ||
+               p->ghost.used == p->ghost.cap),
+          "ghost list: cap %u, used %u, next %u, %u keys", p->ghost.cap, p->ghost.used,
+          p->ghost.next, m->count);
+    uint32_t n = 0;
+    for (uint32_t i = 0; m->e && i <= m->mask; i++) {
+        if (m->e[i].val == KVP__NONE)
+            continue;
+        n++;
+        CHECK(m->e[i].val < p->ghost.used && p->ghost.ring[m->e[i].val] == m->e[i].key &&
+                  kvp__map_get(m, m->e[i].key) == m->e[i].val,
+              "ghost list: key at table entry %u names slot %u wrongly", i, m->e[i].val);
+    }
+    CHECK(n == m->count, "ghost list: %u keys, counted %u", n, m->count);
+    return KVP_OK;
+}
+
 kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
 {
     ctx cc = {msg, cap}, *c = &cc;
@@ -384,6 +421,8 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
         rc = check_blocks(p, c, &owned);
     if (!rc)
         rc = check_lists(p, c);
+    if (!rc)
+        rc = check_ghost(p, c);
     if (!rc)
         rc = check_index(p, c);
     if (!rc)
@@ -432,18 +471,20 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
         for (uint32_t b = st->qhead; b != KVP__NONE; b = p->blocks[b].next)
             feed32(h, b);
         feed32(h, KVP__NONE);
-        for (uint32_t b = st->lhead; b != KVP__NONE; b = p->blocks[b].lnext)
-            feed32(h, b);
-        feed32(h, KVP__NONE);
+        for (unsigned l = 0; l < KVP__LISTS; l++) {
+            for (uint32_t b = st->lhead[l]; b != KVP__NONE; b = p->blocks[b].lnext)
+                feed32(h, b);
+            feed32(h, KVP__NONE);
+        }
     }
     for (uint32_t b = 0; b < p->top; b++) {
         if (kvp__is_fresh(p, b))
             continue;
         const kvp__block *k = &p->blocks[b];
         struct {
-            uint32_t id, ref, anon, sref, fill, format, stream, state, flags, pad;
+            uint32_t id, ref, anon, sref, fill, format, stream, state, flags, retain;
             kvp_owner owner;
-        } rec = {b, k->ref, k->anon, k->sref, k->fill, k->format, k->stream, k->state, k->flags, 0,
+        } rec = {b, k->ref, k->anon, k->sref, k->fill, k->format, k->stream, k->state, k->flags, k->retain,
                  k->owner == KVP__NONE ? KVP_ANON : p->owners[k->owner].id};
         feed(h, &rec, sizeof rec);
         if (k->flags & KVP__F_PUBLISHED) {

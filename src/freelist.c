@@ -1,11 +1,11 @@
 /*
  * freelist.c — the free blocks of each stream, in reuse order: the q list,
- * the LIFO stack's array, the LRU list of cached blocks, the free id sets,
+ * the LIFO stack's array, the free id sets,
  * and the calls that put a block among them, pick the next one and take it
  * out.
  *
  * What it owns: each stream's free structures (kvp__stream: qhead/qtail,
- * stk/nstk, lhead/ltail, the vacant and cached id sets, fresh_lo/fresh_hi,
+ * stk/nstk, the vacant and cached id sets, fresh_lo/fresh_hi,
  * fresh_mark) and its nvacant and ncached counts, and p->ordered.  Two
  * other places write these fields too: pool.c lays them
  * out at creation and clear, and take.c pops them itself in the common case
@@ -14,7 +14,8 @@
  * Invariants (checked by check.c):
  * - A vacant block is in its stream's vacant id set (unless fresh) and, in
  *   LIFO/FIFO order, in the stream's q list or (LIFO) its stack array.  A
- *   cached block is in the stream's cached id set and LRU list, and in FIFO
+ *   cached block is in the stream's cached id set and eviction lists
+ *   (policy.c, which orders them), and in FIFO
  *   order also in the q list.  The id sets ("free sets") are kept only
  *   while p->ordered (LOWEST reuse, or since the first kvp_shrink), and are
  *   empty otherwise.
@@ -207,7 +208,7 @@ void kvp__free_end(kvp_pool *p, kvp__cursor *cur)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Reuse order and the LRU list                                             */
+/* Reuse order                                                               */
 /* ------------------------------------------------------------------------ */
 
 /* Take free block b out of its place in reuse order (LIFO: the array or
@@ -224,34 +225,6 @@ static void order_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
         stack_spill(p, st);
     }
     q_unlink(p, st, b);
-}
-
-static void lru_unlink(kvp_pool *p, kvp__stream *st, uint32_t b)
-{
-    kvp__block *blk = &p->blocks[b];
-    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED);
-    if (blk->lprev != KVP__NONE)
-        p->blocks[blk->lprev].lnext = blk->lnext;
-    else
-        st->lhead = blk->lnext;
-    if (blk->lnext != KVP__NONE)
-        p->blocks[blk->lnext].lprev = blk->lprev;
-    else
-        st->ltail = blk->lprev;
-    blk->lprev = blk->lnext = KVP__NONE;
-}
-
-static void lru_append(kvp_pool *p, kvp__stream *st, uint32_t b)
-{
-    kvp__block *blk = &p->blocks[b];
-    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED && b != st->ltail);
-    blk->lprev = st->ltail;
-    blk->lnext = KVP__NONE;
-    if (st->ltail != KVP__NONE)
-        p->blocks[st->ltail].lnext = b;
-    else
-        st->lhead = b;
-    st->ltail = b;
 }
 
 /* Give every fresh block of stream s a record, placed where the reuse order
@@ -290,12 +263,12 @@ uint32_t kvp__pick(kvp_pool *p, int s)
             return st->qhead;
         if (fresh)
             return st->fresh_lo;
-        return st->lhead;
+        return kvp__policy_victim(st);
     case KVP_REUSE_LOWEST: {
         uint32_t v = kvp__idset_min(&st->vacant);
         if (fresh && (v == KVP__NONE || st->fresh_lo < v))
             return st->fresh_lo;
-        return v != KVP__NONE ? v : st->lhead;
+        return v != KVP__NONE ? v : kvp__policy_victim(st);
     }
     default: /* FIFO */
         return fresh ? st->fresh_lo : st->qhead;
@@ -304,8 +277,8 @@ uint32_t kvp__pick(kvp_pool *p, int s)
 
 /* Start keeping the free sets (see kvp__fset_add): one pass over each
  * stream's free lists, which hold every free block but the fresh ones (LIFO:
- * the vacant stack and the LRU list; FIFO: the queue of all free blocks, and
- * the LRU list for the cached ones).  Once per pool life, O(free blocks),
+ * the vacant stack and the eviction lists; FIFO: the queue of all free
+ * blocks, and the eviction lists for the cached ones).  Once per pool life, O(free blocks),
  * amortized over the frees that put them there. */
 void kvp__order(kvp_pool *p)
 {
@@ -318,8 +291,9 @@ void kvp__order(kvp_pool *p)
         for (uint32_t b = st->qhead; b != KVP__NONE; b = p->blocks[b].next)
             if (p->blocks[b].state == KVP_BLOCK_VACANT)
                 kvp__idset_add(&st->vacant, b);
-        for (uint32_t b = st->lhead; b != KVP__NONE; b = p->blocks[b].lnext)
-            kvp__idset_add(&st->cached, b);
+        for (unsigned l = 0; l < KVP__LISTS; l++)
+            for (uint32_t b = st->lhead[l]; b != KVP__NONE; b = p->blocks[b].lnext)
+                kvp__idset_add(&st->cached, b);
     }
     p->ordered = true;
     kvp__fast_reset(p);
@@ -366,7 +340,7 @@ void kvp__free_remove(kvp_pool *p, uint32_t b)
     kvp__block *blk = &p->blocks[b];
     kvp__stream *st = &p->st[blk->stream];
     if (blk->state == KVP_BLOCK_CACHED) {
-        lru_unlink(p, st, b);
+        kvp__policy_remove(p, b);
         kvp__fset_del(p, &st->cached, b);
         st->ncached--;
     } else {
@@ -388,7 +362,7 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
     kvp__stream *st = &p->st[blk->stream];
     if (blk->flags & KVP__F_PUBLISHED) {
         blk->state = KVP_BLOCK_CACHED;
-        lru_append(p, st, b);
+        kvp__policy_insert(p, b);
         kvp__fset_add(p, &st->cached, b);
         st->ncached++;
         if (p->cfg.reuse == KVP_REUSE_FIFO)
@@ -397,6 +371,7 @@ void kvp__free_insert(kvp_pool *p, uint32_t b, kvp__cursor *cur)
     }
     blk->state = KVP_BLOCK_VACANT;
     blk->fill = 0;
+    blk->retain = 0;
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO)
@@ -412,11 +387,12 @@ void kvp__cached_to_vacant(kvp_pool *p, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     kvp__stream *st = &p->st[blk->stream];
-    lru_unlink(p, st, b);
+    kvp__policy_remove(p, b);
     kvp__fset_del(p, &st->cached, b);
     st->ncached--;
     blk->state = KVP_BLOCK_VACANT;
     blk->fill = 0;
+    blk->retain = 0;
     kvp__fset_add(p, &st->vacant, b);
     st->nvacant++;
     if (p->cfg.reuse == KVP_REUSE_LIFO) /* behind freed vacant, ahead of never-used */

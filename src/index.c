@@ -36,6 +36,7 @@ void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
     p->blocks[b].hnext = 0;
     p->blocks[b].flags |= KVP__F_PUBLISHED;
     p->nindexed++;
+    kvp__ghost_published(p, b);
     kvp__ev_stored(p, b, info);
 }
 
@@ -74,9 +75,11 @@ uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h)
     return kvp__index_first(p, s, h);
 }
 
-/* Evict b's content: the entry goes, the callback hears of it, it counts. */
+/* Evict b's content: the entry goes, the ghost list and the callback hear
+ * of it, it counts. */
 void kvp__unindex(kvp_pool *p, uint32_t b)
 {
+    kvp__ghost_evicted(p, b);
     kvp__index_remove(p, b);
     p->ctr.evictions++;
     kvp__notify_evict(p, &p->hashes[b], b);
@@ -115,8 +118,8 @@ void kvp__forget_all(kvp_pool *p)
 {
     for (int s = 0; s < p->nstreams; s++) {
         kvp__stream *st = &p->st[s];
-        while (st->lhead != KVP__NONE)
-            kvp__cached_to_vacant(p, st->lhead); /* unindexed below, silently */
+        for (uint32_t b; (b = kvp__policy_victim(st)) != KVP__NONE;)
+            kvp__cached_to_vacant(p, b); /* unindexed below, silently */
     }
     for (uint32_t i = 0; i <= p->bmask; i++) {
         for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE;) {
@@ -130,6 +133,7 @@ void kvp__forget_all(kvp_pool *p)
         p->buckets[i] = 0;
     }
     p->nindexed = 0;
+    kvp__ghost_clear(p);
     kvp__ev_cleared(p);
     kvp__notify_evict(p, NULL, KVP_NO_BLOCK);
 }
@@ -361,11 +365,12 @@ kvp_status kvp_reset_prefix_cache(kvp_pool *pool)
     return rc;
 }
 
-/* Evict the n least recently freed cached blocks of stream s (n available). */
-static void evict_lru(kvp_pool *p, int s, uint32_t n)
+/* Evict the next n cached blocks of stream s in eviction order (n
+ * available). */
+static void evict_next(kvp_pool *p, int s, uint32_t n)
 {
     while (n--) {
-        uint32_t b = p->st[s].lhead;
+        uint32_t b = kvp__policy_victim(&p->st[s]);
         kvp__unindex(p, b);
         kvp__cached_to_vacant(p, b);
     }
@@ -378,7 +383,7 @@ kvp_status kvp_evict(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_
     if (rc)
         return rc;
     uint32_t k = n < pool->st[s].ncached ? n : pool->st[s].ncached;
-    evict_lru(pool, s, k);
+    evict_next(pool, s, k);
     if (n_evicted)
         *n_evicted = k;
     kvp__leave(pool, k > 0);
@@ -396,7 +401,7 @@ kvp_status kvp_ensure_free(kvp_pool *pool, kvp_stream stream, uint32_t n)
     if ((uint64_t)st->nvacant + st->ncached < n)
         rc = KVP_EEXHAUSTED;
     else if (st->nvacant < n)
-        evict_lru(pool, s, k = n - st->nvacant);
+        evict_next(pool, s, k = n - st->nvacant);
     kvp__leave(pool, k > 0);
     return rc;
 }

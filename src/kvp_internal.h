@@ -111,6 +111,15 @@
 #define KVP__F_PENDING 0x40u   /* kvp__check's mark on pending references' blocks, set
                                   and cleared inside it */
 
+/* Eviction policy bits of a block record (policy.c): its retention
+ * priority, whether it was claimed (or its hash found in the ghost list)
+ * since its content was published, and, while cached, its segment. */
+#define KVP__R_PRIO 0x3u  /* retention priority XOR KVP_PRIORITY_NORMAL, so
+                             that 0 (a vacant block's) reads as NORMAL */
+#define KVP__R_HIT 0x4u   /* claimed since published, or a ghost hit */
+#define KVP__R_PROT 0x8u  /* cached: in its priority's protected segment (SLRU) */
+#define KVP__LISTS (2 * (KVP_PRIORITY_MAX + 1)) /* eviction lists per stream */
+
 /* What a publisher knows about a block being indexed (for events and
  * verified hits): its parent block (NONE if first or unknown) and the hash
  * the block was chained from (NULL if none; the parent's digest, which the
@@ -135,7 +144,7 @@ typedef struct kvp__block {
     };
     uint32_t next;
     union {
-        uint32_t lprev;    /* cached: LRU list (head = least recently freed) */
+        uint32_t lprev;    /* cached: its eviction list (policy.c) */
         uint32_t count;    /* in use: per-call counter (kvp_free validation) */
     };
     uint32_t lnext;
@@ -156,7 +165,7 @@ typedef struct kvp__block {
     unsigned stream : 8; /* internal stream index, 0 or 1 */
     unsigned state : 8;  /* KVP_BLOCK_* */
     unsigned flags : 8;  /* KVP__F_* */
-    uint16_t pad;
+    uint16_t retain;       /* eviction policy bits (KVP__R_*), 0 while vacant */
 } kvp__block;
 _Static_assert(sizeof(kvp__block) == 48, "block records stay 48 bytes (memory budget)");
 
@@ -225,7 +234,11 @@ typedef struct kvp__idset {
 typedef struct kvp__stream {
     uint32_t qhead, qtail;   /* LIFO: vacant stack (head = top); FIFO: queue of
                                 all free blocks (head = oldest); LOWEST: unused */
-    uint32_t lhead, ltail;   /* cached blocks, head = least recently freed */
+    /* cached blocks, in eviction order (policy.c): one list per retention
+     * priority and segment, head evicted first; bit i of lmask is set
+     * while list i is not empty */
+    uint32_t lhead[KVP__LISTS], ltail[KVP__LISTS], lcount[KVP__LISTS];
+    uint32_t lmask;
     uint32_t fresh_lo, fresh_hi; /* never-touched ids of the initial pool */
     uint32_t fresh_mark;     /* LIFO: first never-used block in the q list
                                 (they form its tail, in id order), or NONE */
@@ -304,6 +317,14 @@ struct kvp_pool {
      * content generation, bumped whenever its indexed content goes away */
     uint32_t *vtok;   /* cap x block_size */
     uint32_t *vparent, *vpgen, *gen;
+
+    /* ghost list (policy.c, KVP_POLICY_SLRU): the keys of the last `cap`
+     * hashes evicted, in a ring, and a map from key to its latest ring slot */
+    struct {
+        uint64_t *ring;
+        uint32_t cap, next, used;
+        kvp__map map;
+    } ghost;
 
     /* sequences (sequence.c) register here; the pool only calls the hooks */
     void *seqs;
@@ -404,7 +425,7 @@ static inline void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
     blk->stream = (unsigned)s;
     blk->state = (unsigned)state;
     blk->flags = 0;
-    blk->pad = 0;
+    blk->retain = 0;
 }
 
 /* Map a public stream value to an internal index, or -1 if refused. */
@@ -621,6 +642,32 @@ uint32_t kvp__defer_pending_from(const kvp__owner *o);
 kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap);
 void kvp__defer_uncheck(kvp_pool *p);
 
+/* ---- eviction order (policy.c) ---- */
+void kvp__policy_insert(kvp_pool *p, uint32_t b);
+void kvp__policy_remove(kvp_pool *p, uint32_t b);
+void kvp__policy_reset(kvp__stream *st);
+kvp_status kvp__ghost_create(kvp_pool *p);
+void kvp__ghost_destroy(kvp_pool *p);
+void kvp__ghost_clear(kvp_pool *p);
+void kvp__ghost_evicted(kvp_pool *p, uint32_t b);
+void kvp__ghost_published(kvp_pool *p, uint32_t b);
+void kvp__set_priority(kvp_pool *p, uint32_t b, unsigned prio);
+/* The cached block of stream st evicted next, or NONE. */
+static inline uint32_t kvp__policy_victim(const kvp__stream *st)
+{
+    return st->lmask ? st->lhead[__builtin_ctz(st->lmask)] : KVP__NONE;
+}
+/* Block record blk's retention priority. */
+static inline unsigned kvp__priority(const kvp__block *blk)
+{
+    return (blk->retain & KVP__R_PRIO) ^ KVP_PRIORITY_NORMAL;
+}
+/* Block b was claimed for the content it holds (policy.c's frequency bit). */
+static inline void kvp__policy_hit(kvp__block *blk)
+{
+    blk->retain |= KVP__R_HIT;
+}
+
 /* ---- free structures (freelist.c) ---- */
 uint32_t kvp__pick(kvp_pool *p, int s);
 void kvp__free_remove(kvp_pool *p, uint32_t b);
@@ -724,6 +771,7 @@ uint32_t kvp__map_get(const kvp__map *m, uint64_t key);
 kvp_status kvp__map_reserve(kvp_pool *p, kvp__map *m, uint32_t extra);
 void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val);
 void kvp__map_del(kvp__map *m, uint64_t key);
+void kvp__map_clear(kvp__map *m);
 void kvp__map_free(kvp_pool *p, kvp__map *m);
 
 /* ---- ordered id sets (idset.c) ---- */

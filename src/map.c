@@ -1,7 +1,8 @@
 /*
  * map.c — a small open-addressing map from 64-bit ids to 32-bit values.
  *
- * Used for request ids -> sequences.  Linear probing over a power-of-two
+ * Used for request ids -> sequences, and for the ghost list's keys ->
+ * ring slots (policy.c).  Linear probing over a power-of-two
  * table kept at most 3/4 full; deletion shifts
  * the rest of the run back instead of leaving tombstones, so lookups stay
  * short however many ids come and go.  Keys are stored in the entries, so a
@@ -91,6 +92,14 @@ void kvp__map_del(kvp__map *m, uint64_t key)
     }
     m->e[i].val = KVP__NONE;
     m->count--;
+}
+
+/* Remove every entry, keeping the table.  O(table size). */
+void kvp__map_clear(kvp__map *m)
+{
+    for (uint32_t i = 0; m->e && i <= m->mask; i++)
+        m->e[i].val = KVP__NONE;
+    m->count = 0;
 }
 
 void kvp__map_free(kvp_pool *p, kvp__map *m)

@@ -58,7 +58,8 @@ static void reset_blocks(kvp_pool *p)
     uint32_t n = p->cfg.num_blocks;
     for (int s = 0; s < p->nstreams; s++) {
         kvp__stream *st = &p->st[s];
-        st->qhead = st->qtail = st->lhead = st->ltail = st->fresh_mark = KVP__NONE;
+        st->qhead = st->qtail = st->fresh_mark = KVP__NONE;
+        kvp__policy_reset(st);
         st->fresh_lo = s == 0 ? 0 : initial_blocks(p, 0);
         st->fresh_hi = st->fresh_lo + initial_blocks(p, s);
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
@@ -92,7 +93,8 @@ static kvp_status validate_config(const kvp_config *c)
         return KVP_EINVAL;
     if (c->null_block && c->num_blocks == 0)
         return KVP_EINVAL;
-    if ((unsigned)c->reuse > KVP_REUSE_FIFO)
+    if ((unsigned)c->reuse > KVP_REUSE_FIFO || (unsigned)c->policy > KVP_POLICY_SLRU ||
+        (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO))
         return KVP_EINVAL;
     if (c->allocator && (!c->allocator->alloc || !c->allocator->release))
         return KVP_EINVAL;
@@ -134,6 +136,7 @@ static void free_arrays(kvp_pool *p)
     kvp__release(p, p->vparent, (size_t)p->cap * sizeof *p->vparent);
     kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
     kvp__release(p, p->gen, (size_t)p->cap * sizeof *p->gen);
+    kvp__ghost_destroy(p);
     kvp__storage_free(p);
     kvp__events_free(p);
 }
@@ -178,6 +181,8 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = kvp__idset_init(p, &p->retired, cap);
     if (!rc && cfg->verify_hits)
         rc = kvp__verify_reserve(p, cap, &p->vtok, &p->vparent, &p->vpgen, &p->gen);
+    if (!rc)
+        rc = kvp__ghost_create(p);
     if (!rc)
         rc = kvp__storage_init(p);
     if (!rc)
@@ -231,6 +236,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
     memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
     reset_blocks(pool);
+    kvp__ghost_clear(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
     pool->hist_head = pool->hist_count = 0;
     /* Queued events stay (a subscriber may already know their hashes); the
@@ -311,6 +317,7 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
     }
     memset(out, 0, sizeof *out);
     out->owner = KVP_ANON;
+    out->priority = KVP_PRIORITY_NORMAL;
     if (id >= pool->top) {
         out->state = KVP_BLOCK_RETIRED;
         out->stream = public_stream(pool, pool->blocks[id].stream);
@@ -329,6 +336,7 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
         out->published = (blk->flags & KVP__F_PUBLISHED) != 0;
         out->ever_allocated = (blk->flags & KVP__F_EVER) != 0;
         out->is_null = (blk->flags & KVP__F_NULL) != 0;
+        out->priority = kvp__priority(blk);
         if (blk->owner != KVP__NONE)
             out->owner = pool->owners[blk->owner].id;
         if (out->published)

@@ -384,6 +384,32 @@ KVP__FLATTEN kvp_status kvp_seq_destroy(kvp_seq *seq)
     return KVP_OK;
 }
 
+/* Raising whole prefixes only (kvpool.h): each block is raised together with
+ * every block before it in the sequence, its prefix, so a parent's priority
+ * stays at least its child's. */
+kvp_status kvp_seq_raise_priority(kvp_seq *seq, size_t n_blocks, unsigned priority)
+{
+    if (!seq)
+        return KVP_EINVAL;
+    kvp_pool *p = seq->pool;
+    if (priority > KVP_PRIORITY_MAX || p->cfg.reuse == KVP_REUSE_FIFO)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(p);
+    if (rc)
+        return rc;
+    size_t n = n_blocks < seq->nblocks ? n_blocks : seq->nblocks;
+    bool changed = false;
+    for (size_t i = 0; i < n; i++) {
+        const kvp__block *blk = &p->blocks[seq->blocks[i]];
+        if (kvp__priority(blk) < priority) {
+            kvp__set_priority(p, seq->blocks[i], priority);
+            changed = true;
+        }
+    }
+    kvp__leave(p, changed);
+    return KVP_OK;
+}
+
 /* Start admitting (or probing) tokens[0..n) into seq: the block count, room
  * in seq's arrays, the full blocks' hashes (pure, so before the lock, into
  * seq's arrays, which only become meaningful when ntokens does), then the

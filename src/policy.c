@@ -1,0 +1,233 @@
+/*
+ * policy.c — the eviction order of cached free blocks (kvp_policy): one list
+ * per retention priority and segment in each stream, and the ghost list of
+ * KVP_POLICY_SLRU.
+ *
+ * What it owns: each stream's eviction lists (lhead, ltail, lcount, lmask),
+ * the lprev/lnext links of cached blocks, the KVP__R_* bits of every block
+ * record but KVP__R_HIT, which kvp__policy_hit sets, and p->ghost.
+ *
+ * Invariants (checked by check.c):
+ * - A block is in exactly one list iff it is cached: list
+ *   2 * priority + segment, segment 1 (protected) only under SLRU.
+ *   lcount[i] is list i's length and bit i of lmask is set iff it is > 0.
+ * - Each list runs from the least recently put there (head) to the most
+ *   recent; the victim is the head of the first non-empty list, so lower
+ *   priorities go first, and within one, probationary blocks before
+ *   protected ones.
+ * - A vacant block's retain bits are 0; a block in use has no KVP__R_PROT.
+ * - Under SLRU, after every insertion a priority's protected list holds at
+ *   most 4/5 of its cached blocks.
+ * - The ghost map holds each key at most once, at the ring slot of its
+ *   latest eviction; a key whose slot is overwritten or that is published
+ *   again leaves the map.
+ *
+ * Why this shape: the order lives in the block records' links, so LRU costs
+ * no memory beyond the records, and every operation is a list unlink or
+ * append plus a count-leading-zeros.  The ghost list remembers evicted
+ * hashes by a 64-bit key in a ring the size of the initial pool, which is
+ * the recency horizon SLRU needs to recognise content that comes back.
+ */
+#include "kvp_internal.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Lists                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static unsigned list_of(const kvp__block *blk)
+{
+    return 2u * kvp__priority(blk) + ((blk->retain & KVP__R_PROT) != 0);
+}
+
+static void list_unlink(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(st->lcount[l] > 0);
+    if (blk->lprev != KVP__NONE)
+        p->blocks[blk->lprev].lnext = blk->lnext;
+    else
+        st->lhead[l] = blk->lnext;
+    if (blk->lnext != KVP__NONE)
+        p->blocks[blk->lnext].lprev = blk->lprev;
+    else
+        st->ltail[l] = blk->lprev;
+    blk->lprev = blk->lnext = KVP__NONE;
+    if (--st->lcount[l] == 0)
+        st->lmask &= ~(1u << l);
+}
+
+static void list_append(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(b != st->ltail[l]);
+    blk->lprev = st->ltail[l];
+    blk->lnext = KVP__NONE;
+    if (st->ltail[l] != KVP__NONE)
+        p->blocks[st->ltail[l]].lnext = b;
+    else
+        st->lhead[l] = b;
+    st->ltail[l] = b;
+    st->lcount[l]++;
+    st->lmask |= 1u << l;
+}
+
+/* Empty lists, for a stream being laid out (pool.c). */
+void kvp__policy_reset(kvp__stream *st)
+{
+    for (unsigned l = 0; l < KVP__LISTS; l++) {
+        st->lhead[l] = st->ltail[l] = KVP__NONE;
+        st->lcount[l] = 0;
+    }
+    st->lmask = 0;
+}
+
+/* Block b just became cached: to the most recent end of its priority's
+ * list, protected under SLRU when it was claimed since published.  A full
+ * protected list then hands its least recent block to the probationary
+ * list's most recent end. */
+void kvp__policy_insert(kvp_pool *p, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__stream *st = &p->st[blk->stream];
+    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED && !(blk->retain & KVP__R_PROT));
+    bool prot = p->cfg.policy == KVP_POLICY_SLRU && (blk->retain & KVP__R_HIT);
+    if (prot)
+        blk->retain |= KVP__R_PROT;
+    unsigned l = list_of(blk);
+    list_append(p, st, l, b);
+    if (prot && (uint64_t)st->lcount[l] * 5 > ((uint64_t)st->lcount[l] + st->lcount[l - 1]) * 4) {
+        uint32_t d = st->lhead[l];
+        list_unlink(p, st, l, d);
+        p->blocks[d].retain &= (uint16_t)~KVP__R_PROT;
+        list_append(p, st, l - 1, d);
+    }
+}
+
+/* Block b (cached) leaves its list: claimed, evicted or vacated. */
+void kvp__policy_remove(kvp_pool *p, uint32_t b)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED);
+    list_unlink(p, &p->st[blk->stream], list_of(blk), b);
+    blk->retain &= (uint16_t)~KVP__R_PROT;
+}
+
+/* Give block b (in use or cached) retention priority prio; a cached block
+ * is put back as kvp__policy_insert puts a freed one. */
+void kvp__set_priority(kvp_pool *p, uint32_t b, unsigned prio)
+{
+    kvp__block *blk = &p->blocks[b];
+    bool cached = blk->state == KVP_BLOCK_CACHED;
+    if (cached)
+        kvp__policy_remove(p, b);
+    blk->retain = (uint16_t)((blk->retain & ~KVP__R_PRIO) | (prio ^ KVP_PRIORITY_NORMAL));
+    if (cached)
+        kvp__policy_insert(p, b);
+}
+
+KVP_API kvp_status kvp_set_priority(kvp_pool *pool, kvp_block id, unsigned priority)
+{
+    if (!pool)
+        return KVP_EINVAL;
+    kvp_status rc = kvp__enter(pool);
+    if (rc)
+        return rc;
+    rc = kvp__check_id(pool, id);
+    if (!rc && (priority > KVP_PRIORITY_MAX || pool->cfg.reuse == KVP_REUSE_FIFO ||
+                (pool->blocks[id].flags & KVP__F_NULL)))
+        rc = KVP_EINVAL;
+    if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE && kvp__state(pool, id) != KVP_BLOCK_CACHED)
+        rc = KVP_ENOTFOUND;
+    if (!rc)
+        kvp__set_priority(pool, id, priority);
+    kvp__leave(pool, rc == KVP_OK);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The ghost list                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A 64-bit key for stream s's hash h: every byte counts, so hashes that
+ * differ anywhere get different keys but with probability 2^-64. */
+static uint64_t ghost_key(int s, const kvp_hash *h)
+{
+    uint64_t w[4];
+    memcpy(w, h->b, sizeof w);
+    uint64_t x = (uint64_t)s * 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 4; i++) {
+        x ^= w[i];
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 32;
+    }
+    return x;
+}
+
+/* The ghost list of an SLRU pool: num_blocks slots (at least one).  All or
+ * nothing. */
+kvp_status kvp__ghost_create(kvp_pool *p)
+{
+    if (p->cfg.policy != KVP_POLICY_SLRU)
+        return KVP_OK;
+    uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
+    p->ghost.ring = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.ring);
+    if (!p->ghost.ring || kvp__map_reserve(p, &p->ghost.map, cap) != KVP_OK) {
+        kvp__ghost_destroy(p);
+        return KVP_ENOMEM;
+    }
+    p->ghost.cap = cap;
+    return KVP_OK;
+}
+
+void kvp__ghost_destroy(kvp_pool *p)
+{
+    kvp__release(p, p->ghost.ring, (size_t)p->ghost.cap * sizeof *p->ghost.ring);
+    kvp__map_free(p, &p->ghost.map);
+    memset(&p->ghost, 0, sizeof p->ghost);
+}
+
+/* Forget every evicted hash (the index was cleared).  O(map size). */
+void kvp__ghost_clear(kvp_pool *p)
+{
+    if (!p->ghost.cap)
+        return;
+    kvp__map_clear(&p->ghost.map);
+    p->ghost.next = p->ghost.used = 0;
+}
+
+/* Block b's hash is being evicted: remember it, forgetting the oldest
+ * remembered when the ring is full.  O(1). */
+void kvp__ghost_evicted(kvp_pool *p, uint32_t b)
+{
+    if (!p->ghost.cap)
+        return;
+    uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
+    uint32_t slot = p->ghost.next;
+    if (p->ghost.used == p->ghost.cap) {
+        uint64_t old = p->ghost.ring[slot];
+        if (kvp__map_get(&p->ghost.map, old) == slot)
+            kvp__map_del(&p->ghost.map, old);
+    } else {
+        p->ghost.used++;
+    }
+    if (kvp__map_get(&p->ghost.map, key) != KVP__NONE)
+        kvp__map_del(&p->ghost.map, key);
+    p->ghost.ring[slot] = key;
+    kvp__map_put(&p->ghost.map, key, slot);
+    p->ghost.next = slot + 1 == p->ghost.cap ? 0 : slot + 1;
+}
+
+/* Block b is being published: a hash evicted recently comes back as if
+ * claimed once (KVP__R_HIT), and leaves the ghost list.  O(1). */
+void kvp__ghost_published(kvp_pool *p, uint32_t b)
+{
+    if (!p->ghost.cap)
+        return;
+    uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
+    if (kvp__map_get(&p->ghost.map, key) == KVP__NONE)
+        return;
+    kvp__map_del(&p->ghost.map, key);
+    p->blocks[b].retain |= KVP__R_HIT;
+}
