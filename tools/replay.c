@@ -93,7 +93,8 @@ static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, size_t high, kv
                 return kvpt_lib_error("kvp_publish", rc);
         }
     }
-    /* after publish, which sets a block's priority to normal */
+    /* a prefix, so no block is above its parent's priority (kvp_policy's
+     * prefix rule); a claimed block keeps the priority it was cached with */
     for (size_t i = 0; i < n && i < high; i++)
         if ((rc = kvp_set_priority(pool, blk[i], KVP_PRIORITY_HIGH)) != KVP_OK)
             return kvpt_lib_error("kvp_set_priority", rc);
