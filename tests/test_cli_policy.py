@@ -220,6 +220,7 @@ def test_sweep_plot_draws_policies_and_optimal(tmp_path):
             "--priority-prefix", "0,1", "--optimal", "--plot", svg)
     assert p.returncode == 0, p.stderr
     text = svg.read_text()
-    for title in ("a.jsonl: LRU", "a.jsonl: SLRU, priority prefix 1", "b.jsonl: optimal (Belady)",
-                  "b.jsonl, unlimited capacity"):
+    # the traces are named by what their file names do not share
+    for title in ("a: LRU", "a: SLRU, priority prefix 1", "b: optimal (Belady)",
+                  "b, unlimited capacity", "Prefix-cache hit rate by capacity: *.jsonl"):
         assert title in text, title

@@ -276,6 +276,44 @@ static void print_sweep_table(const sweep *s)
     kvpt_table_free(tab);
 }
 
+/* Whether `c` separates the words of a file name. */
+static int is_sep(char c)
+{
+    return c == '_' || c == '-' || c == '.';
+}
+
+/* How many leading and trailing bytes the base names of all traces share,
+ * cut at word separators ("mooncake_fast25_" and "_trace.jsonl.gz" of two
+ * bundled traces), so the plot can tell them apart by what differs; both 0
+ * when that would leave a name empty or there is one trace. */
+static void common_affixes(const sweep *s, size_t *pre, size_t *suf)
+{
+    *pre = *suf = 0;
+    if (s->n_traces < 2)
+        return;
+    const char *first = kvpt_base_name(s->paths[0]);
+    size_t len0 = strlen(first), p = len0, q = len0;
+    for (size_t i = 1; i < s->n_traces; i++) {
+        const char *name = kvpt_base_name(s->paths[i]);
+        size_t len = strlen(name), k = 0;
+        while (k < p && k < len && name[k] == first[k])
+            k++;
+        p = k;
+        for (k = 0; k < q && k < len && name[len - 1 - k] == first[len0 - 1 - k]; k++)
+            ;
+        q = k;
+    }
+    while (p > 0 && !is_sep(first[p - 1])) /* end after a separator */
+        p--;
+    while (q > 0 && !is_sep(first[len0 - q])) /* start at a separator */
+        q--;
+    for (size_t i = 0; i < s->n_traces; i++)
+        if (strlen(kvpt_base_name(s->paths[i])) <= p + q)
+            p = q = 0;
+    *pre = p;
+    *suf = q;
+}
+
 /* gnuplot colours for the settings of a sweep with several (or with the
  * optimal points): its default colours without yellow (5), black for the
  * optimal; the traces told apart by their point shapes. */
@@ -284,12 +322,16 @@ enum { OPT_COLOUR = 8 };
 static const int trace_point[] = {7, 5, 9, 11, 13}; /* filled: circle, square, triangles, diamond */
 
 /* Plot hit rate against capacity: one line per trace and setting, a
- * ceiling per trace and, with --optimal, the optimal points per trace.
- * With one setting and no optimal points, one line per trace in gnuplot's
- * colours, titled by the file name.  Returns an exit code. */
+ * ceiling per trace and, with --optimal, the optimal points per trace; a
+ * setting's colour is the same for every trace, a trace's point shape the
+ * same for every setting, and lines with a priority prefix are drawn thin
+ * and dashed, so a line equal to another still shows.  Several traces are
+ * named by what their file names do not share.  Without --policy,
+ * --priority-prefix and --optimal: one line per trace in gnuplot's colours,
+ * titled by the file name.  Returns an exit code. */
 static int plot_sweep(const sweep *s, const char *path)
 {
-    enum { TITLE = 128, STYLE = 64 };
+    enum { NAME = 64, TITLE = 192, STYLE = 64 };
     size_t lines = s->n_traces * s->n_cfgs, n_series = lines + (s->optimal ? s->n_traces : 0);
     size_t n = n_series * s->n_caps;
     double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
@@ -301,9 +343,16 @@ static int plot_sweep(const sweep *s, const char *path)
         goto out;
     }
     int plain = s->n_cfgs == 1 && !s->optimal && !s->show_policy && !s->show_prefix;
-    size_t ns = 0;
+    size_t ns = 0, pre = 0, suf = 0;
+    if (!plain)
+        common_affixes(s, &pre, &suf);
     for (size_t i = 0; i < s->n_traces; i++) {
+        char cut[NAME];
         const char *name = kvpt_base_name(s->paths[i]);
+        if (pre + suf) {
+            snprintf(cut, sizeof cut, "%.*s", (int)(strlen(name) - pre - suf), name + pre);
+            name = cut;
+        }
         int point = trace_point[i % (sizeof trace_point / sizeof trace_point[0])];
         for (size_t k = 0; k < s->n_cfgs; k++, ns++) {
             const kvpt_replay_result *row = &s->res[(i * s->n_cfgs + k) * s->n_caps];
@@ -328,7 +377,10 @@ static int plot_sweep(const sweep *s, const char *path)
                                        s->ceiling[i], NULL, 0};
             if (!plain) {
                 char *style = styles + ns * STYLE;
-                snprintf(style, STYLE, "linespoints lw 2 pt %d ps 1.1", point);
+                if (s->cfgs[k].priority_prefix)
+                    snprintf(style, STYLE, "linespoints lw 1.5 dt 2 pt %d ps 0.8", point);
+                else
+                    snprintf(style, STYLE, "linespoints lw 2 pt %d ps 1.1", point);
                 series[ns].style = style;
                 series[ns].colour =
                     cfg_colour[k % (sizeof cfg_colour / sizeof cfg_colour[0])];
@@ -353,9 +405,14 @@ static int plot_sweep(const sweep *s, const char *path)
                                          OPT_COLOUR};
         }
     }
-    rc = kvpt_plot(path, "Prefix-cache hit rate by capacity",
-                   "capacity (blocks of 512 tokens, log scale)", "block hit rate", series,
-                   ns) == 0
+    char chart[TITLE + 48] = "Prefix-cache hit rate by capacity";
+    if (pre + suf) { /* the names the lines leave out */
+        const char *first = kvpt_base_name(s->paths[0]);
+        snprintf(chart, sizeof chart, "Prefix-cache hit rate by capacity: %.*s*%s",
+                 (int)(pre < NAME ? pre : NAME), first, first + strlen(first) - suf);
+    }
+    rc = kvpt_plot(path, chart, "capacity (blocks of 512 tokens, log scale)", "block hit rate",
+                   series, ns) == 0
              ? KVPT_EXIT_OK
              : KVPT_EXIT_ERROR;
 out:
