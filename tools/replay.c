@@ -11,8 +11,8 @@
  * recently freed first), prefix caching on, anonymous references (owner
  * bookkeeping would only add cost: each request frees exactly what it took,
  * in one call).  With a priority prefix of N, the first N blocks of every
- * request are set to KVP_PRIORITY_HIGH while the request holds them, as a
- * server would keep a system prompt.
+ * request are given KVP_PRIORITY_HIGH while the request holds them (kept
+ * while they stay cached), as a server would keep a system prompt.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -93,8 +93,8 @@ static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, size_t high, kv
                 return kvpt_lib_error("kvp_publish", rc);
         }
     }
-    /* a prefix, so no block is above its parent's priority (kvp_policy's
-     * prefix rule); a claimed block keeps the priority it was cached with */
+    /* claimed or new alike; a prefix, so no block is above its parent's
+     * priority (kvp_policy's prefix rule) */
     for (size_t i = 0; i < n && i < high; i++)
         if ((rc = kvp_set_priority(pool, blk[i], KVP_PRIORITY_HIGH)) != KVP_OK)
             return kvpt_lib_error("kvp_set_priority", rc);
