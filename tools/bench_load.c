@@ -129,7 +129,7 @@ static double python_once(const char *path, size_t requests)
 static double replay_once(const kvpt_trace *t)
 {
     kvpt_replay_result r;
-    return kvpt_replay(t, 10000, NULL, 0, &r) ? -1 : r.seconds;
+    return kvpt_replay(t, 10000, NULL, NULL, 0, &r) ? -1 : r.seconds;
 }
 
 /* See bench.h. */

@@ -851,7 +851,8 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
         double unl = rate(r->unl_blocks, r->blocks_requested);
         snprintf(titles[nt], sizeof titles[nt], "LRU%s%s", sep, n > 1 ? name : "");
         snprintf(titles[nt + 1], sizeof titles[nt + 1], "unlimited capacity: %.4f", unl);
-        series[ns++] = (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2"};
+        series[ns++] =
+            (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2", 0};
         nt += 2;
         px += k;
         py += k;
@@ -865,7 +866,7 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
             snprintf(titles[nt], sizeof titles[nt], "optimal (Belady, prefix-respecting)%s%s",
                      sep, n > 1 ? name : "");
             series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
-                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2"};
+                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2", 0};
         }
         px += m;
         py += m;
@@ -880,7 +881,8 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
         if (m) {
             snprintf(titles[nt], sizeof titles[nt], "marked capacities%s%s", sep,
                      n > 1 ? name : "");
-            series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0, "points pt 7 ps 1.6"};
+            series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
+                                         "points pt 7 ps 1.6", 0};
         }
     }
     return kvpt_chart_hit_rate(&ch, o->plot, "LRU prefix-cache hit rate at every capacity", ns);

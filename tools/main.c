@@ -26,10 +26,10 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"replay", "TRACE --capacity BLOCKS [--json]",
+    {"replay", "TRACE --capacity BLOCKS [--policy lru|slru] [--priority-prefix N] [--json]",
      "replay a Mooncake trace through a prefix-caching pool", kvpt_cmd_replay},
-    {"sweep", "TRACE [TRACE...] --capacities A,B,C [--csv FILE] [--plot FILE]",
-     "replay at several capacities: hit-rate table, CSV, plot", kvpt_cmd_sweep},
+    {"sweep", "TRACE [TRACE...] --capacities A,B,C [--policy P,Q] [--csv FILE] [--plot FILE]",
+     "replay at several capacities and policies: hit-rate table, CSV, plot", kvpt_cmd_sweep},
     {"curve", "TRACE [TRACE...] [--csv FILE] [--plot FILE] [--target S] [--optimal]",
      "the LRU hit rate at every capacity in one pass, and the optimal bound", kvpt_cmd_curve},
     {"bench", "[--workload churn|prefix|scale|load|all] [--quick] [--json]",

@@ -337,11 +337,12 @@ static int write_script(FILE *gp, const char *out, const char *path, const char 
         return -1;
     fputs("plot ", gp);
     for (size_t i = 0; i < n_series; i++) {
+        size_t lc = series[i].colour > 0 ? (size_t)series[i].colour : i + 1;
         fprintf(gp, "%s'-' using 1:2 with %s lc %zu title ", i ? ", " : "",
-                series[i].style ? series[i].style : "linespoints lw 2 pt 7 ps 1.2", i + 1);
+                series[i].style ? series[i].style : "linespoints lw 2 pt 7 ps 1.2", lc);
         gp_string(gp, series[i].title);
         if (series[i].ceiling_title) {
-            fprintf(gp, ", %.17g with lines dt 2 lw 1.5 lc %zu title ", series[i].ceiling, i + 1);
+            fprintf(gp, ", %.17g with lines dt 2 lw 1.5 lc %zu title ", series[i].ceiling, lc);
             gp_string(gp, series[i].ceiling_title);
         }
     }

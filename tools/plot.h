@@ -14,9 +14,10 @@
 
 /* One line of the chart: n points (x[i], y[i]), drawn in the order given
  * in gnuplot's `style` (e.g. "lines lw 2", "points pt 7"; NULL: lines with
- * a mark at each point); and, when ceiling_title is not NULL, the level
- * y = ceiling (a limit the line tends to) as a dashed line of the same
- * colour. */
+ * a mark at each point) in gnuplot's colour number `colour` (0: the
+ * series' position in the chart, from 1); and, when ceiling_title is not
+ * NULL, the level y = ceiling (a limit the line tends to) as a dashed line
+ * of the same colour. */
 typedef struct kvpt_series {
     const char *title;
     size_t n;
@@ -24,6 +25,7 @@ typedef struct kvpt_series {
     const char *ceiling_title;
     double ceiling;
     const char *style;
+    int colour;
 } kvpt_series;
 
 /* The gnuplot terminal for `path` by its extension (".png" or ".svg", any

@@ -6,10 +6,13 @@
  * exactly as an engine would for a prompt: look up the longest cached prefix
  * (stopping at the first miss), claim it, allocate the rest, publish it, and
  * free every block tail first so that a request's last blocks are evicted
- * before its first.  The pool uses LIFO reuse (vacant before cached; cached
- * blocks leave least recently freed first), prefix caching on, anonymous
- * references (owner bookkeeping would only add cost: each request frees
- * exactly what it took, in one call).
+ * before its first.  The pool uses LIFO reuse (vacant before cached), the
+ * eviction policy asked for (LRU by default: cached blocks leave least
+ * recently freed first), prefix caching on, anonymous references (owner
+ * bookkeeping would only add cost: each request frees exactly what it took,
+ * in one call).  With a priority prefix of N, the first N blocks of every
+ * request are given KVP_PRIORITY_HIGH while the request holds them (kept
+ * while they stay cached), as a server would keep a system prompt.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -21,6 +24,32 @@
 #include <kvpool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The --policy words and the library's policies, in one table. */
+static const struct {
+    const char *name;
+    kvp_policy policy;
+} policies[] = {{"lru", KVP_POLICY_LRU}, {"slru", KVP_POLICY_SLRU}};
+
+/* See replay.h. */
+const char *kvpt_policy_name(kvp_policy p)
+{
+    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
+        if (policies[i].policy == p)
+            return policies[i].name;
+    return "?";
+}
+
+/* See replay.h. */
+int kvpt_policy_parse(const char *s, kvp_policy *out)
+{
+    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
+        if (strcmp(policies[i].name, s) == 0) {
+            *out = policies[i].policy;
+            return 0;
+        }
+    return -1;
+}
 
 /* The block hash of hash id `id`: id + 1, big-endian, in the last 8 bytes,
  * the rest zero (so no id maps to the all-zero hash). */
@@ -36,11 +65,11 @@ static inline void id_hash(kvp_hash *h, uint64_t id)
     memcpy(h->b + 24, &v, sizeof v);
 }
 
-/* Serve one admitted request of n blocks (hash ids `ids`): returns the
- * number of hit blocks, or -1 on a library error.  Scratch arrays hold
- * n entries each. */
-static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, kvp_hash *hs, kvp_block *blk,
-                  kvp_block *rev)
+/* Serve one admitted request of n blocks (hash ids `ids`), its first `high`
+ * blocks at KVP_PRIORITY_HIGH: returns the number of hit blocks, or -1 on a
+ * library error.  Scratch arrays hold n entries each. */
+static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, size_t high, kvp_hash *hs,
+                  kvp_block *blk, kvp_block *rev)
 {
     size_t hit = 0;
     kvp_status rc;
@@ -64,6 +93,11 @@ static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, kvp_hash *hs, k
                 return kvpt_lib_error("kvp_publish", rc);
         }
     }
+    /* claimed or new alike; a prefix, so no block is above its parent's
+     * priority (kvp_policy's prefix rule) */
+    for (size_t i = 0; i < n && i < high; i++)
+        if ((rc = kvp_set_priority(pool, blk[i], KVP_PRIORITY_HIGH)) != KVP_OK)
+            return kvpt_lib_error("kvp_set_priority", rc);
     for (size_t i = 0; i < n; i++)
         rev[i] = blk[n - 1 - i];
     if ((rc = kvp_free(pool, rev, n, KVP_ANON)) != KVP_OK)
@@ -73,9 +107,12 @@ static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, kvp_hash *hs, k
 
 /* See replay.h.  Pool creation and scratch allocation happen before the
  * clock starts; only the request loop is timed. */
-int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
-                uint64_t progress_base, kvpt_replay_result *r)
+int kvpt_replay(const kvpt_trace *t, uint64_t capacity, const kvpt_replay_opts *opts,
+                kvpt_progress *progress, uint64_t progress_base, kvpt_replay_result *r)
 {
+    static const kvpt_replay_opts lru = {KVP_POLICY_LRU, 0};
+    if (!opts)
+        opts = &lru;
     memset(r, 0, sizeof *r);
     if (capacity == 0)
         capacity = t->total_blocks ? t->total_blocks : 1;
@@ -90,6 +127,7 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
     cfg.max_blocks = (uint32_t)capacity;
     cfg.prefix_caching = 1;
     cfg.reuse = KVP_REUSE_LIFO;
+    cfg.policy = opts->policy;
     /* As a server would: the tables' page faults happen at creation, which
      * `seconds` leaves out, not in the first requests that touch them. */
     cfg.prefault = 1;
@@ -114,6 +152,7 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
         goto out;
     }
 
+    size_t high = opts->priority_prefix < SIZE_MAX ? (size_t)opts->priority_prefix : SIZE_MAX;
     double t0 = kvpt_now();
     for (size_t q = 0; q < t->n_requests; q++) {
         size_t n = (size_t)(t->offset[q + 1] - t->offset[q]);
@@ -122,7 +161,7 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
             r->rejected++;
             continue;
         }
-        long hit = serve(pool, t->ids + t->offset[q], n, hs, blk, rev);
+        long hit = serve(pool, t->ids + t->offset[q], n, high, hs, blk, rev);
         if (hit < 0 || kvpt_events_pump(pool)) /* events: one batch per request */
             goto out;
         uint64_t tok = (uint64_t)hit * KVPT_TRACE_BLOCK_TOKENS;
@@ -164,7 +203,8 @@ double kvpt_tokens_hit_rate(const kvpt_replay_result *r)
 }
 
 /* Print one replay as a two-column table. */
-static void print_replay_table(const kvpt_trace *t, const kvpt_replay_result *r)
+static void print_replay_table(const kvpt_trace *t, const kvpt_replay_opts *o,
+                               const kvpt_replay_result *r)
 {
     static const char *const headers[] = {"metric", "value"};
     kvpt_table *tab = kvpt_table_new(2, headers, "lr");
@@ -175,6 +215,10 @@ static void print_replay_table(const kvpt_trace *t, const kvpt_replay_result *r)
     kvpt_table_cell(tab, "%s", t->path);
     kvpt_table_cell(tab, "capacity (blocks)");
     kvpt_table_cell(tab, "%llu", (unsigned long long)r->capacity);
+    kvpt_table_cell(tab, "policy");
+    kvpt_table_cell(tab, "%s", kvpt_policy_name(o->policy));
+    kvpt_table_cell(tab, "priority prefix");
+    kvpt_table_cell(tab, "%llu", (unsigned long long)o->priority_prefix);
     kvpt_table_cell(tab, "requests");
     kvpt_table_cell(tab, "%llu", (unsigned long long)r->requests);
     kvpt_table_cell(tab, "rejected");
@@ -202,7 +246,8 @@ static void print_replay_table(const kvpt_trace *t, const kvpt_replay_result *r)
 }
 
 /* Print one replay as the documented JSON object. */
-static int print_replay_json(const kvpt_trace *t, const kvpt_replay_result *r)
+static int print_replay_json(const kvpt_trace *t, const kvpt_replay_opts *opts,
+                             const kvpt_replay_result *r)
 {
     double bps = r->seconds > 0 ? (double)r->blocks_requested / r->seconds : 0.0;
     json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:f, "
@@ -222,18 +267,25 @@ static int print_replay_json(const kvpt_trace *t, const kvpt_replay_result *r)
                           "seconds", r->seconds,
                           "load_seconds", t->load_seconds,
                           "blocks_per_second", bps);
+    if (o && (json_object_set_new(o, "policy", json_string(kvpt_policy_name(opts->policy))) ||
+              json_object_set_new(o, "priority_prefix",
+                                  json_integer((json_int_t)opts->priority_prefix)))) {
+        json_decref(o);
+        o = NULL;
+    }
     return kvpt_json_line(o) ? kvpt_error("cannot render JSON") : KVPT_EXIT_OK;
 }
 
 static const char usage_replay[] =
-    "usage: kvpool replay TRACE --capacity BLOCKS [--json]\n"
+    "usage: kvpool replay TRACE --capacity BLOCKS [--policy lru|slru]\n"
+    "                     [--priority-prefix N] [--json]\n"
     "                     [--events ENDPOINT [--events-connect] [--topic T]\n"
     "                      [--events-wait S]]\n"
     "\n"
     "Replay TRACE (Mooncake JSON Lines, plain or gzip: {\"timestamp\", \"input_length\",\n"
     "\"output_length\", \"hash_ids\"}) through a pool of BLOCKS blocks of 512 tokens with\n"
     "prefix caching.  Per request, in file order: claim the longest cached prefix of\n"
-    "its hash_ids, allocate the rest (evicting least-recently-freed cached blocks),\n"
+    "its hash_ids, allocate the rest (evicting cached blocks as --policy says),\n"
     "publish them, then free all of them tail first so they stay cached.  A request\n"
     "with more hash ids than BLOCKS is rejected (counted, no hits).  The pool is\n"
     "created with prefault, as a server would at start-up, so its page faults fall\n"
@@ -247,10 +299,20 @@ static const char usage_replay[] =
     "\n"
     "  --capacity BLOCKS  pool size in blocks, 0 to 2147483647; 0 = large enough\n"
     "                     for the whole trace\n"
+    "  --policy P         which cached block is evicted first: lru (the default),\n"
+    "                     the least recently freed; or slru, segmented LRU with\n"
+    "                     a ghost list: a block claimed again since it was\n"
+    "                     published, or whose hash was evicted recently, is\n"
+    "                     protected, and probationary blocks go before it\n"
+    "  --priority-prefix N  the first N blocks of every request get retention\n"
+    "                     priority high (kvp_set_priority after claim or\n"
+    "                     allocation), so cached blocks of normal priority are\n"
+    "                     evicted before them: a system prompt kept; default 0\n"
     "  --json             one JSON object: requests, rejected, blocks_requested,\n"
     "                     blocks_hit, hit_rate, tokens_requested, tokens_hit,\n"
     "                     tokens_hit_rate, evictions, peak_in_use, seconds (replay\n"
-    "                     loop), load_seconds (read + parse), blocks_per_second\n"
+    "                     loop), load_seconds (read + parse), blocks_per_second,\n"
+    "                     policy, priority_prefix\n"
     "  --events ENDPOINT  publish the replay's KV-cache events live (ZeroMQ, vLLM\n"
     "                     wire format, one batch per request; docs/EVENTS.md),\n"
     "                     bound, e.g. tcp://127.0.0.1:5557 (port 1-65535, or '*'\n"
@@ -264,16 +326,22 @@ static const char usage_replay[] =
     "Each option may be given once.  A progress bar is drawn on stderr when stderr\n"
     "is a terminal.\n";
 
-/* `kvpool replay TRACE --capacity BLOCKS [--json]`. */
+/* `kvpool replay TRACE --capacity BLOCKS [--policy P] [--priority-prefix N]
+ * [--json] [--events ...]`. */
 int kvpt_cmd_replay(int argc, char **argv)
 {
     uint64_t capacity = 0;
+    const char *policy = "lru";
+    kvpt_replay_opts ro = {KVP_POLICY_LRU, 0};
     int json = 0, events_connect = 0;
     const char *events_ep = NULL, *events_topic = NULL; /* --events (events.c) */
     double events_wait = 2;
     const kvpt_opt opts[] = {
         {"capacity", KVPT_OPT_COUNT, &capacity, 0, KVP_MAX_BLOCKS, "a block count",
          "0: the whole trace"},
+        {"policy", KVPT_OPT_CHOICE, &policy, 0, 0, KVPT_POLICY_CHOICES, NULL},
+        {"priority-prefix", KVPT_OPT_COUNT, &ro.priority_prefix, 0, KVP_MAX_BLOCKS,
+         "a block count", NULL},
         {"json", KVPT_OPT_FLAG, &json, 0, 0, NULL, NULL},
         {"events", KVPT_OPT_TEXT, &events_ep, 0, 0, NULL, NULL},
         {"topic", KVPT_OPT_TEXT, &events_topic, 0, 0, NULL, NULL},
@@ -285,6 +353,7 @@ int kvpt_cmd_replay(int argc, char **argv)
     int first, rc = kvpt_parse_args(&cli, argc, argv, &first);
     if (rc >= 0)
         return rc;
+    kvpt_policy_parse(policy, &ro.policy); /* one of the choices */
 
     kvpt_trace t;
     if (kvpt_trace_load(argv[first], &t))
@@ -296,14 +365,14 @@ int kvpt_cmd_replay(int argc, char **argv)
     kvpt_progress prog;
     kvpt_progress_start(&prog, "replay", t.n_requests);
     kvpt_replay_result r;
-    rc = kvpt_replay(&t, capacity, &prog, 0, &r);
+    rc = kvpt_replay(&t, capacity, &ro, &prog, 0, &r);
     kvpt_progress_end(&prog);
     kvpt_events_stop(); /* lets queued messages leave */
     if (rc == 0) {
         if (json)
-            rc = print_replay_json(&t, &r);
+            rc = print_replay_json(&t, &ro, &r);
         else
-            print_replay_table(&t, &r);
+            print_replay_table(&t, &ro, &r);
     }
     kvpt_trace_free(&t);
     return rc ? KVPT_EXIT_ERROR : KVPT_EXIT_OK;

@@ -9,7 +9,26 @@
 #include "output.h"
 #include "trace.h"
 
+#include <kvpool.h>
 #include <stdint.h>
+
+/* How a replay's pool chooses what to evict: the library's policy among
+ * cached free blocks, and how many leading blocks of each request are given
+ * KVP_PRIORITY_HIGH (0: none, every block keeps KVP_PRIORITY_NORMAL). */
+typedef struct kvpt_replay_opts {
+    kvp_policy policy;
+    uint64_t priority_prefix;
+} kvpt_replay_opts;
+
+/* The --policy words, as kvpt_opt.what wants them. */
+#define KVPT_POLICY_CHOICES "lru|slru"
+
+/* The name of policy `p` ("lru", "slru"), or "?" for any other value. */
+const char *kvpt_policy_name(kvp_policy p);
+
+/* The policy named `s` (exactly one of KVPT_POLICY_CHOICES) into *out.
+ * Returns 0, or -1 when `s` names none. */
+int kvpt_policy_parse(const char *s, kvp_policy *out);
 
 typedef struct kvpt_replay_result {
     uint64_t capacity;          /* blocks in the pool (0 resolved) */
@@ -24,12 +43,13 @@ typedef struct kvpt_replay_result {
 /*
  * Replay every request of `t` in file order through a fresh pool of
  * `capacity` blocks (0: one block per hash id in the whole trace, so nothing
- * is ever evicted) and fill *r.  `progress` (may be NULL) is advanced from
- * `progress_base` by one per request.  Returns 0, or -1 with the error
- * printed (the pool cannot be created, or a library call fails).
+ * is ever evicted) with the eviction of `opts` (NULL: LRU, no priorities)
+ * and fill *r.  `progress` (may be NULL) is advanced from `progress_base` by
+ * one per request.  Returns 0, or -1 with the error printed (the pool cannot
+ * be created, or a library call fails).
  */
-int kvpt_replay(const kvpt_trace *t, uint64_t capacity, kvpt_progress *progress,
-                uint64_t progress_base, kvpt_replay_result *r);
+int kvpt_replay(const kvpt_trace *t, uint64_t capacity, const kvpt_replay_opts *opts,
+                kvpt_progress *progress, uint64_t progress_base, kvpt_replay_result *r);
 
 /* blocks_hit / blocks_requested and tokens_hit / tokens_requested (0 when
  * nothing was requested). */
