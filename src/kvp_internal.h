@@ -771,6 +771,9 @@ uint32_t kvp__map_get(const kvp__map *m, uint64_t key);
 kvp_status kvp__map_reserve(kvp_pool *p, kvp__map *m, uint32_t extra);
 void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val);
 void kvp__map_del(kvp__map *m, uint64_t key);
+void kvp__map_set(kvp__map *m, uint64_t key, uint32_t val);
+uint32_t kvp__map_take(kvp__map *m, uint64_t key);
+void kvp__map_del_if(kvp__map *m, uint64_t key, uint32_t val);
 void kvp__map_clear(kvp__map *m);
 void kvp__map_free(kvp_pool *p, kvp__map *m);
 

@@ -26,16 +26,6 @@ static uint32_t map_home(uint64_t key, uint32_t mask)
     return kvp__id_hash(key) & mask;
 }
 
-uint32_t kvp__map_get(const kvp__map *m, uint64_t key)
-{
-    if (!m->e)
-        return KVP__NONE;
-    for (uint32_t i = map_home(key, m->mask);; i = (i + 1) & m->mask) {
-        if (m->e[i].val == KVP__NONE || m->e[i].key == key)
-            return m->e[i].val;
-    }
-}
-
 static void map_insert(kvp__map_entry *e, uint32_t mask, uint64_t key, uint32_t val)
 {
     uint32_t i = map_home(key, mask);
@@ -77,11 +67,32 @@ void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val)
     m->count++;
 }
 
-void kvp__map_del(kvp__map *m, uint64_t key)
+/* Key's entry, or the empty entry that ends its run.  The table has one. */
+static uint32_t map_slot(const kvp__map *m, uint64_t key)
 {
     uint32_t i = map_home(key, m->mask);
-    while (m->e[i].key != key || m->e[i].val == KVP__NONE)
+    while (m->e[i].val != KVP__NONE && m->e[i].key != key)
         i = (i + 1) & m->mask;
+    return i;
+}
+
+uint32_t kvp__map_get(const kvp__map *m, uint64_t key)
+{
+    return m->e ? m->e[map_slot(m, key)].val : KVP__NONE;
+}
+
+/* Key's value becomes val, inserted if absent (room reserved).  One probe. */
+void kvp__map_set(kvp__map *m, uint64_t key, uint32_t val)
+{
+    uint32_t i = map_slot(m, key);
+    m->count += m->e[i].val == KVP__NONE;
+    m->e[i].key = key;
+    m->e[i].val = val;
+}
+
+/* Remove entry i (in use), shifting the rest of its run back. */
+static void map_remove_at(kvp__map *m, uint32_t i)
+{
     for (uint32_t j = (i + 1) & m->mask; m->e[j].val != KVP__NONE; j = (j + 1) & m->mask) {
         uint32_t h = map_home(m->e[j].key, m->mask);
         /* Move entry j into hole i unless its home lies cyclically in (i, j]. */
@@ -92,6 +103,32 @@ void kvp__map_del(kvp__map *m, uint64_t key)
     }
     m->e[i].val = KVP__NONE;
     m->count--;
+}
+
+void kvp__map_del(kvp__map *m, uint64_t key)
+{
+    uint32_t i = map_slot(m, key);
+    kvp__assert_internal(m->e[i].val != KVP__NONE);
+    map_remove_at(m, i);
+}
+
+/* Remove key and return its value, or NONE when absent.  One probe. */
+uint32_t kvp__map_take(kvp__map *m, uint64_t key)
+{
+    if (!m->e)
+        return KVP__NONE;
+    uint32_t i = map_slot(m, key), v = m->e[i].val;
+    if (v != KVP__NONE)
+        map_remove_at(m, i);
+    return v;
+}
+
+/* Remove key if its value is val.  One probe. */
+void kvp__map_del_if(kvp__map *m, uint64_t key, uint32_t val)
+{
+    uint32_t i = map_slot(m, key);
+    if (m->e[i].val == val && val != KVP__NONE)
+        map_remove_at(m, i);
 }
 
 /* Remove every entry, keeping the table.  O(table size). */

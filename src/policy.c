@@ -186,17 +186,12 @@ void kvp__ghost_evicted(kvp_pool *p, uint32_t b)
         return;
     uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
     uint32_t slot = p->ghost.next;
-    if (p->ghost.used == p->ghost.cap) {
-        uint64_t old = p->ghost.ring[slot];
-        if (kvp__map_get(&p->ghost.map, old) == slot)
-            kvp__map_del(&p->ghost.map, old);
-    } else {
+    if (p->ghost.used == p->ghost.cap)
+        kvp__map_del_if(&p->ghost.map, p->ghost.ring[slot], slot);
+    else
         p->ghost.used++;
-    }
-    if (kvp__map_get(&p->ghost.map, key) != KVP__NONE)
-        kvp__map_del(&p->ghost.map, key);
     p->ghost.ring[slot] = key;
-    kvp__map_put(&p->ghost.map, key, slot);
+    kvp__map_set(&p->ghost.map, key, slot);
     p->ghost.next = slot + 1 == p->ghost.cap ? 0 : slot + 1;
 }
 
@@ -207,8 +202,6 @@ void kvp__ghost_published(kvp_pool *p, uint32_t b)
     if (!p->ghost.cap)
         return;
     uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
-    if (kvp__map_get(&p->ghost.map, key) == KVP__NONE)
-        return;
-    kvp__map_del(&p->ghost.map, key);
-    p->blocks[b].retain |= KVP__R_HIT;
+    if (kvp__map_take(&p->ghost.map, key) != KVP__NONE)
+        p->blocks[b].retain |= KVP__R_HIT;
 }
