@@ -1,7 +1,7 @@
 /*
  * kvpy.h — what the files of the extension module kvpool._kvpool share.
  *
- * The module is one CPython extension built from seven files, each owning one
+ * The module is one CPython extension built from eight files, each owning one
  * concern (see its own top comment):
  *   module.c    module init, the exception classes, status -> exception;
  *   args.c      argument parsing and conversions (ints, owners, hashes,
@@ -10,6 +10,7 @@
  *   pool.c      the Pool type (its one-call methods come from one table);
  *   sequence.c  the Sequence type and its zero-copy block table;
  *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock);
+ *   atom.c      the ATOM drop-in's hot path (_AtomBlockPool);
  *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash).
  * Only the public header <kvpool.h> of the library is used, as any engine
  * embedding it would (mlx.c also calls OpenSSL's SHA-256, which the
@@ -85,6 +86,9 @@ int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what);
 int kvpy_get_owner(PyObject *o, kvp_owner *v);
 int kvpy_get_bool(PyObject *o, int dflt, int *v);
 int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what);
+/* 32 bytes, or an int key: its low 64 bits big-endian after 24 zero bytes
+ * (pool.c; lookup's and publish's hash argument). */
+int kvpy_hash_or_key(PyObject *o, kvp_hash *h, const char *what);
 PyObject *kvpy_block_or_none(kvp_block b);
 PyObject *kvpy_hash_bytes(const kvp_hash *h);
 PyObject *kvpy_u32_list(const uint32_t *p, size_t n);
@@ -243,6 +247,12 @@ PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t
 extern PyTypeObject kvpy_vblock_type;
 extern PyTypeObject kvpy_vpool_type;
 extern PyTypeObject kvpy_vblocks_type;
+
+/* ---- atom.c ---------------------------------------------------------------- */
+
+extern PyTypeObject kvpy_apool_type;
+/* The module's setup of atom.c: 0, or -1 with the exception set. */
+int kvpy_atom_init(void);
 
 /* ---- mlx.c ----------------------------------------------------------------- */
 

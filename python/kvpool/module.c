@@ -131,7 +131,8 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 {
     if (PyType_Ready(&kvpy_pool_type) < 0 || PyType_Ready(&kvpy_seq_type) < 0 ||
         PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0 ||
-        PyType_Ready(&kvpy_vblocks_type) < 0)
+        PyType_Ready(&kvpy_vblocks_type) < 0 || PyType_Ready(&kvpy_apool_type) < 0 ||
+        kvpy_atom_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&kvpool_module);
     if (!m)
@@ -160,10 +161,12 @@ PyMODINIT_FUNC PyInit__kvpool(void)
     Py_INCREF(&kvpy_seq_type);
     Py_INCREF(&kvpy_vblock_type);
     Py_INCREF(&kvpy_vpool_type);
+    Py_INCREF(&kvpy_apool_type);
     if (PyModule_AddObject(m, "Pool", (PyObject *)&kvpy_pool_type) < 0 ||
         PyModule_AddObject(m, "Sequence", (PyObject *)&kvpy_seq_type) < 0 ||
         PyModule_AddObject(m, "KVCacheBlock", (PyObject *)&kvpy_vblock_type) < 0 ||
-        PyModule_AddObject(m, "_VllmBlockPool", (PyObject *)&kvpy_vpool_type) < 0)
+        PyModule_AddObject(m, "_VllmBlockPool", (PyObject *)&kvpy_vpool_type) < 0 ||
+        PyModule_AddObject(m, "_AtomBlockPool", (PyObject *)&kvpy_apool_type) < 0)
         goto fail;
 #define IC(name, v)                                                                             \
     if (PyModule_AddObject(m, name, PyLong_FromUnsignedLongLong((unsigned long long)(v))) < 0)  \
