@@ -137,3 +137,94 @@ def test_the_base_class_refuses_missing_or_mistyped_state():
         assert getattr(bp, name) is before
     with pytest.raises(kvpool.RangeError):
         bp._spend(2, False)
+
+
+# ---- compute_hash: ATOM's engine-side block hash --------------------------------
+
+def reference_hash(token_ids, prefix=-1):
+    """ATOM's BlockManager.compute_hash, restated: XXH64 of prefix's 8
+    little-endian bytes (none for -1), then the tokens as numpy int64."""
+    xxhash = pytest.importorskip("xxhash")
+    np = pytest.importorskip("numpy")
+    h = xxhash.xxh64()
+    if prefix != -1:
+        h.update(prefix.to_bytes(8, "little"))
+    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    return h.intdigest()
+
+
+def test_compute_hash_gives_atoms_values():
+    import array
+    np = pytest.importorskip("numpy")
+    rng = random.Random(7)
+    inputs = [[], [0], [1, 2, 3], [-5, 2 ** 63 - 1, -2 ** 63], tuple(range(300)),
+              array.array("i", [1, -2, 3] * 7), array.array("b", [1, -1]), array.array("H", [65535]),
+              array.array("Q", [2 ** 64 - 1]), np.arange(16, dtype=np.int64),
+              np.arange(16, dtype=np.uint32), [rng.randrange(-2 ** 40, 2 ** 40) for _ in range(64)]]
+    for toks in inputs:
+        for prefix in (-1, 0, 1, 2 ** 63, 2 ** 64 - 1, rng.randrange(2 ** 64)):
+            assert atom.compute_hash(toks, prefix) == reference_hash(toks, prefix), (toks, prefix)
+            assert atom.compute_hash(toks, prefix=prefix) == reference_hash(toks, prefix)
+        assert atom.compute_hash(toks) == reference_hash(toks)
+    chain, h = list(range(64)), -1
+    for i in range(4):  # the engine's chain: each block's hash is the next one's prefix
+        h2 = atom.compute_hash(chain[i * 16:(i + 1) * 16], h)
+        assert h2 == reference_hash(chain[i * 16:(i + 1) * 16], h)
+        h = h2
+
+
+def test_compute_hash_refuses_what_it_cannot_hash():
+    import array
+    for bad, exc in (((1 << 63,), OverflowError), ([1, 2.5], TypeError), ([None], TypeError),
+                     ("abc", TypeError), (b"\x01\x02", None), (array.array("d", [1.0]), TypeError),
+                     (5, TypeError), ({1: 2}, TypeError)):
+        if exc is None:  # bytes: a buffer of unsigned bytes, hashed as numpy would
+            continue
+        with pytest.raises(exc):
+            atom.compute_hash(bad)
+    for prefix, exc in ((-2, OverflowError), (1 << 64, OverflowError), ("1", TypeError),
+                        (1.0, TypeError)):
+        with pytest.raises(exc):
+            atom.compute_hash([1, 2], prefix)
+    with pytest.raises(TypeError):
+        atom.compute_hash()
+    with pytest.raises(TypeError):
+        atom.compute_hash([1], -1, 3)
+    with pytest.raises(TypeError):
+        atom.compute_hash([1], prefx=3)
+
+
+def test_install_gives_a_present_atom_engine_this_compute_hash(tmp_path):
+    import subprocess
+    import textwrap
+    (tmp_path / "atom" / "model_engine").mkdir(parents=True)
+    (tmp_path / "atom" / "__init__.py").write_text("")
+    (tmp_path / "atom" / "model_engine" / "__init__.py").write_text("")
+    (tmp_path / "atom" / "model_engine" / "block_pool.py").write_text("class BlockPool:\n    pass\n")
+    (tmp_path / "atom" / "model_engine" / "block_manager.py").write_text(textwrap.dedent("""\
+        from atom.model_engine.block_pool import BlockPool
+        class BlockManager:
+            @classmethod
+            def compute_hash(cls, token_ids, prefix=-1):
+                return ("own", list(token_ids), prefix)
+            def hash_of(self, toks, prefix):
+                return self.compute_hash(toks, prefix)
+        """))
+    script = textwrap.dedent("""\
+        from kvpool.compat import atom
+        from atom.model_engine.block_manager import BlockManager
+        assert atom.install() is True
+        assert BlockManager.compute_hash([1, 2], 3) == atom.compute_hash([1, 2], 3)
+        assert BlockManager().hash_of([1, 2], -1) == atom.compute_hash([1, 2])
+        assert BlockManager().hash_of([1, 2], -1) == atom.compute_hash([1, 2])
+        import atom.model_engine.block_manager as bm
+        assert bm.BlockPool is atom.BlockPool
+        atom.uninstall()
+        assert BlockManager.compute_hash([1, 2], 3) == ("own", [1, 2], 3)
+        print("ok")
+        """)
+    pydir = sys.path[0]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), pydir]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

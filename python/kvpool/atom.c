@@ -2,7 +2,9 @@
  * atom.c — the hot path of the ATOM drop-in (kvpool.compat.atom.BlockPool
  * subclasses _AtomBlockPool in Python): lookup, pop, allocate, claim, free,
  * publish and the eviction bookkeeping (_spend), each one C call with no
- * Python frame, as ATOM's engine calls them once per block.
+ * Python frame, as ATOM's engine calls them once per block; and ATOM's
+ * block hash (compute_hash, the engine's BlockManager.compute_hash) from the
+ * tokens in place, with libxxhash's XXH64.
  *
  * What it owns: references to the drop-in's state, which the Python class
  * sets once in __init__ and reads everywhere else: the native Pool
@@ -22,6 +24,7 @@
 #include "kvpy.h"
 
 #include <structmember.h>
+#include <xxhash.h>
 
 typedef struct APool {
     PyObject_HEAD
@@ -469,4 +472,123 @@ int kvpy_atom_init(void)
 {
     minus_one = PyLong_FromLong(-1);
     return minus_one ? 0 : -1;
+}
+
+/*
+ * compute_hash(token_ids, prefix=-1) -> int: ATOM's chained block hash, the
+ * value of its BlockManager.compute_hash — XXH64 (seed 0) of prefix's 8
+ * little-endian bytes (left out when prefix is -1) followed by the tokens as
+ * native int64 (numpy's asarray(token_ids, dtype=int64)).  token_ids: a list
+ * or tuple of ints, or a C-contiguous buffer of integers (array('i'), numpy;
+ * unsigned items are reinterpreted as int64, as numpy's cast).  TypeError for
+ * anything else, OverflowError for a token outside int64 or a prefix outside
+ * 0..2**64-1 other than -1.  No Python object is made but the result.
+ */
+PyObject *kvpy_atom_compute_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const kw[] = {"token_ids", "prefix", NULL};
+    PyObject *o[2];
+    (void)m;
+    if (kvpy_parse_args("compute_hash", args, nargs, kwnames, kw, 1, o))
+        return NULL;
+    if (!o[0])
+        return PyErr_Format(PyExc_TypeError, "compute_hash() missing argument 'token_ids'");
+    int has_prefix = 0;
+    unsigned long long pv = 0;
+    if (o[1]) {
+        if (!PyLong_Check(o[1]))
+            return PyErr_Format(PyExc_TypeError, "prefix must be an int, not %.100s",
+                                Py_TYPE(o[1])->tp_name);
+        int overflow;
+        if (PyLong_AsLongLongAndOverflow(o[1], &overflow) != -1 || overflow) {
+            pv = PyLong_AsUnsignedLongLong(o[1]);
+            if (pv == (unsigned long long)-1 && PyErr_Occurred())
+                return NULL;
+            has_prefix = 1;
+        }
+    }
+    int64_t small[64 + 1];
+    int64_t *buf = small;
+    Py_ssize_t n;
+    Py_buffer v;
+    int has_view = 0;
+    char fmt = 0;
+    if (PyList_Check(o[0]) || PyTuple_Check(o[0])) {
+        n = PySequence_Fast_GET_SIZE(o[0]);
+    } else if (PyObject_CheckBuffer(o[0])) {
+        if (PyObject_GetBuffer(o[0], &v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        has_view = 1;
+        const char *f = v.format ? v.format : "B";
+        if (*f == '@' || *f == '=' || *f == '<')
+            f++;
+        if (!strchr("bBhHiIlLqQ", *f) || f[1] || v.itemsize < 1 || v.itemsize > 8) {
+            PyBuffer_Release(&v);
+            return PyErr_Format(PyExc_TypeError, "token_ids: a buffer of integers is needed, "
+                                "not format '%s'", v.format ? v.format : "B");
+        }
+        fmt = *f;
+        n = v.len / v.itemsize;
+    } else {
+        return PyErr_Format(PyExc_TypeError,
+                            "token_ids must be a list, tuple or integer buffer, not %.100s",
+                            Py_TYPE(o[0])->tp_name);
+    }
+    if (n + 1 > (Py_ssize_t)(sizeof small / sizeof small[0])) {
+        buf = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+        if (!buf) {
+            if (has_view)
+                PyBuffer_Release(&v);
+            return PyErr_NoMemory();
+        }
+    }
+    unsigned char *bytes = (unsigned char *)buf;
+    int64_t *t = buf + 1;
+    PyObject *r = NULL;
+    if (has_view) {
+        const unsigned char *p = v.buf;
+        for (Py_ssize_t i = 0; i < n; i++, p += v.itemsize) {
+            int64_t x;
+            switch (fmt) {
+            case 'b': x = *(const int8_t *)p; break;
+            case 'B': x = *p; break;
+            case 'h': { int16_t y; memcpy(&y, p, 2); x = y; break; }
+            case 'H': { uint16_t y; memcpy(&y, p, 2); x = y; break; }
+            case 'i': case 'l': case 'q':
+                if (v.itemsize == 4) { int32_t y; memcpy(&y, p, 4); x = y; }
+                else { memcpy(&x, p, 8); }
+                break;
+            default: /* I, L, Q */
+                if (v.itemsize == 4) { uint32_t y; memcpy(&y, p, 4); x = y; }
+                else { uint64_t y; memcpy(&y, p, 8); x = (int64_t)y; }
+                break;
+            }
+            t[i] = x;
+        }
+    } else {
+        PyObject **items = PySequence_Fast_ITEMS(o[0]);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!PyLong_Check(items[i])) {
+                PyErr_Format(PyExc_TypeError, "token_ids[%zd] must be an int, not %.100s", i,
+                             Py_TYPE(items[i])->tp_name);
+                goto out;
+            }
+            long long x = PyLong_AsLongLong(items[i]);
+            if (x == -1 && PyErr_Occurred())
+                goto out;
+            t[i] = x;
+        }
+    }
+    /* The prefix's 8 bytes sit just before the tokens: one contiguous input. */
+    for (int i = 0; i < 8; i++)
+        bytes[i] = (unsigned char)(pv >> (8 * i));
+    r = PyLong_FromUnsignedLongLong(has_prefix ? XXH64(bytes, 8 + (size_t)n * 8, 0)
+                                               : XXH64(t, (size_t)n * 8, 0));
+out:
+    if (has_view)
+        PyBuffer_Release(&v);
+    if (buf != small)
+        PyMem_Free(buf);
+    return r;
 }

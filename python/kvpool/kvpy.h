@@ -253,6 +253,9 @@ extern PyTypeObject kvpy_vblocks_type;
 extern PyTypeObject kvpy_apool_type;
 /* The module's setup of atom.c: 0, or -1 with the exception set. */
 int kvpy_atom_init(void);
+/* The module function atom_compute_hash (see atom.c). */
+PyObject *kvpy_atom_compute_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames);
 
 /* ---- mlx.c ----------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
- * (strerror, hash_external, _fast_view; mlx_block_hash is mlx.c's), its constants, and the exception
- * classes.
+ * (strerror, hash_external, _fast_view; mlx_block_hash is mlx.c's,
+ * atom_compute_hash atom.c's), its constants, and the exception classes.
  *
  * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
  * a subclass of kvpool.Error carrying `.status`; the classes that also mean
@@ -93,6 +93,10 @@ static PyMethodDef mod_methods[] = {
      "mlx_block_hash(parent, token_ids, lo, hi, legacy) -> bytes | (bytes, str) | None\n\n"
      "vllm-mlx's chained hash of the block token_ids[lo:hi] under parent (and, with legacy, "
      "its legacy string hash), or None when the tokens are not a list of 64-bit ints."},
+    {"atom_compute_hash", KVPY_FC(kvpy_atom_compute_hash), KVPY_FCK,
+     "atom_compute_hash(token_ids, prefix=-1) -> int\n\nATOM's chained block hash "
+     "(BlockManager.compute_hash): XXH64 of prefix's 8 little-endian bytes (none for -1) and "
+     "the tokens as int64."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kvpool_module = {

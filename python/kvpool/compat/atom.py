@@ -1,8 +1,8 @@
 """kvpool.compat.atom — drop-in for AMD ATOM's ``BlockPool`` (atom.model_engine.block_pool).
 
-Owns ``BlockPool``, ``BlockRetirement`` and a ``Block`` record with the
-original's fields, as Python over a native ``kvpool.Pool`` configured like
-ATOM: reuse order ``lowest`` (vacant blocks lowest id first, then cached
+Owns ``BlockPool``, ``BlockRetirement``, a ``Block`` record with the
+original's fields and ``compute_hash`` (ATOM's engine-side block hash, same
+values, in C), over a native ``kvpool.Pool`` configured like ATOM: reuse order ``lowest`` (vacant blocks lowest id first, then cached
 blocks least recently freed first), lazy eviction with ``on_evict(hash)``
 fired when a cached block is handed out again, ``extend`` up to
 ``max_blocks``, ``retire_top`` with relocation, raw-unit reservations
@@ -14,8 +14,10 @@ last 8 bytes (big-endian) of the 32-byte kvpool hash and comes back as the
 same integer.  Each block's hash and tokens are kept beside the pool in two
 Python lists, so ``block(id).hash`` and ``.token_ids`` (read per block by
 ATOM's prefix matching) are list reads; ``ref_count`` is one native
-``Pool.ref_count`` and a lookup one native ``Pool.lookup`` returning -1 on
-a miss.  A pool's ``Block`` objects hold nothing but their id (see
+``Pool.ref_count``.  The calls ATOM's engine makes once per block
+(``lookup``, ``pop``, ``allocate``, ``claim``, ``free``, ``publish``) are
+each one C call of the base class ``_kvpool._AtomBlockPool``, over these
+same lists and sets.  A pool's ``Block`` objects hold nothing but their id (see
 ``Block``), so a block costs the pool's bytes, two list slots and an int.
 The pool evicts a cached block's content when it hands the block out, and
 every call that hands blocks out is made by this module, which clears the
@@ -53,9 +55,15 @@ from .. import _kvpool
 from . import _adopt
 from ._block import IdBlock
 
-__all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block"]
+__all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block", "compute_hash"]
 
 _MASK = (1 << 64) - 1
+
+#: ``compute_hash(token_ids, prefix=-1) -> int``: ATOM's chained block hash,
+#: the value of its ``BlockManager.compute_hash`` (XXH64 of ``prefix``'s 8
+#: little-endian bytes, none for -1, then the tokens as int64), computed in C
+#: from a list, tuple or integer buffer (``array('i')``, numpy) in place.
+compute_hash = _kvpool.atom_compute_hash
 
 
 @dataclass(frozen=True)
@@ -385,13 +393,30 @@ _adoption = _adopt.Adoption(
               "atom.model_engine.kv_block": {"Block": Block}})
 
 
+_hasher_swap: list = []  # (BlockManager, its own compute_hash) while installed
+
+
 def install() -> bool:
     """Make ATOM use this BlockPool (``atom.model_engine.block_pool`` and the ATOM
-    modules that imported it by name); without ATOM, register this module under
-    ATOM's module paths.  True when ATOM itself was patched."""
-    return _adoption.install()
+    modules that imported it by name) and this ``compute_hash`` as its
+    ``BlockManager.compute_hash`` (same values); without ATOM, register this
+    module under ATOM's module paths.  True when ATOM itself was patched."""
+    present = _adoption.install()
+    if present and not _hasher_swap:
+        try:
+            from atom.model_engine.block_manager import BlockManager  # type: ignore
+        except ImportError:
+            return present  # ATOM without its engine: the pool alone is adopted
+        own = BlockManager.__dict__.get("compute_hash")
+        if own is not None:
+            _hasher_swap.append((BlockManager, own))
+            BlockManager.compute_hash = staticmethod(compute_hash)
+    return present
 
 
 def uninstall() -> None:
     """Undo install()."""
+    while _hasher_swap:
+        cls, own = _hasher_swap.pop()
+        cls.compute_hash = own
     _adoption.uninstall()
