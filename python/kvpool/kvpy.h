@@ -11,7 +11,8 @@
  *   sequence.c  the Sequence type and its zero-copy block table;
  *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock);
  *   atom.c      the ATOM drop-in's hot path (_AtomBlockPool);
- *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash).
+ *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash) and its
+ *               prefix walk and caching loop (mlx_prefix, mlx_cache).
  * Only the public header <kvpool.h> of the library is used, as any engine
  * embedding it would (mlx.c also calls OpenSSL's SHA-256, which the
  * library links).  Names shared between files start with kvpy_ (the
@@ -259,7 +260,9 @@ PyObject *kvpy_atom_compute_hash(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* ---- mlx.c ----------------------------------------------------------------- */
 
-/* The module function mlx_block_hash (see mlx.c). */
+/* The module functions mlx_block_hash, mlx_prefix and mlx_cache (see mlx.c). */
 PyObject *kvpy_mlx_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_mlx_prefix(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_mlx_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
- * (strerror, hash_external, _fast_view; mlx_block_hash is mlx.c's,
- * atom_compute_hash atom.c's), its constants, and the exception classes.
+ * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix and
+ * mlx_cache are mlx.c's, atom_compute_hash atom.c's), its constants, and the
+ * exception classes.
  *
  * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
  * a subclass of kvpool.Error carrying `.status`; the classes that also mean
@@ -93,6 +94,14 @@ static PyMethodDef mod_methods[] = {
      "mlx_block_hash(parent, token_ids, lo, hi, legacy) -> bytes | (bytes, str) | None\n\n"
      "vllm-mlx's chained hash of the block token_ids[lo:hi] under parent (and, with legacy, "
      "its legacy string hash), or None when the tokens are not a list of 64-bit ints."},
+    {"mlx_prefix", KVPY_FC(kvpy_mlx_prefix), METH_FASTCALL,
+     "mlx_prefix(pool, blocks, token_ids, block_size) -> (matched, i, parent, missed)\n\n"
+     "vllm-mlx's get_computed_blocks walk in one call: each full block's chained hash looked "
+     "up until the first miss; stops early (missed False) at a block it cannot hash natively."},
+    {"mlx_cache", KVPY_FC(kvpy_mlx_cache), METH_FASTCALL,
+     "mlx_cache(pool, blocks, token_ids, block_size, lo, hi, parent, counts, legacy_values, "
+     "legacy_index) -> (i, parent)\n\nvllm-mlx's cache_full_blocks loop over blocks[lo:hi] "
+     "in one call; stops early at a block it cannot hash natively."},
     {"atom_compute_hash", KVPY_FC(kvpy_atom_compute_hash), KVPY_FCK,
      "atom_compute_hash(token_ids, prefix=-1) -> int\n\nATOM's chained block hash "
      "(BlockManager.compute_hash): XXH64 of prefix's 8 little-endian bytes (none for -1) and "
