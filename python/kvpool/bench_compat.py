@@ -34,6 +34,20 @@ in one process, alternating original and drop-in per repetition:
   ``cache_full_blocks``, ``free_block`` per block — its own SHA-256 hashing included
   (end to end, as its manager hashes inside these calls).  Result: µs per
   request.
+- ``prefix end to end`` for vLLM and ATOM: the pool part with the engine's
+  own hashing of each request's blocks inside the timing, each side through
+  its module's public API.  vLLM: the request block hasher's
+  ``hash_block_tokens(sha256, parent, block tokens, None)`` per full block
+  (vLLM's default ``sha256``, SHA-256 of the pickle), the original's as vLLM
+  writes it, the drop-in's ``kvpool.compat.vllm.hash_block_tokens`` (which
+  ``install()`` puts in vLLM's ``kv_cache_utils``); then the pool part's
+  calls.  ATOM: its ``BlockManager`` admission — the tokens an
+  ``array('i')``, each full block's chained ``compute_hash(block, parent)``
+  (ATOM's: XXH64 of the parent's 8 bytes and the tokens as int64, with
+  python3-xxhash and numpy; the drop-in's: ``kvpool.compat.atom.compute_hash``,
+  same values), ``lookup`` and a token compare while it hits, ``claim`` the
+  hits, ``pop`` + ``allocate`` + ``publish`` the rest, ``free`` them all.
+  Without python3-xxhash the ATOM row is reported as skipped.
 - ``memory``: resident bytes per block of a pool of ``--memory`` blocks
   (default 1,048,576) once every block has been handed out and given back
   through the public API (so pages a pool allocates but has not touched yet
@@ -206,22 +220,34 @@ def prefix_atom(mod, inputs) -> float:
     return time.perf_counter() - t0
 
 
-def vllm_engine_hasher():
-    """vLLM's engine-side block hashing, restated for the measurement: the
-    request block hasher's ``hash_block_tokens`` with the default
-    ``sha256`` hash function, SHA-256 of the pickled (parent hash, block
-    tokens as a tuple, extra keys None), the first block's parent being
-    ``NONE_HASH`` (32 bytes).  Returns tokens -> list of block hashes."""
+def vllm_engine_hashing():
+    """vLLM's engine-side block hashing, restated for the measurement:
+    ``(sha256, hash_block_tokens)`` — its default hash function (SHA-256 of
+    the pickle at the highest protocol) and its ``hash_block_tokens`` (the
+    hash of (parent hash, the block's tokens as a tuple, extra keys), the
+    first block's parent being NONE_HASH)."""
     import hashlib
     import pickle
     none_hash = hashlib.sha256(b"kvpool bench NONE_HASH").digest()
-    sha256, dumps, proto = hashlib.sha256, pickle.dumps, pickle.HIGHEST_PROTOCOL
+    digest, dumps, proto = hashlib.sha256, pickle.dumps, pickle.HIGHEST_PROTOCOL
 
+    def sha256(obj):
+        return digest(dumps(obj, protocol=proto)).digest()
+
+    def hash_block_tokens(hash_function, parent_block_hash, curr_block_token_ids, extra_keys=None):
+        if not parent_block_hash:
+            parent_block_hash = none_hash
+        return hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys))
+    return sha256, hash_block_tokens
+
+
+def request_block_hasher(sha256, hash_block_tokens):
+    """tokens -> their full blocks' hashes, as vLLM's request block hasher
+    makes them (one hash_block_tokens call per block, no extra keys)."""
     def block_hashes(toks):
-        out, parent = [], none_hash
+        out, parent = [], None
         for i in range(len(toks) // BS):
-            parent = sha256(dumps((parent, tuple(toks[i * BS:(i + 1) * BS]), None),
-                                  protocol=proto)).digest()
+            parent = hash_block_tokens(sha256, parent, toks[i * BS:(i + 1) * BS], None)
             out.append(parent)
         return out
     return block_hashes
@@ -386,9 +412,11 @@ def main(argv=None) -> int:
             rows.append(("churn", "ns/block", args.churn, lambda m: churn_vllm(m, ops)))
             rows.append(("prefix pool part", "us/request", args.requests,
                          lambda m: prefix_vllm(m, vllm_inputs)))
-            hasher = vllm_engine_hasher()
+            sha256, own_hbt = vllm_engine_hashing()
             rows.append(("prefix end to end", "us/request", args.requests,
-                         lambda m: prefix_vllm_e2e(m, reqs, hasher)))
+                         lambda m: prefix_vllm_e2e(m, reqs, request_block_hasher(
+                             sha256, own_hbt if m is orig else getattr(m, "hash_block_tokens",
+                                                                       own_hbt)))))
         elif system == "atom":
             rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
             rows.append(("prefix pool part", "us/request", args.requests,

@@ -1,7 +1,7 @@
 /*
  * kvpy.h — what the files of the extension module kvpool._kvpool share.
  *
- * The module is one CPython extension built from eight files, each owning one
+ * The module is one CPython extension built from nine files, each owning one
  * concern (see its own top comment):
  *   module.c    module init, the exception classes, status -> exception;
  *   args.c      argument parsing and conversions (ints, owners, hashes,
@@ -10,6 +10,7 @@
  *   pool.c      the Pool type (its one-call methods come from one table);
  *   sequence.c  the Sequence type and its zero-copy block table;
  *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock);
+ *   vhash.c     the vLLM drop-in's block hashing (vllm_block_hash);
  *   atom.c      the ATOM drop-in's hot path (_AtomBlockPool);
  *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash) and its
  *               prefix walk and caching loop (mlx_prefix, mlx_cache).
@@ -248,6 +249,11 @@ PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t
 extern PyTypeObject kvpy_vblock_type;
 extern PyTypeObject kvpy_vpool_type;
 extern PyTypeObject kvpy_vblocks_type;
+
+/* ---- vhash.c --------------------------------------------------------------- */
+
+/* The module function vllm_block_hash (see vhash.c). */
+PyObject *kvpy_vllm_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 /* ---- atom.c ---------------------------------------------------------------- */
 

@@ -1,8 +1,8 @@
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
  * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix and
- * mlx_cache are mlx.c's, atom_compute_hash atom.c's), its constants, and the
- * exception classes.
+ * mlx_cache are mlx.c's, vllm_block_hash vhash.c's, atom_compute_hash
+ * atom.c's), its constants, and the exception classes.
  *
  * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
  * a subclass of kvpool.Error carrying `.status`; the classes that also mean
@@ -102,6 +102,10 @@ static PyMethodDef mod_methods[] = {
      "mlx_cache(pool, blocks, token_ids, block_size, lo, hi, parent, counts, legacy_values, "
      "legacy_index) -> (i, parent)\n\nvllm-mlx's cache_full_blocks loop over blocks[lo:hi] "
      "in one call; stops early at a block it cannot hash natively."},
+    {"vllm_block_hash", KVPY_FC(kvpy_vllm_block_hash), METH_FASTCALL,
+     "vllm_block_hash(parent, token_ids) -> bytes | None\n\nvLLM's block hash under its "
+     "sha256: SHA-256 of pickle.dumps((parent, tuple(token_ids), None), protocol=5), or None "
+     "for input it does not pickle itself (the caller hashes in Python)."},
     {"atom_compute_hash", KVPY_FC(kvpy_atom_compute_hash), KVPY_FCK,
      "atom_compute_hash(token_ids, prefix=-1) -> int\n\nATOM's chained block hash "
      "(BlockManager.compute_hash): XXH64 of prefix's 8 little-endian bytes (none for -1) and "
