@@ -56,21 +56,37 @@ static int sha256(const void *p, size_t n, unsigned char *md)
     return 0;
 }
 
-/* Append the decimal text of v to p; returns the end. */
+/* The two-digit decimal texts "00".."99", for put_ll. */
+static const char two_digits[201] = "0001020304050607080910111213141516171819"
+                                    "2021222324252627282930313233343536373839"
+                                    "4041424344454647484950515253545556575859"
+                                    "6061626364656667686970717273747576777879"
+                                    "8081828384858687888990919293949596979899";
+
+/* Append the decimal text of v to p; returns the end.  Two digits per
+ * division: a prompt's tokens are mostly 4 to 6 digits, formatted once per
+ * block hashed. */
 static char *put_ll(char *p, long long v)
 {
     char tmp[24];
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    int n = (int)sizeof tmp;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        n -= 2;
+        memcpy(tmp + n, two_digits + 2 * r, 2);
+    }
+    if (u >= 10) {
+        n -= 2;
+        memcpy(tmp + n, two_digits + 2 * u, 2);
+    } else {
+        tmp[--n] = (char)('0' + u);
+    }
     if (v < 0)
         *p++ = '-';
-    while (n)
-        *p++ = tmp[--n];
-    return p;
+    memcpy(p, tmp + n, sizeof tmp - (size_t)n);
+    return p + (sizeof tmp - (size_t)n);
 }
 
 /*
