@@ -427,8 +427,7 @@ static int APool_traverse(APool *s, visitproc visit, void *arg)
     Py_VISIT(s->raw);
     Py_VISIT(s->no_tokens);
     Py_VISIT(s->on_evict);
-    Py_VISIT(Py_TYPE(s));
-    return 0;
+    return 0; /* a subclass instance's type is visited by the subclass's own traverse */
 }
 
 static int APool_clear(APool *s)
@@ -479,8 +478,9 @@ int kvpy_atom_init(void)
  * value of its BlockManager.compute_hash — XXH64 (seed 0) of prefix's 8
  * little-endian bytes (left out when prefix is -1) followed by the tokens as
  * native int64 (numpy's asarray(token_ids, dtype=int64)).  token_ids: a list
- * or tuple of ints, or a C-contiguous buffer of integers (array('i'), numpy;
- * unsigned items are reinterpreted as int64, as numpy's cast).  TypeError for
+ * or tuple of ints, or a C-contiguous buffer of integers other than bytes
+ * and bytearray (array('i'), numpy; unsigned items are reinterpreted as
+ * int64, as numpy's cast).  TypeError for
  * anything else, OverflowError for a token outside int64 or a prefix outside
  * 0..2**64-1 other than -1.  No Python object is made but the result.
  */
@@ -516,7 +516,8 @@ PyObject *kvpy_atom_compute_hash(PyObject *m, PyObject *const *args, Py_ssize_t 
     char fmt = 0;
     if (PyList_Check(o[0]) || PyTuple_Check(o[0])) {
         n = PySequence_Fast_GET_SIZE(o[0]);
-    } else if (PyObject_CheckBuffer(o[0])) {
+    } else if (PyObject_CheckBuffer(o[0]) && !PyBytes_Check(o[0]) && !PyByteArray_Check(o[0])) {
+        /* numpy reads bytes as one string, not as integers */
         if (PyObject_GetBuffer(o[0], &v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
             return NULL;
         has_view = 1;

@@ -366,11 +366,11 @@ PyObject *kvpy_mlx_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_IndexError, "list index out of range");
             goto out;
         }
-        ntok = PyList_GET_SIZE(toks);
         PyObject *bo = PyList_GET_ITEM(blocks, i);
         uint32_t id;
-        if (kvpy_get_u32(bo, 0, &id, "id"))
+        if (kvpy_get_u32(bo, 0, &id, "id")) /* may run __index__: sizes read after */
             goto out;
+        ntok = PyList_GET_SIZE(toks);
         kvp_block_info bi;
         kvp_status st = kvp_block_get(pool->pool, id, &bi);
         if (st) {
