@@ -370,6 +370,8 @@ def _pickle_sha256(hash_fn) -> bool:
     highest protocol), judged once per function from its value on a probe."""
     v = _verdicts.get(id(hash_fn))
     if v is None or v[0] is not hash_fn:
+        if len(_verdicts) >= 64:  # an engine uses one function; never grow without bound
+            _verdicts.clear()
         try:
             ok = hash_fn(_PROBE) == _PROBE_HASH
         except Exception:  # noqa: BLE001  (a function that cannot hash the probe is not it)
