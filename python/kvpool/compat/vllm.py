@@ -344,6 +344,7 @@ _PROBE = (bytes(range(32)), (0, 1, 255, 256, 65535, 65536, 2 ** 31 - 1, -1, -2 *
           None)
 _PROBE_HASH = _native_block_hash(_PROBE[0], _PROBE[1])
 _verdicts: dict = {}  # id(hash function) -> (the function, whether it is pickle + SHA-256)
+_last_pickle_sha256: Any = None  # the last function judged so: one compare per block
 
 
 def init_none_hash(hash_fn) -> None:
@@ -377,6 +378,9 @@ def _pickle_sha256(hash_fn) -> bool:
         except Exception:  # noqa: BLE001  (a function that cannot hash the probe is not it)
             ok = False
         v = _verdicts[id(hash_fn)] = (hash_fn, ok)
+    if v[1]:
+        global _last_pickle_sha256
+        _last_pickle_sha256 = hash_fn
     return v[1]
 
 
@@ -389,7 +393,8 @@ def hash_block_tokens(hash_function, parent_block_hash, curr_block_token_ids,
     tokens in place (``_kvpool.vllm_block_hash``); otherwise as vLLM does."""
     if not parent_block_hash:
         parent_block_hash = _none_hash(hash_function)
-    if extra_keys is None and _pickle_sha256(hash_function):
+    if extra_keys is None and (hash_function is _last_pickle_sha256
+                               or _pickle_sha256(hash_function)):
         h = _native_block_hash(parent_block_hash, curr_block_token_ids)
         if h is not None:
             return h
