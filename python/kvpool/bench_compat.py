@@ -34,6 +34,20 @@ in one process, alternating original and drop-in per repetition:
   ``cache_full_blocks``, ``free_block`` per block — its own SHA-256 hashing included
   (end to end, as its manager hashes inside these calls).  Result: µs per
   request.
+- ``prefix end to end`` for vLLM and ATOM: the pool part with the engine's
+  own hashing of each request's blocks inside the timing, each side through
+  its module's public API.  vLLM: the request block hasher's
+  ``hash_block_tokens(sha256, parent, block tokens, None)`` per full block
+  (vLLM's default ``sha256``, SHA-256 of the pickle), the original's as vLLM
+  writes it, the drop-in's ``kvpool.compat.vllm.hash_block_tokens`` (which
+  ``install()`` puts in vLLM's ``kv_cache_utils``); then the pool part's
+  calls.  ATOM: its ``BlockManager`` admission — the tokens an
+  ``array('i')``, each full block's chained ``compute_hash(block, parent)``
+  (ATOM's: XXH64 of the parent's 8 bytes and the tokens as int64, with
+  python3-xxhash and numpy; the drop-in's: ``kvpool.compat.atom.compute_hash``,
+  same values), ``lookup`` and a token compare while it hits, ``claim`` the
+  hits, ``pop`` + ``allocate`` + ``publish`` the rest, ``free`` them all.
+  Without python3-xxhash the ATOM row is reported as skipped.
 - ``memory``: resident bytes per block of a pool of ``--memory`` blocks
   (default 1,048,576) once every block has been handed out and given back
   through the public API (so pages a pool allocates but has not touched yet
@@ -206,6 +220,115 @@ def prefix_atom(mod, inputs) -> float:
     return time.perf_counter() - t0
 
 
+def vllm_engine_hashing():
+    """vLLM's engine-side block hashing, restated for the measurement:
+    ``(sha256, hash_block_tokens)`` — its default hash function (SHA-256 of
+    the pickle at the highest protocol) and its ``hash_block_tokens`` (the
+    hash of (parent hash, the block's tokens as a tuple, extra keys), the
+    first block's parent being NONE_HASH)."""
+    import hashlib
+    import pickle
+    none_hash = hashlib.sha256(b"kvpool bench NONE_HASH").digest()
+    digest, dumps, proto = hashlib.sha256, pickle.dumps, pickle.HIGHEST_PROTOCOL
+
+    def sha256(obj):
+        return digest(dumps(obj, protocol=proto)).digest()
+
+    def hash_block_tokens(hash_function, parent_block_hash, curr_block_token_ids, extra_keys=None):
+        if not parent_block_hash:
+            parent_block_hash = none_hash
+        return hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys))
+    return sha256, hash_block_tokens
+
+
+def request_block_hasher(sha256, hash_block_tokens):
+    """tokens -> their full blocks' hashes, as vLLM's request block hasher
+    makes them (one hash_block_tokens call per block, no extra keys)."""
+    def block_hashes(toks):
+        out, parent = [], None
+        for i in range(len(toks) // BS):
+            parent = hash_block_tokens(sha256, parent, toks[i * BS:(i + 1) * BS], None)
+            out.append(parent)
+        return out
+    return block_hashes
+
+
+def prefix_vllm_e2e(mod, reqs, block_hashes) -> float:
+    """prefix_vllm with the engine's hashing of each request's blocks
+    (``block_hashes``, as its Request computes them) inside the timing."""
+    bp = mod.BlockPool(16384, True, BS)
+    get_cached, touch, get_new = bp.get_cached_block, bp.touch, bp.get_new_blocks
+    cache, free_blocks = bp.cache_full_blocks, bp.free_blocks
+    gids = [0]
+    lists = [t.tolist() for t in reqs]
+    t0 = time.perf_counter()
+    for toks in lists:
+        hashes = block_hashes(toks)
+        blocks, nhit = vllm_blocks_for(get_cached, touch, get_new, len(toks), hashes, gids)
+        req = _Request()
+        req.block_hashes, req.all_token_ids = hashes, toks
+        cache(req, blocks, nhit, len(hashes), BS, 0)
+        blocks.reverse()
+        free_blocks(blocks)
+    return time.perf_counter() - t0
+
+
+def atom_engine_hash():
+    """ATOM's ``BlockManager.compute_hash``, restated for the measurement:
+    XXH64 of the parent hash's 8 little-endian bytes (none for the first
+    block) and the block's tokens as int64; None without python3-xxhash."""
+    try:
+        import xxhash
+    except ImportError:
+        return None
+    xxh64, asarray, int64 = xxhash.xxh64, np.asarray, np.int64
+
+    def compute_hash(token_ids, prefix=-1):
+        h = xxh64()
+        if prefix != -1:
+            h.update(prefix.to_bytes(8, "little"))
+        h.update(asarray(token_ids, dtype=int64).tobytes())
+        return h.intdigest()
+    return compute_hash
+
+
+def prefix_atom_e2e(mod, reqs, compute_hash) -> float:
+    """prefix_atom with ATOM's engine-side hashing inside the timing, as its
+    BlockManager admits a request: the tokens an ``array('i')`` (ATOM's
+    Sequence keeps them so), each full block's chained hash computed with
+    ``compute_hash`` as the admission walks the blocks, then the same pool
+    calls as prefix_atom."""
+    from array import array
+    pool = mod.BlockPool(16384)
+    lookup, block, claim, pop = pool.lookup, pool.block, pool.claim, pool.pop
+    allocate, publish, free = pool.allocate, pool.publish, pool.free
+    seqs = [array("i", t.tolist()) for t in reqs]
+    t0 = time.perf_counter()
+    for toks in seqs:
+        n = len(toks)
+        nfull, cap = n // BS, (n - 1) // BS
+        table, h, miss = [], -1, False
+        for i in range((n + BS - 1) // BS):
+            blk = toks[i * BS:(i + 1) * BS]
+            if i < nfull:
+                h = compute_hash(blk, h)
+            if not miss and i < cap:
+                bid = lookup(h)
+                if bid >= 0 and block(bid).token_ids == blk:
+                    claim(bid)
+                    table.append(bid)
+                    continue
+                miss = True
+            bid = pop()
+            allocate(bid)
+            if i < nfull:
+                publish(bid, h, blk)
+            table.append(bid)
+        for bid in reversed(table):
+            free(bid)
+    return time.perf_counter() - t0
+
+
 def prefix_mlx(mod, reqs) -> float:
     mgr = mod.PagedCacheManager(block_size=BS, max_blocks=16384)
     lists = [t.tolist() for t in reqs]
@@ -289,10 +412,23 @@ def main(argv=None) -> int:
             rows.append(("churn", "ns/block", args.churn, lambda m: churn_vllm(m, ops)))
             rows.append(("prefix pool part", "us/request", args.requests,
                          lambda m: prefix_vllm(m, vllm_inputs)))
+            sha256, own_hbt = vllm_engine_hashing()
+            rows.append(("prefix end to end", "us/request", args.requests,
+                         lambda m: prefix_vllm_e2e(m, reqs, request_block_hasher(
+                             sha256, own_hbt if m is orig else getattr(m, "hash_block_tokens",
+                                                                       own_hbt)))))
         elif system == "atom":
             rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
             rows.append(("prefix pool part", "us/request", args.requests,
                          lambda m: prefix_atom(m, atom_inputs)))
+            own = atom_engine_hash()
+            if own is None:
+                print(json.dumps({"system": system, "workload": "prefix end to end",
+                                  "skipped": "python3-xxhash (ATOM's hashing) not importable"}))
+            else:  # the original's engine hashing, against the drop-in's compute_hash
+                rows.append(("prefix end to end", "us/request", args.requests,
+                             lambda m: prefix_atom_e2e(
+                                 m, reqs, own if m is orig else getattr(m, "compute_hash", own))))
         elif system == "veloxquant":
             rows.append(("churn 1,024 blocks", "ns/block", args.churn // 10,
                          lambda m: churn_veloxquant(m, small_ops)))

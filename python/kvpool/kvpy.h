@@ -1,7 +1,7 @@
 /*
  * kvpy.h — what the files of the extension module kvpool._kvpool share.
  *
- * The module is one CPython extension built from seven files, each owning one
+ * The module is one CPython extension built from nine files, each owning one
  * concern (see its own top comment):
  *   module.c    module init, the exception classes, status -> exception;
  *   args.c      argument parsing and conversions (ints, owners, hashes,
@@ -10,7 +10,10 @@
  *   pool.c      the Pool type (its one-call methods come from one table);
  *   sequence.c  the Sequence type and its zero-copy block table;
  *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock);
- *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash).
+ *   vhash.c     the vLLM drop-in's block hashing (vllm_block_hash);
+ *   atom.c      the ATOM drop-in's hot path (_AtomBlockPool);
+ *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash) and its
+ *               prefix walk and caching loop (mlx_prefix, mlx_cache).
  * Only the public header <kvpool.h> of the library is used, as any engine
  * embedding it would (mlx.c also calls OpenSSL's SHA-256, which the
  * library links).  Names shared between files start with kvpy_ (the
@@ -85,6 +88,9 @@ int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what);
 int kvpy_get_owner(PyObject *o, kvp_owner *v);
 int kvpy_get_bool(PyObject *o, int dflt, int *v);
 int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what);
+/* 32 bytes, or an int key: its low 64 bits big-endian after 24 zero bytes
+ * (pool.c; lookup's and publish's hash argument). */
+int kvpy_hash_or_key(PyObject *o, kvp_hash *h, const char *what);
 PyObject *kvpy_block_or_none(kvp_block b);
 PyObject *kvpy_hash_bytes(const kvp_hash *h);
 PyObject *kvpy_u32_list(const uint32_t *p, size_t n);
@@ -244,9 +250,25 @@ extern PyTypeObject kvpy_vblock_type;
 extern PyTypeObject kvpy_vpool_type;
 extern PyTypeObject kvpy_vblocks_type;
 
+/* ---- vhash.c --------------------------------------------------------------- */
+
+/* The module function vllm_block_hash (see vhash.c). */
+PyObject *kvpy_vllm_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+
+/* ---- atom.c ---------------------------------------------------------------- */
+
+extern PyTypeObject kvpy_apool_type;
+/* The module's setup of atom.c: 0, or -1 with the exception set. */
+int kvpy_atom_init(void);
+/* The module function atom_compute_hash (see atom.c). */
+PyObject *kvpy_atom_compute_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames);
+
 /* ---- mlx.c ----------------------------------------------------------------- */
 
-/* The module function mlx_block_hash (see mlx.c). */
+/* The module functions mlx_block_hash, mlx_prefix and mlx_cache (see mlx.c). */
 PyObject *kvpy_mlx_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_mlx_prefix(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_mlx_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
- * (strerror, hash_external, _fast_view; mlx_block_hash is mlx.c's), its constants, and the exception
- * classes.
+ * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix and
+ * mlx_cache are mlx.c's, vllm_block_hash vhash.c's, atom_compute_hash
+ * atom.c's), its constants, and the exception classes.
  *
  * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
  * a subclass of kvpool.Error carrying `.status`; the classes that also mean
@@ -93,6 +94,22 @@ static PyMethodDef mod_methods[] = {
      "mlx_block_hash(parent, token_ids, lo, hi, legacy) -> bytes | (bytes, str) | None\n\n"
      "vllm-mlx's chained hash of the block token_ids[lo:hi] under parent (and, with legacy, "
      "its legacy string hash), or None when the tokens are not a list of 64-bit ints."},
+    {"mlx_prefix", KVPY_FC(kvpy_mlx_prefix), METH_FASTCALL,
+     "mlx_prefix(pool, blocks, token_ids, block_size) -> (matched, i, parent, missed)\n\n"
+     "vllm-mlx's get_computed_blocks walk in one call: each full block's chained hash looked "
+     "up until the first miss; stops early (missed False) at a block it cannot hash natively."},
+    {"mlx_cache", KVPY_FC(kvpy_mlx_cache), METH_FASTCALL,
+     "mlx_cache(pool, blocks, token_ids, block_size, lo, hi, parent, counts, legacy_values, "
+     "legacy_index) -> (i, parent)\n\nvllm-mlx's cache_full_blocks loop over blocks[lo:hi] "
+     "in one call; stops early at a block it cannot hash natively."},
+    {"vllm_block_hash", KVPY_FC(kvpy_vllm_block_hash), METH_FASTCALL,
+     "vllm_block_hash(parent, token_ids) -> bytes | None\n\nvLLM's block hash under its "
+     "sha256: SHA-256 of pickle.dumps((parent, tuple(token_ids), None), protocol=5), or None "
+     "for input it does not pickle itself (the caller hashes in Python)."},
+    {"atom_compute_hash", KVPY_FC(kvpy_atom_compute_hash), KVPY_FCK,
+     "atom_compute_hash(token_ids, prefix=-1) -> int\n\nATOM's chained block hash "
+     "(BlockManager.compute_hash): XXH64 of prefix's 8 little-endian bytes (none for -1) and "
+     "the tokens as int64."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kvpool_module = {
@@ -131,7 +148,8 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 {
     if (PyType_Ready(&kvpy_pool_type) < 0 || PyType_Ready(&kvpy_seq_type) < 0 ||
         PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0 ||
-        PyType_Ready(&kvpy_vblocks_type) < 0)
+        PyType_Ready(&kvpy_vblocks_type) < 0 || PyType_Ready(&kvpy_apool_type) < 0 ||
+        kvpy_atom_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&kvpool_module);
     if (!m)
@@ -160,10 +178,12 @@ PyMODINIT_FUNC PyInit__kvpool(void)
     Py_INCREF(&kvpy_seq_type);
     Py_INCREF(&kvpy_vblock_type);
     Py_INCREF(&kvpy_vpool_type);
+    Py_INCREF(&kvpy_apool_type);
     if (PyModule_AddObject(m, "Pool", (PyObject *)&kvpy_pool_type) < 0 ||
         PyModule_AddObject(m, "Sequence", (PyObject *)&kvpy_seq_type) < 0 ||
         PyModule_AddObject(m, "KVCacheBlock", (PyObject *)&kvpy_vblock_type) < 0 ||
-        PyModule_AddObject(m, "_VllmBlockPool", (PyObject *)&kvpy_vpool_type) < 0)
+        PyModule_AddObject(m, "_VllmBlockPool", (PyObject *)&kvpy_vpool_type) < 0 ||
+        PyModule_AddObject(m, "_AtomBlockPool", (PyObject *)&kvpy_apool_type) < 0)
         goto fail;
 #define IC(name, v)                                                                             \
     if (PyModule_AddObject(m, name, PyLong_FromUnsignedLongLong((unsigned long long)(v))) < 0)  \

@@ -759,7 +759,7 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
  * int key k, the hash of 24 zero bytes and then k's low 64 bits big-endian
  * (how engines with 64-bit integer hashes, ATOM's, store theirs).  0, or
  * -1 with the exception set. */
-static int hash_or_key(PyObject *o, kvp_hash *h, const char *what)
+int kvpy_hash_or_key(PyObject *o, kvp_hash *h, const char *what)
 {
     if (!PyLong_Check(o))
         return kvpy_get_hash(o, h, what);
@@ -786,7 +786,7 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *const *args, Py_ssize_t
     KVPY_POOL_CHECK(self);
     if (kvpy_parse_args("lookup", args, nargs, kwnames, kw, 1, o))
         return NULL;
-    if (hash_or_key(o[0], &h, "hash") || kvpy_get_u32(o[1], 0, &stream, "stream"))
+    if (kvpy_hash_or_key(o[0], &h, "hash") || kvpy_get_u32(o[1], 0, &stream, "stream"))
         return NULL;
     KVPY_POOL_CHECK(self);
     kvp_block b;
@@ -1532,7 +1532,7 @@ static int simple_arg(PoolObject *self, arg_kind k, PyObject *o, const char *nam
     case ARG_OWNER_OPT:
         return kvpy_get_owner(o, &a->owner);
     case ARG_HASH:
-        return hash_or_key(o, &a->hash, name);
+        return kvpy_hash_or_key(o, &a->hash, name);
     case ARG_STREAM_K:
         if (kvpy_get_u32(o, self->separate_kv ? KVP_STREAM_K : 0, &v, name))
             return -1;

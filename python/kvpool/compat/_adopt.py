@@ -26,7 +26,7 @@ import importlib
 import sys
 import threading
 import types
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 _MISSING = object()
 
@@ -35,14 +35,18 @@ class Adoption:
     """Install / uninstall one system's drop-ins (see the module docstring).
 
     ``patch``: module path -> {name: drop-in object} replaced when the
-    original is importable.  ``register``: module path -> {name: object}
-    registered when the original package is absent.
+    original is importable.  ``optional``: the same, for modules of the
+    original package that may be missing from it (skipped when they cannot
+    be imported).  ``register``: module path -> {name: object} registered
+    when the original package is absent.
     """
 
     def __init__(self, package: str, patch: Dict[str, Dict[str, Any]],
-                 register: Dict[str, Dict[str, Any]]):
+                 register: Dict[str, Dict[str, Any]],
+                 optional: Optional[Dict[str, Dict[str, Any]]] = None):
         self.package = package
         self.patch = patch
+        self.optional = optional or {}
         self.register = register
         self._lock = threading.Lock()
         self._replaced: List[Tuple[types.ModuleType, str, Any]] = []
@@ -92,7 +96,14 @@ class Adoption:
 
     def _patch(self) -> None:
         swaps: List[Tuple[str, Any, Any]] = []
-        for path, names in self.patch.items():
+        targets = list(self.patch.items())
+        for path, names in self.optional.items():
+            try:
+                importlib.import_module(path)
+            except ImportError:
+                continue
+            targets.append((path, names))
+        for path, names in targets:
             module = importlib.import_module(path)
             for name, new in names.items():
                 old = getattr(module, name, _MISSING)

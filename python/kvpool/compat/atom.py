@@ -1,8 +1,8 @@
 """kvpool.compat.atom — drop-in for AMD ATOM's ``BlockPool`` (atom.model_engine.block_pool).
 
-Owns ``BlockPool``, ``BlockRetirement`` and a ``Block`` record with the
-original's fields, as Python over a native ``kvpool.Pool`` configured like
-ATOM: reuse order ``lowest`` (vacant blocks lowest id first, then cached
+Owns ``BlockPool``, ``BlockRetirement``, a ``Block`` record with the
+original's fields and ``compute_hash`` (ATOM's engine-side block hash, same
+values, in C), over a native ``kvpool.Pool`` configured like ATOM: reuse order ``lowest`` (vacant blocks lowest id first, then cached
 blocks least recently freed first), lazy eviction with ``on_evict(hash)``
 fired when a cached block is handed out again, ``extend`` up to
 ``max_blocks``, ``retire_top`` with relocation, raw-unit reservations
@@ -14,8 +14,10 @@ last 8 bytes (big-endian) of the 32-byte kvpool hash and comes back as the
 same integer.  Each block's hash and tokens are kept beside the pool in two
 Python lists, so ``block(id).hash`` and ``.token_ids`` (read per block by
 ATOM's prefix matching) are list reads; ``ref_count`` is one native
-``Pool.ref_count`` and a lookup one native ``Pool.lookup`` returning -1 on
-a miss.  A pool's ``Block`` objects hold nothing but their id (see
+``Pool.ref_count``.  The calls ATOM's engine makes once per block
+(``lookup``, ``pop``, ``allocate``, ``claim``, ``free``, ``publish``) are
+each one C call of the base class ``_kvpool._AtomBlockPool``, over these
+same lists and sets.  A pool's ``Block`` objects hold nothing but their id (see
 ``Block``), so a block costs the pool's bytes, two list slots and an int.
 The pool evicts a cached block's content when it hands the block out, and
 every call that hands blocks out is made by this module, which clears the
@@ -53,9 +55,15 @@ from .. import _kvpool
 from . import _adopt
 from ._block import IdBlock
 
-__all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block"]
+__all__ = ["install", "uninstall", "BlockPool", "BlockRetirement", "Block", "compute_hash"]
 
 _MASK = (1 << 64) - 1
+
+#: ``compute_hash(token_ids, prefix=-1) -> int``: ATOM's chained block hash,
+#: the value of its ``BlockManager.compute_hash`` (XXH64 of ``prefix``'s 8
+#: little-endian bytes, none for -1, then the tokens as int64), computed in C
+#: from a list, tuple or integer buffer (``array('i')``, numpy) in place.
+compute_hash = _kvpool.atom_compute_hash
 
 
 @dataclass(frozen=True)
@@ -155,8 +163,14 @@ def _ref_reader(pool) -> Callable[[int], int]:
     return refs
 
 
-class BlockPool:
-    """Paged blocks with ref counts and a content-addressed index, over kvpool."""
+class BlockPool(_kvpool._AtomBlockPool):
+    """Paged blocks with ref counts and a content-addressed index, over kvpool.
+
+    ``lookup``, ``pop``, ``allocate``, ``claim``, ``free`` and ``publish``
+    (what ATOM's engine calls once per block) and ``_spend`` are the C base
+    class's, over the state ``__init__`` sets here; a call whose block id or
+    hash is not a plain int in range goes to the ``_slow_`` method of the
+    same name, the Python reference."""
 
     def __init__(self, num_blocks: int, on_evict: Optional[Callable[[int], None]] = None,
                  max_blocks: Optional[int] = None, superblocks: Any = None):
@@ -168,12 +182,13 @@ class BlockPool:
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
                                   max_blocks=self.max_blocks, reuse="lowest")
-        # The pool's calls each hot method makes, bound once.
+        # The pool's calls the slow paths make, bound once.
         pool = self._pool
-        self._publish, self._take = pool.publish, pool.take
+        self._publish = pool.publish
         self._claim, self._free_one = pool.claim, pool.free_one
         self._refs = _ref_reader(pool)
         self._lookup = pool.lookup
+        self._no_tokens = _NO_TOKENS
         self.num_blocks: int = num_blocks
         self.superblocks = None
         self._hash: list = [-1] * self.max_blocks     # block id -> int hash, -1 = none
@@ -196,29 +211,6 @@ class BlockPool:
         self._stale: set = set()  # hashed blocks clear_index left live: no longer indexed
         self.blocks_evicted: int = 0
         self.blocks_retired: int = 0
-
-    def _spend(self, block_id: int, retiring: bool = False) -> None:
-        """block_id was just taken for other content: whatever it held is gone.
-
-        The pool evicts a cached block's content when it hands the block out
-        (take, take_id, alloc_blocks, retire_top), and every such call is made
-        here, so this is where the eviction is counted and ``on_evict`` fires
-        — once the pool call has completed — without a callback per eviction
-        from the pool."""
-        h = self._hash[block_id]
-        if h == -1:
-            return
-        self._hash[block_id] = -1
-        self._tokens[block_id] = _NO_TOKENS
-        if self._stale and block_id in self._stale:
-            self._stale.discard(block_id)  # not indexed since clear_index: nothing evicted
-            return
-        if retiring:
-            self.blocks_retired += 1
-        else:
-            self.blocks_evicted += 1
-        if self._on_evict is not None:
-            self._on_evict(h)
 
     # ---- counts ---------------------------------------------------------
     @property
@@ -258,12 +250,12 @@ class BlockPool:
         return self.blocks[block_id]
 
     # ---- index ----------------------------------------------------------
-    def lookup(self, h: int) -> int:
+    def _slow_lookup(self, h: int) -> int:
         """Block id indexed under content hash h, or -1: the native lookup of
         the int key h (24 zero bytes, then h's 64 bits big-endian)."""
         return self._lookup(h, 0, -1)
 
-    def publish(self, block_id: int, h: int, token_ids: list) -> None:
+    def _slow_publish(self, block_id: int, h: int, token_ids: list) -> None:
         """Index block_id (in use) under the content hash of the tokens it now holds."""
         h &= _MASK
         old = self._hash[block_id]
@@ -291,18 +283,7 @@ class BlockPool:
                     self._stale.add(i)
 
     # ---- allocation -----------------------------------------------------
-    def pop(self) -> int:
-        """Next free block id (vacant lowest first, then least recently freed cached)."""
-        try:
-            block_id = self._take()
-        except _kvpool.ExhaustedError:
-            raise AssertionError("No free blocks available") from None
-        self._popped.add(block_id)
-        if self._hash[block_id] != -1:
-            self._spend(block_id)
-        return block_id
-
-    def allocate(self, block_id: int) -> Block:
+    def _slow_allocate(self, block_id: int) -> Block:
         """Take block_id for fresh content (ref count 1), evicting whatever it held."""
         popped = self._popped
         if block_id in popped:
@@ -313,10 +294,10 @@ class BlockPool:
             except _kvpool.BusyError:
                 raise AssertionError(f"block {block_id} is in use") from None
             if self._hash[block_id] != -1:
-                self._spend(block_id)
+                self._spend(block_id, False)
         return self.blocks[block_id]
 
-    def claim(self, block_id: int) -> Block:
+    def _slow_claim(self, block_id: int) -> Block:
         """Take a share of block_id for the content it already holds."""
         if self._popped and block_id in self._popped:
             self._popped.discard(block_id)  # popped: its one reference is already taken
@@ -324,7 +305,7 @@ class BlockPool:
             self._claim(block_id)
         return self.blocks[block_id]
 
-    def free(self, block_id: int) -> None:
+    def _slow_free(self, block_id: int) -> None:
         """Drop one reference on block_id (a raw unit goes back through release_units)."""
         if self._raw_unit_owner and block_id in self._raw_unit_owner:
             raise AssertionError(f"block {block_id} is a reserved raw unit; use release_units")
@@ -347,7 +328,7 @@ class BlockPool:
             return None
         for piece, block_id in enumerate(ids):
             self._raw_unit_owner[block_id] = (owner, piece)
-            self._spend(block_id)
+            self._spend(block_id, False)
         return ids
 
     def is_reserved_unit(self, block_id: int) -> bool:
@@ -391,9 +372,9 @@ class BlockPool:
             return None
         self.num_blocks -= 1
         if moved_to is None:  # it was free: its content, if any, is gone
-            self._spend(retired, retiring=True)
+            self._spend(retired, True)
             return BlockRetirement(retired, -1)
-        self._spend(moved_to, retiring=True)  # the destination's own content is the price
+        self._spend(moved_to, True)  # the destination's own content is the price
         hs, ts = self._hash, self._tokens
         hs[moved_to], ts[moved_to] = hs[top], ts[top]
         hs[top], ts[top] = -1, _NO_TOKENS
@@ -412,13 +393,30 @@ _adoption = _adopt.Adoption(
               "atom.model_engine.kv_block": {"Block": Block}})
 
 
+_hasher_swap: list = []  # (BlockManager, its own compute_hash) while installed
+
+
 def install() -> bool:
     """Make ATOM use this BlockPool (``atom.model_engine.block_pool`` and the ATOM
-    modules that imported it by name); without ATOM, register this module under
-    ATOM's module paths.  True when ATOM itself was patched."""
-    return _adoption.install()
+    modules that imported it by name) and this ``compute_hash`` as its
+    ``BlockManager.compute_hash`` (same values); without ATOM, register this
+    module under ATOM's module paths.  True when ATOM itself was patched."""
+    present = _adoption.install()
+    if present and not _hasher_swap:
+        try:
+            from atom.model_engine.block_manager import BlockManager  # type: ignore
+        except ImportError:
+            return present  # ATOM without its engine: the pool alone is adopted
+        own = BlockManager.__dict__.get("compute_hash")
+        if own is not None:
+            _hasher_swap.append((BlockManager, own))
+            BlockManager.compute_hash = staticmethod(compute_hash)
+    return present
 
 
 def uninstall() -> None:
     """Undo install()."""
+    while _hasher_swap:
+        cls, own = _hasher_swap.pop()
+        cls.compute_hash = own
     _adoption.uninstall()

@@ -20,7 +20,11 @@ longer than 32 bytes included (folded, see ``_fold``); ``take_events``
 returns ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` with every
 field the class has, carrying 64-bit integer hashes; ``free_block_queue``
 and ``cached_block_hash_to_block`` are read-only views of what vLLM's own
-code reads of them.
+code reads of them.  ``hash_block_tokens`` is vLLM's engine-side block hash
+(same values), computed in C under vLLM's default ``sha256`` without extra
+keys (``_kvpool.vllm_block_hash``, vhash.c); ``install()`` puts it in
+``vllm.v1.core.kv_cache_utils``, where vLLM's request block hasher looks it
+up.
 
 Deviations (also in docs/PYTHON.md):
 
@@ -51,6 +55,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
@@ -60,7 +66,7 @@ from .._kvpool import KVCacheBlock
 
 __all__ = [
     "install", "uninstall", "BlockPool", "KVCacheBlock", "KVCacheEvent", "BlockStored", "BlockRemoved",
-    "AllBlocksCleared", "MEDIUM_GPU",
+    "AllBlocksCleared", "MEDIUM_GPU", "hash_block_tokens", "init_none_hash",
 ]
 
 logger = logging.getLogger(__name__)
@@ -328,10 +334,78 @@ class BlockPool(_kvpool._VllmBlockPool):
         return True
 
 
+# ---- block hashing -------------------------------------------------------
+#: The hash of the first block's "parent" when vLLM's own (its
+#: kv_cache_utils.NONE_HASH) is not there: set by init_none_hash, as vLLM's.
+NONE_HASH: Optional[bytes] = None
+_native_block_hash = _kvpool.vllm_block_hash
+# A probe of the hash function: pickling it takes every path the C code writes.
+_PROBE = (bytes(range(32)), (0, 1, 255, 256, 65535, 65536, 2 ** 31 - 1, -1, -2 ** 31, 7, 11, 13),
+          None)
+_PROBE_HASH = _native_block_hash(_PROBE[0], _PROBE[1])
+_verdicts: dict = {}  # id(hash function) -> (the function, whether it is pickle + SHA-256)
+_last_pickle_sha256: Any = None  # the last function judged so: one compare per block
+
+
+def init_none_hash(hash_fn) -> None:
+    """Set NONE_HASH as vLLM's init_none_hash does: hash_fn(PYTHONHASHSEED) when
+    that is set, else 32 random bytes."""
+    global NONE_HASH
+    seed = os.getenv("PYTHONHASHSEED")
+    NONE_HASH = os.urandom(32) if seed is None else hash_fn(seed)
+
+
+def _none_hash(hash_fn) -> bytes:
+    """vLLM's NONE_HASH when its kv_cache_utils has one, else this module's."""
+    utils = sys.modules.get("vllm.v1.core.kv_cache_utils")
+    h = getattr(utils, "NONE_HASH", None) if utils is not None else None
+    if h is not None:
+        return h
+    if NONE_HASH is None:
+        init_none_hash(hash_fn)
+    return NONE_HASH
+
+
+def _pickle_sha256(hash_fn) -> bool:
+    """Whether hash_fn is vLLM's default ``sha256`` (SHA-256 of the pickle at the
+    highest protocol), judged once per function from its value on a probe."""
+    v = _verdicts.get(id(hash_fn))
+    if v is None or v[0] is not hash_fn:
+        if len(_verdicts) >= 64:  # an engine uses one function; never grow without bound
+            _verdicts.clear()
+        try:
+            ok = hash_fn(_PROBE) == _PROBE_HASH
+        except Exception:  # noqa: BLE001  (a function that cannot hash the probe is not it)
+            ok = False
+        v = _verdicts[id(hash_fn)] = (hash_fn, ok)
+    if v[1]:
+        global _last_pickle_sha256
+        _last_pickle_sha256 = hash_fn
+    return v[1]
+
+
+def hash_block_tokens(hash_function, parent_block_hash, curr_block_token_ids,
+                      extra_keys=None) -> bytes:
+    """vLLM's ``kv_cache_utils.hash_block_tokens``, same value: the hash of
+    (parent hash, the block's tokens as a tuple, extra keys) under
+    hash_function, the parent of the first block being NONE_HASH.  Under
+    vLLM's default ``sha256`` without extra keys it is computed in C from the
+    tokens in place (``_kvpool.vllm_block_hash``); otherwise as vLLM does."""
+    if not parent_block_hash:
+        parent_block_hash = _none_hash(hash_function)
+    if extra_keys is None and (hash_function is _last_pickle_sha256
+                               or _pickle_sha256(hash_function)):
+        h = _native_block_hash(parent_block_hash, curr_block_token_ids)
+        if h is not None:
+            return h
+    return hash_function((parent_block_hash, tuple(curr_block_token_ids), extra_keys))
+
+
 # ---- adoption -------------------------------------------------------------
 _adoption = _adopt.Adoption(
     "vllm",
     patch={"vllm.v1.core.block_pool": {"BlockPool": BlockPool}},
+    optional={"vllm.v1.core.kv_cache_utils": {"hash_block_tokens": hash_block_tokens}},
     register={"vllm.v1.core.block_pool": {"BlockPool": BlockPool},
               "vllm.v1.core.kv_cache_utils": {"KVCacheBlock": KVCacheBlock},
               "vllm.distributed.kv_events": {
@@ -342,8 +416,10 @@ _adoption = _adopt.Adoption(
 
 def install() -> bool:
     """Make vLLM use this BlockPool: ``vllm.v1.core.block_pool.BlockPool`` and every
-    loaded vLLM module that imported it by name; without vLLM, register this module's
-    classes under vLLM's module paths.  True when vLLM itself was patched."""
+    loaded vLLM module that imported it by name, and this ``hash_block_tokens`` (same
+    values) as ``vllm.v1.core.kv_cache_utils.hash_block_tokens``; without vLLM,
+    register this module's classes under vLLM's module paths.  True when vLLM itself
+    was patched."""
     return _adoption.install()
 
 

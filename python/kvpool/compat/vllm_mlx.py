@@ -82,6 +82,8 @@ def compute_block_hash(parent_hash: Optional[BlockHash], token_ids: List[int],
 
 _sha256 = hashlib.sha256
 _native_hash = _kvpool.mlx_block_hash  # both hashes in C for a list of ints, else None
+_native_prefix = _kvpool.mlx_prefix  # get_computed_blocks' walk in C
+_native_cache = _kvpool.mlx_cache  # cache_full_blocks' loop in C
 _low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
 
 
@@ -457,7 +459,12 @@ class PagedCacheManager:
             legacy_values, counts = self._hash_values, self._token_counts
             block_hash = self._pool.block_hash
             parent = block_hash(blocks[num_cached_blocks - 1]) if num_cached_blocks > 0 else None
-            for i in range(num_cached_blocks, num_full_blocks):
+            start = num_cached_blocks
+            if type(token_ids) is list and type(blocks) is list:  # the loop below, in C
+                start, parent = _native_cache(self._pool, blocks, token_ids, bs, start,
+                                              num_full_blocks, parent, counts, legacy_values,
+                                              legacy_index)
+            for i in range(start, num_full_blocks):
                 b = blocks[i]
                 known = block_hash(b)
                 if known is not None:
@@ -480,12 +487,16 @@ class PagedCacheManager:
         if not self.enable_caching:
             return [], 0
         with self._lock:
-            out: List[CacheBlock] = []
-            parent = None
             bs, blocks, lookup = self.block_size, self.blocks, self._lookup
             if type(token_ids) is not list:
                 token_ids = list(token_ids)
-            for i in range(len(token_ids) // bs):
+            # The loop below, in C up to the first miss (or a token it cannot hash).
+            out, start, parent, missed = _native_prefix(self._pool, blocks, token_ids, bs)
+            if missed:
+                self._misses += 1
+                self._hits += len(out)
+                return out, len(out) * bs
+            for i in range(start, len(token_ids) // bs):
                 h = _native_hash(parent, token_ids, i * bs, (i + 1) * bs, False)
                 if h is None:
                     h = compute_block_hash(parent, token_ids[i * bs:(i + 1) * bs])
