@@ -1242,6 +1242,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.maxb = (c.grow || (b2 & 1)) ? c.nblocks + 1 + (b2 >> 1) % 100 : 0;
     c.events = (b3 >> 5) & 1;
     c.policy = (b3 >> 6) & 1 && c.reuse != KVP_REUSE_FIFO ? KVP_POLICY_SLRU : KVP_POLICY_LRU;
+    c.protected_percent = (b0 * 37u + b2) % 101;
     g_inputs++;
     memset(&g_r, 0, sizeof g_r);
     g_r.c = c;
@@ -1265,6 +1266,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.prefix_caching = c.prefix;
     cfg.reuse = c.reuse;
     cfg.policy = c.policy;
+    cfg.protected_percent = c.protected_percent;
     cfg.thread_safe = g_r.ts;
     cfg.history_len = (b3 >> 1) & 1 ? 4 : 0;
     cfg.history_every_call = (b3 >> 2) & 1;

@@ -172,11 +172,12 @@ typedef enum kvp_reuse {
  *   when its hash was among the pool's last num_blocks evicted hashes (the
  *   ghost list) when it was published; otherwise it is "probationary".
  *   Probationary blocks are evicted before protected ones of the same
- *   priority, each group least recently freed first.  Protected blocks are at
- *   most 4/5 of a priority's cached blocks: a block freed into a full
- *   protected group moves that group's least recently freed block to the
- *   most recently freed end of the probationary group.  The ghost list costs
- *   about 40 bytes per block of num_blocks, allocated at creation.
+ *   priority, each group least recently freed first.  A priority's protected
+ *   blocks are at most protected_percent of the stream's blocks: a block
+ *   freed into a full protected group moves that group's least recently
+ *   freed blocks to the most recently freed end of the probationary group
+ *   until it fits.  The ghost list costs about 40 bytes per block of
+ *   num_blocks, allocated at creation.
  *   Refused with KVP_REUSE_FIFO, which reuses free blocks in the order freed.
  *
  * Prefix rule.  A block can be hit only together with its whole prefix, so
@@ -295,6 +296,9 @@ typedef struct kvp_config {
     kvp_reuse reuse;            /* reuse order (default KVP_REUSE_LIFO) */
     kvp_policy policy;          /* eviction order of cached blocks (default
                                    KVP_POLICY_LRU) */
+    uint32_t protected_percent; /* KVP_POLICY_SLRU: the most a priority's
+                                   protected blocks may be, in percent of the
+                                   stream's blocks, 0..100 (default 50) */
     uint32_t history_len;       /* stats history ring length (default 64) */
     int history_every_call;     /* snapshot after every changing call
                                    (default 0; costs a copy per call) */
@@ -364,7 +368,8 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
  * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
- * order or policy; KVP_POLICY_SLRU with KVP_REUSE_FIFO; allocator missing a function; with host_arena, a block_bytes[s]
+ * order or policy; KVP_POLICY_SLRU with KVP_REUSE_FIFO; protected_percent
+ * above 100; allocator missing a function; with host_arena, a block_bytes[s]
  * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
  * KVP_ENOMEM.  *out is set only on success.
  */

@@ -17,8 +17,8 @@
  *   priorities go first, and within one, probationary blocks before
  *   protected ones.
  * - A vacant block's retain bits are 0; a block in use has no KVP__R_PROT.
- * - Under SLRU, after every insertion a priority's protected list holds at
- *   most 4/5 of its cached blocks.
+ * - Under SLRU, after every insertion into a priority's protected list it
+ *   holds at most protected_percent of the stream's blocks.
  * - The ghost map holds each key at most once, at the ring slot of its
  *   latest eviction; a key whose slot is overwritten or that is published
  *   again leaves the map.
@@ -85,9 +85,10 @@ void kvp__policy_reset(kvp__stream *st)
 }
 
 /* Block b just became cached: to the most recent end of its priority's
- * list, protected under SLRU when it was claimed since published.  A full
- * protected list then hands its least recent block to the probationary
- * list's most recent end. */
+ * list, protected under SLRU when it was claimed since published.  A
+ * protected list over its share then hands its least recent blocks to the
+ * probationary list's most recent end, O(1) amortized: each block handed on
+ * was put there by one insertion (more than one only after a shrink). */
 void kvp__policy_insert(kvp_pool *p, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
@@ -98,7 +99,7 @@ void kvp__policy_insert(kvp_pool *p, uint32_t b)
         blk->retain |= KVP__R_PROT;
     unsigned l = list_of(blk);
     list_append(p, st, l, b);
-    if (prot && (uint64_t)st->lcount[l] * 5 > ((uint64_t)st->lcount[l] + st->lcount[l - 1]) * 4) {
+    while (prot && (uint64_t)st->lcount[l] * 100 > (uint64_t)st->nblocks * p->cfg.protected_percent) {
         uint32_t d = st->lhead[l];
         list_unlink(p, st, l, d);
         p->blocks[d].retain &= (uint16_t)~KVP__R_PROT;

@@ -38,6 +38,7 @@ kvp_status kvp_config_default(kvp_config *cfg)
     cfg->prefix_caching = 1;
     cfg->reuse = KVP_REUSE_LIFO;
     cfg->history_len = 64;
+    cfg->protected_percent = 50;
     return KVP_OK;
 }
 
@@ -94,7 +95,8 @@ static kvp_status validate_config(const kvp_config *c)
     if (c->null_block && c->num_blocks == 0)
         return KVP_EINVAL;
     if ((unsigned)c->reuse > KVP_REUSE_FIFO || (unsigned)c->policy > KVP_POLICY_SLRU ||
-        (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO))
+        (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO) ||
+        c->protected_percent > 100)
         return KVP_EINVAL;
     if (c->allocator && (!c->allocator->alloc || !c->allocator->release))
         return KVP_EINVAL;

@@ -112,25 +112,48 @@ def test_priority_prefix_keeps_the_first_blocks(tmp_path, policy):
     assert high["priority_prefix"] == 1 and high["policy"] == policy
 
 
+def test_protected_share(tmp_path):
+    """slru:PERCENT sets the protected share: slru is slru:50, and the share
+    changes the hits on the bundled trace; slru:0 protects nothing."""
+    runs = {p: replay(BUNDLED, 5000, "--policy", p) for p in ("lru", "slru", "slru:50", "slru:0",
+                                                              "slru:20", "slru:80")}
+    assert runs["slru"]["policy"] == "slru" and runs["slru:20"]["policy"] == "slru:20"
+    assert runs["slru:50"]["policy"] == "slru"
+    assert runs["slru"]["blocks_hit"] == runs["slru:50"]["blocks_hit"]
+    assert len({runs[p]["blocks_hit"] for p in ("slru:0", "slru:20", "slru", "slru:80")}) == 4
+    for r in runs.values():
+        check_consistent(r)
+
+
 # ---- refusals ------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
     (["replay", "{t}", "--capacity", "4", "--policy", "arc"],
-     "--policy: expected lru or slru, got 'arc'"),
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), got 'arc'"),
     (["replay", "{t}", "--capacity", "4", "--policy", "LRU"],
-     "--policy: expected lru or slru, got 'LRU'"),
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), got 'LRU'"),
+    (["replay", "{t}", "--capacity", "4", "--policy", "slru:101"],
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), got 'slru:101'"),
+    (["replay", "{t}", "--capacity", "4", "--policy", "slru:"],
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), got 'slru:'"),
+    (["replay", "{t}", "--capacity", "4", "--policy", "slru:-5"],
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), got 'slru:-5'"),
+    (["replay", "{t}", "--capacity", "4", "--policy", "lru:50"],
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), got 'lru:50'"),
     (["replay", "{t}", "--capacity", "4", "--policy", "lru", "--policy", "slru"],
      "--policy given twice"),
     (["replay", "{t}", "--capacity", "4", "--priority-prefix", "-1"],
      "--priority-prefix: expected a block count from 0 to 2147483647, got '-1'"),
     (["sweep", "{t}", "--capacities", "4", "--policy", "lru,arc"],
-     "--policy: expected lru or slru, or both separated by a comma, got 'lru,arc'"),
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), several separated by commas, got 'lru,arc'"),
     (["sweep", "{t}", "--capacities", "4", "--policy", "lru,"],
-     "--policy: expected lru or slru, or both separated by a comma, got 'lru,'"),
+     "--policy: expected lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50), several separated by commas, got 'lru,'"),
     (["sweep", "{t}", "--capacities", "4", "--policy", "lru", "--policy", "slru"],
      "--policy given twice"),
     (["sweep", "{t}", "--capacities", "4", "--policy", "slru,slru"],
      "--policy: slru given twice"),
+    (["sweep", "{t}", "--capacities", "4", "--policy", "slru,slru:50"],
+     "--policy: slru:50 given twice"),
     (["sweep", "{t}", "--capacities", "4", "--priority-prefix", "1,x"],
      "--priority-prefix: expected block counts from 0 to 2147483647 separated by commas"),
     (["sweep", "{t}", "--capacities", "4", "--priority-prefix", "2,0,2"],

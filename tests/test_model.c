@@ -1153,6 +1153,7 @@ static void run_config(const mcfg *c)
     cfg.prefix_caching = c->prefix;
     cfg.reuse = c->reuse;
     cfg.policy = c->policy;
+    cfg.protected_percent = c->protected_percent;
     cfg.events = c->events;
     if (!c->unhooked) {
         cfg.on_evict = on_evict;
@@ -1211,37 +1212,37 @@ static void run_config(const mcfg *c)
 
 static const mcfg g_cfgs[] = {
     /* name, reuse, sep, null, grow, prefix, bs, n, max, seed, steps, unhooked, decode, events,
-     * policy */
-    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0, 0, KVP_POLICY_LRU},
-    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0, 1, KVP_POLICY_LRU},
-    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0, 1, KVP_POLICY_LRU},
-    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0, 0, KVP_POLICY_LRU},
-    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0, 1, KVP_POLICY_LRU},
-    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0, 0, KVP_POLICY_LRU},
-    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0, 0, KVP_POLICY_LRU},
-    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0, 0, KVP_POLICY_LRU},
-    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1, KVP_POLICY_LRU},
-    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0, KVP_POLICY_LRU},
-    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0, KVP_POLICY_LRU},
+     * policy, protected_percent */
+    {"lifo-shared",            KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x1001, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
+    {"lifo-shared-null-grow",  KVP_REUSE_LIFO,   0, 1, 1, 1, 4, 16, 48, 0x1002, 0, 0, 0, 1, KVP_POLICY_LRU, 0},
+    {"lifo-kv-null-grow",      KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x1003, 0, 0, 0, 1, KVP_POLICY_LRU, 0},
+    {"lowest-shared-grow",     KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x2001, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
+    {"lowest-kv",              KVP_REUSE_LOWEST, 1, 0, 0, 1, 1, 64, 128, 0x2002, 0, 0, 0, 1, KVP_POLICY_LRU, 0},
+    {"lowest-shared-null",     KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 128, 160, 0x2003, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
+    {"fifo-shared-grow",       KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x3001, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
+    {"fifo-kv-null",           KVP_REUSE_FIFO,   1, 1, 0, 1, 16, 128, 192, 0x3002, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
+    {"fifo-kv-grow",           KVP_REUSE_FIFO,   1, 0, 1, 1, 2, 32, 80, 0x3003, 0, 0, 0, 1, KVP_POLICY_LRU, 0},
+    {"lifo-noprefix-grow",     KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 16, 40, 0x4001, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
+    {"lowest-unlimited",       KVP_REUSE_LOWEST, 0, 1, 0, 1, 16, 32, 0, 0x4002, 0, 0, 0, 0, KVP_POLICY_LRU, 0},
     /* Nothing hooked, so takes run the fast path (take.c), which
      * the configurations above, all with an eviction callback, never do. */
-    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0, KVP_POLICY_LRU},
-    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0, KVP_POLICY_LRU},
-    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0, 0, KVP_POLICY_LRU},
+    {"lifo-shared-unhooked",   KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x5001, 0, 1, 0, 0, KVP_POLICY_LRU, 0},
+    {"lifo-kv-grow-unhooked",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x5002, 0, 1, 0, 0, KVP_POLICY_LRU, 0},
+    {"fifo-shared-unhooked",   KVP_REUSE_FIFO,   0, 0, 1, 1, 16, 16, 48, 0x5003, 0, 1, 0, 0, KVP_POLICY_LRU, 0},
     /* Decode-like: quiet runs of takes and owner frees, long enough for
      * takes to defer, and nothing that turns the fast path off. */
-    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1, 0, KVP_POLICY_LRU},
-    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1, 0, KVP_POLICY_LRU},
+    {"lifo-decode",            KVP_REUSE_LIFO,   0, 0, 1, 0, 16, 64, 160, 0x5004, 0, 1, 1, 0, KVP_POLICY_LRU, 0},
+    {"lifo-kv-decode",         KVP_REUSE_LIFO,   1, 1, 0, 1, 8, 128, 0, 0x5005, 0, 1, 1, 0, KVP_POLICY_LRU, 0},
     /* SLRU: probationary and protected segments and the ghost list, with
      * priorities, in the LIFO and LOWEST orders (FIFO refuses it). */
     {"lifo-slru",              KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x6001, 0, 0, 0, 1,
-     KVP_POLICY_SLRU},
+     KVP_POLICY_SLRU, 10},
     {"lifo-kv-null-grow-slru", KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x6002, 0, 0, 0, 0,
-     KVP_POLICY_SLRU},
+     KVP_POLICY_SLRU, 25},
     {"lowest-shared-grow-slru", KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x6003, 0, 0, 0, 0,
-     KVP_POLICY_SLRU},
+     KVP_POLICY_SLRU, 5},
     {"lifo-slru-unhooked",     KVP_REUSE_LIFO,   0, 1, 1, 1, 16, 32, 64, 0x6004, 0, 1, 0, 0,
-     KVP_POLICY_SLRU},
+     KVP_POLICY_SLRU, 100},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])

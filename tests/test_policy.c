@@ -3,7 +3,7 @@
  * kvp_set_priority, kvp_seq_raise_priority; src/policy.c).
  *
  * Covers: the configuration's refusals; priorities before recency under
- * both policies; SLRU's protected segment, its 4/5 share and its ghost list,
+ * both policies; SLRU's protected segment, its share and its ghost list,
  * each against what LRU does on the same calls; every refusal of the two
  * priority calls with the pool unchanged; and the prefix rule (a cached
  * block's parent is never evicted while the block stays cached) over random
@@ -213,9 +213,7 @@ static void test_seq_raise(void **state)
 /* ---- SLRU ----------------------------------------------------------------- */
 
 /* A block claimed again since published survives a scan of blocks used
- * once under SLRU, where LRU evicts it first.  (Five blocks are cached
- * first: alone in the cache a protected block would be above the 4/5 share,
- * see test_slru_share.) */
+ * once under SLRU, where LRU evicts it first. */
 static void test_slru_scan(void **state)
 {
     (void)state;
@@ -223,8 +221,6 @@ static void test_slru_scan(void **state)
     for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_SLRU; pol++) {
         kvp_pool *pool = policy_pool(8, pol);
         uint64_t hot = 1000;
-        for (uint64_t v = 101; v <= 105; v++)
-            serve(pool, &v, 1, 0, 0);
         serve(pool, &hot, 1, 0, 0);
         KVP_ASSERT_EQ(serve(pool, &hot, 1, 0, 0), 1); /* claimed: protected under SLRU */
         kvp_block b = kvptest_lookup(pool, hot);
@@ -244,63 +240,70 @@ static void test_slru_scan(void **state)
     KVP_ASSERT_EQ(kept[KVP_POLICY_SLRU], 1);
 }
 
-/* The protected segment holds at most 4/5 of a priority's cached blocks:
- * the fifth protected block among five cached pushes the oldest protected
- * one back to the probationary segment, whose most recent end it joins. */
+/* Evict one block at a time until the pool holds none of keys[0..n); the
+ * keys in the order they went, into order[]. */
+static void eviction_order(kvp_pool *pool, const uint64_t *keys, int n, uint64_t *order)
+{
+    int k = 0;
+    while (k < n) {
+        uint32_t got = 0;
+        KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &got));
+        KVP_ASSERT_EQ(got, 1);
+        for (int i = 0; i < n; i++) {
+            int seen = 0;
+            for (int j = 0; j < k; j++)
+                seen |= order[j] == keys[i];
+            if (!seen && !cached(pool, keys[i]))
+                order[k++] = keys[i];
+        }
+        kvptest_check(pool);
+    }
+}
+
+/* A priority's protected blocks are at most protected_percent of the
+ * stream's blocks: each one freed beyond that pushes the oldest protected
+ * block to the probationary segment's most recent end, after blocks freed
+ * before it. */
 static void test_slru_share(void **state)
 {
     (void)state;
-    kvp_pool *pool = policy_pool(5, KVP_POLICY_SLRU);
-    for (uint64_t v = 1; v <= 5; v++) {
-        serve(pool, &v, 1, 0, 0);
-        serve(pool, &v, 1, 0, 0); /* hit: protected when freed */
-        kvptest_check(pool);
-    }
-    /* Freed protected in order 1..5; at 1 (1 of 1 protected) the first was
-     * demoted at once, and so on: the probationary segment's order shows
-     * which.  Evicting one at a time must follow probationary then
-     * protected, each oldest first. */
-    uint64_t order[5];
-    int k = 0;
+    kvp_config cfg = kvptest_config(10);
+    cfg.block_size = 1;
+    cfg.policy = KVP_POLICY_SLRU;
+    cfg.protected_percent = 30; /* 3 of 10 blocks */
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint64_t keys[6] = {1, 2, 3, 4, 5, 100}, order[6];
     for (int i = 0; i < 5; i++) {
-        uint32_t n = 0;
-        KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &n));
-        for (uint64_t v = 1; v <= 5; v++) {
-            int gone = !cached(pool, v);
-            int seen = 0;
-            for (int j = 0; j < k; j++)
-                seen |= order[j] == v;
-            if (gone && !seen)
-                order[k++] = v;
-        }
-        KVP_ASSERT_EQ(k, i + 1);
+        serve(pool, &keys[i], 1, 0, 0);
+        serve(pool, &keys[i], 1, 0, 0); /* hit: protected when freed */
     }
-    /* Inserting 1: 1/1 protected > 4/5: demoted.  2: 1 of 2 protected: stays.
-     * 3: 2/3 stays.  4: 3/4 stays.  5: 4/5 stays.  Probationary: 1;
-     * protected oldest first: 2, 3, 4, 5. */
-    uint64_t want[5] = {1, 2, 3, 4, 5};
-    for (int i = 0; i < 5; i++)
+    serve(pool, &keys[5], 1, 0, 0); /* probationary, freed last */
+    /* 4 pushed 1 out, 5 pushed 2, each to the probationary end then: they
+     * go before 100, which was freed after; then protected 3, 4, 5 */
+    uint64_t want[6] = {1, 2, 100, 3, 4, 5};
+    eviction_order(pool, keys, 6, order);
+    for (int i = 0; i < 6; i++)
         KVP_ASSERT_EQ(order[i], want[i]);
     kvptest_done(pool);
 
-    /* Two more rounds of the same hot set with a scan between: a protected
-     * block pushed out by the share joins the probationary end after the
-     * scan's blocks, so the scan goes first. */
-    pool = policy_pool(6, KVP_POLICY_SLRU);
-    uint64_t a = 1, b = 2, s1 = 10, s2 = 11;
-    serve(pool, &a, 1, 0, 0);
-    serve(pool, &a, 1, 0, 0); /* a protected, alone: demoted to probation */
-    serve(pool, &s1, 1, 0, 0);
-    serve(pool, &b, 1, 0, 0);
-    serve(pool, &b, 1, 0, 0); /* b protected (1 of 3) */
-    serve(pool, &s2, 1, 0, 0);
-    uint32_t n = 0;
-    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &n));
-    KVP_ASSERT_EQ(cached(pool, a), 0); /* probation's oldest: the demoted a */
-    KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 2, &n));
-    KVP_ASSERT_EQ(cached(pool, s1) + cached(pool, s2), 0);
-    KVP_ASSERT_EQ(cached(pool, b), 1);
-    kvptest_done(pool);
+    /* 0%: nothing stays protected, SLRU orders as LRU does; 100%: all may */
+    for (uint32_t pct = 0; pct <= 100; pct += 100) {
+        cfg.protected_percent = pct;
+        pool = kvptest_create(&cfg);
+        uint64_t a = 7, b = 8;
+        serve(pool, &a, 1, 0, 0);
+        serve(pool, &a, 1, 0, 0); /* hit */
+        serve(pool, &b, 1, 0, 0); /* freed last, never hit */
+        uint32_t got = 0;
+        KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &got));
+        KVP_ASSERT_EQ(cached(pool, pct ? b : a), 0);
+        KVP_ASSERT_EQ(cached(pool, pct ? a : b), 1);
+        kvptest_done(pool);
+    }
+    cfg.protected_percent = 101;
+    kvp_pool *none = NULL;
+    KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &none), KVP_EINVAL);
+    assert_null(none);
 }
 
 /* The ghost list: a hash evicted and published again comes back protected,

@@ -48,6 +48,9 @@ def test_policy_names_and_refusals():
         kvpool.Pool(num_blocks=4, policy="slru", reuse="fifo")
     with pytest.raises(kvpool.InvalidArgumentError):
         kvpool.Pool(num_blocks=4, policy=7)
+    assert kvpool.Pool(num_blocks=4, policy="slru", protected_percent=100)
+    with pytest.raises(kvpool.InvalidArgumentError):
+        kvpool.Pool(num_blocks=4, policy="slru", protected_percent=101)
 
 
 @pytest.mark.parametrize("policy", ["lru", "slru"])

@@ -25,30 +25,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The --policy words and the library's policies, in one table. */
-static const struct {
-    const char *name;
-    kvp_policy policy;
-} policies[] = {{"lru", KVP_POLICY_LRU}, {"slru", KVP_POLICY_SLRU}};
-
 /* See replay.h. */
-const char *kvpt_policy_name(kvp_policy p)
+int kvpt_policy_parse(const char *s, kvpt_replay_opts *o)
 {
-    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
-        if (policies[i].policy == p)
-            return policies[i].name;
-    return "?";
+    if (strcmp(s, "lru") == 0) {
+        o->policy = KVP_POLICY_LRU;
+        o->protected_percent = 50;
+        return 0;
+    }
+    if (strncmp(s, "slru", 4) != 0 || (s[4] && s[4] != ':'))
+        return -1;
+    unsigned pct = 50;
+    if (s[4]) {
+        const char *d = s + 5;
+        size_t n = strspn(d, "0123456789");
+        if (n == 0 || n > 3 || d[n] || (pct = (unsigned)atoi(d)) > 100)
+            return -1;
+    }
+    o->policy = KVP_POLICY_SLRU;
+    o->protected_percent = pct;
+    return 0;
 }
 
 /* See replay.h. */
-int kvpt_policy_parse(const char *s, kvp_policy *out)
+void kvpt_policy_label(const kvpt_replay_opts *o, char *buf, size_t cap)
 {
-    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
-        if (strcmp(policies[i].name, s) == 0) {
-            *out = policies[i].policy;
-            return 0;
-        }
-    return -1;
+    if (o->policy == KVP_POLICY_LRU)
+        snprintf(buf, cap, "lru");
+    else if (o->protected_percent == 50)
+        snprintf(buf, cap, "slru");
+    else
+        snprintf(buf, cap, "slru:%u", (unsigned)o->protected_percent);
 }
 
 /* The block hash of hash id `id`: id + 1, big-endian, in the last 8 bytes,
@@ -110,7 +117,7 @@ static long serve(kvp_pool *pool, const uint64_t *ids, size_t n, size_t high, kv
 int kvpt_replay(const kvpt_trace *t, uint64_t capacity, const kvpt_replay_opts *opts,
                 kvpt_progress *progress, uint64_t progress_base, kvpt_replay_result *r)
 {
-    static const kvpt_replay_opts lru = {KVP_POLICY_LRU, 0};
+    static const kvpt_replay_opts lru = KVPT_REPLAY_OPTS_DEFAULT;
     if (!opts)
         opts = &lru;
     memset(r, 0, sizeof *r);
@@ -128,6 +135,7 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, const kvpt_replay_opts *
     cfg.prefix_caching = 1;
     cfg.reuse = KVP_REUSE_LIFO;
     cfg.policy = opts->policy;
+    cfg.protected_percent = opts->protected_percent;
     /* As a server would: the tables' page faults happen at creation, which
      * `seconds` leaves out, not in the first requests that touch them. */
     cfg.prefault = 1;
@@ -215,8 +223,10 @@ static void print_replay_table(const kvpt_trace *t, const kvpt_replay_opts *o,
     kvpt_table_cell(tab, "%s", t->path);
     kvpt_table_cell(tab, "capacity (blocks)");
     kvpt_table_cell(tab, "%llu", (unsigned long long)r->capacity);
+    char label[16];
+    kvpt_policy_label(o, label, sizeof label);
     kvpt_table_cell(tab, "policy");
-    kvpt_table_cell(tab, "%s", kvpt_policy_name(o->policy));
+    kvpt_table_cell(tab, "%s", label);
     kvpt_table_cell(tab, "priority prefix");
     kvpt_table_cell(tab, "%llu", (unsigned long long)o->priority_prefix);
     kvpt_table_cell(tab, "requests");
@@ -267,7 +277,9 @@ static int print_replay_json(const kvpt_trace *t, const kvpt_replay_opts *opts,
                           "seconds", r->seconds,
                           "load_seconds", t->load_seconds,
                           "blocks_per_second", bps);
-    if (o && (json_object_set_new(o, "policy", json_string(kvpt_policy_name(opts->policy))) ||
+    char label[16];
+    kvpt_policy_label(opts, label, sizeof label);
+    if (o && (json_object_set_new(o, "policy", json_string(label)) ||
               json_object_set_new(o, "priority_prefix",
                                   json_integer((json_int_t)opts->priority_prefix)))) {
         json_decref(o);
@@ -277,7 +289,7 @@ static int print_replay_json(const kvpt_trace *t, const kvpt_replay_opts *opts,
 }
 
 static const char usage_replay[] =
-    "usage: kvpool replay TRACE --capacity BLOCKS [--policy lru|slru]\n"
+    "usage: kvpool replay TRACE --capacity BLOCKS [--policy lru|slru[:PERCENT]]\n"
     "                     [--priority-prefix N] [--json]\n"
     "                     [--events ENDPOINT [--events-connect] [--topic T]\n"
     "                      [--events-wait S]]\n"
@@ -303,7 +315,9 @@ static const char usage_replay[] =
     "                     the least recently freed; or slru, segmented LRU with\n"
     "                     a ghost list: a block claimed again since it was\n"
     "                     published, or whose hash was evicted recently, is\n"
-    "                     protected, and probationary blocks go before it\n"
+    "                     protected, and probationary blocks go before it;\n"
+    "                     slru:PERCENT caps the protected blocks at PERCENT of\n"
+    "                     the pool (0-100; slru alone is slru:50)\n"
     "  --priority-prefix N  the first N blocks of every request get retention\n"
     "                     priority high (kvp_set_priority after claim or\n"
     "                     allocation), so cached blocks of normal priority are\n"
@@ -332,14 +346,14 @@ int kvpt_cmd_replay(int argc, char **argv)
 {
     uint64_t capacity = 0;
     const char *policy = "lru";
-    kvpt_replay_opts ro = {KVP_POLICY_LRU, 0};
+    kvpt_replay_opts ro = KVPT_REPLAY_OPTS_DEFAULT;
     int json = 0, events_connect = 0;
     const char *events_ep = NULL, *events_topic = NULL; /* --events (events.c) */
     double events_wait = 2;
     const kvpt_opt opts[] = {
         {"capacity", KVPT_OPT_COUNT, &capacity, 0, KVP_MAX_BLOCKS, "a block count",
          "0: the whole trace"},
-        {"policy", KVPT_OPT_CHOICE, &policy, 0, 0, KVPT_POLICY_CHOICES, NULL},
+        {"policy", KVPT_OPT_TEXT, &policy, 0, 0, NULL, NULL},
         {"priority-prefix", KVPT_OPT_COUNT, &ro.priority_prefix, 0, KVP_MAX_BLOCKS,
          "a block count", NULL},
         {"json", KVPT_OPT_FLAG, &json, 0, 0, NULL, NULL},
@@ -353,7 +367,9 @@ int kvpt_cmd_replay(int argc, char **argv)
     int first, rc = kvpt_parse_args(&cli, argc, argv, &first);
     if (rc >= 0)
         return rc;
-    kvpt_policy_parse(policy, &ro.policy); /* one of the choices */
+    if (kvpt_policy_parse(policy, &ro))
+        return kvpt_usage_error("replay", "--policy: expected " KVPT_POLICY_WORDS ", got '%s'",
+                                policy);
 
     kvpt_trace t;
     if (kvpt_trace_load(argv[first], &t))

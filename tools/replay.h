@@ -13,22 +13,27 @@
 #include <stdint.h>
 
 /* How a replay's pool chooses what to evict: the library's policy among
- * cached free blocks, and how many leading blocks of each request are given
- * KVP_PRIORITY_HIGH (0: none, every block keeps KVP_PRIORITY_NORMAL). */
+ * cached free blocks (with SLRU's protected share), and how many leading
+ * blocks of each request are given KVP_PRIORITY_HIGH (0: none, every block
+ * keeps KVP_PRIORITY_NORMAL). */
 typedef struct kvpt_replay_opts {
     kvp_policy policy;
+    uint32_t protected_percent;
     uint64_t priority_prefix;
 } kvpt_replay_opts;
 
-/* The --policy words, as kvpt_opt.what wants them. */
-#define KVPT_POLICY_CHOICES "lru|slru"
+/* The default: LRU, no priorities. */
+#define KVPT_REPLAY_OPTS_DEFAULT {KVP_POLICY_LRU, 50, 0}
 
-/* The name of policy `p` ("lru", "slru"), or "?" for any other value. */
-const char *kvpt_policy_name(kvp_policy p);
+/* What --policy accepts, for messages. */
+#define KVPT_POLICY_WORDS "lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50)"
 
-/* The policy named `s` (exactly one of KVPT_POLICY_CHOICES) into *out.
- * Returns 0, or -1 when `s` names none. */
-int kvpt_policy_parse(const char *s, kvp_policy *out);
+/* The policy written `s` ("lru", "slru", "slru:PERCENT") into o->policy and
+ * o->protected_percent.  Returns 0, or -1 when `s` is none of them. */
+int kvpt_policy_parse(const char *s, kvpt_replay_opts *o);
+
+/* o's policy as --policy writes it ("lru", "slru", "slru:20"), into buf. */
+void kvpt_policy_label(const kvpt_replay_opts *o, char *buf, size_t cap);
 
 typedef struct kvpt_replay_result {
     uint64_t capacity;          /* blocks in the pool (0 resolved) */

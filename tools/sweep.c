@@ -41,8 +41,8 @@ static const char usage_sweep[] =
     "  --capacities A,B,C  block counts from 0 to 2147483647, comma-separated, each\n"
     "                      once (0 = the whole trace); sorted ascending, 0 last\n"
     "  --policy P,Q        eviction policies, comma-separated, each once: lru (the\n"
-    "                      default) and slru (`kvpool replay --help`); when given,\n"
-    "                      the table and CSV have a policy column\n"
+    "                      default), slru, slru:PERCENT (`kvpool replay --help`);\n"
+    "                      when given, the table and CSV have a policy column\n"
     "  --priority-prefix N,M  block counts, comma-separated, each once, sorted\n"
     "                      ascending: the first N blocks of every request get\n"
     "                      priority high (`kvpool replay --help`); default 0; when\n"
@@ -145,7 +145,7 @@ static size_t parse_counts(const char *opt, const char *list,
 /* Split the --policy list "P,Q" into policies, in the order given, into
  * out[max]; returns the count, or 0 after a usage error was printed (not a
  * policy, an empty field, a policy twice). */
-static size_t parse_policies(const char *list, kvp_policy *out, size_t max)
+static size_t parse_policies(const char *list, kvpt_replay_opts *out, size_t max)
 {
     size_t n = 0;
     for (const char *p = list;; p++) {
@@ -154,12 +154,13 @@ static size_t parse_policies(const char *list, kvp_policy *out, size_t max)
         if (len < sizeof field)
             memcpy(field, p, len);
         if (n == max || len >= sizeof field || kvpt_policy_parse(field, &out[n])) {
-            kvpt_usage_error("sweep", "--policy: expected lru or slru, or both separated "
-                                      "by a comma, got '%s'", list);
+            kvpt_usage_error("sweep", "--policy: expected " KVPT_POLICY_WORDS ", several "
+                                      "separated by commas, got '%s'", list);
             return 0;
         }
         for (size_t k = 0; k < n; k++)
-            if (out[k] == out[n]) {
+            if (out[k].policy == out[n].policy &&
+                out[k].protected_percent == out[n].protected_percent) {
                 kvpt_usage_error("sweep", "--policy: %s given twice", field);
                 return 0;
             }
@@ -170,10 +171,11 @@ static size_t parse_policies(const char *list, kvp_policy *out, size_t max)
     }
 }
 
-/* "LRU", "SLRU, priority prefix 4": setting k of the sweep, upper-case. */
+/* "LRU", "SLRU:20, priority prefix 4": setting k of the sweep, upper-case. */
 static void cfg_label(const kvpt_replay_opts *c, char *buf, size_t cap)
 {
-    const char *name = kvpt_policy_name(c->policy);
+    char name[16];
+    kvpt_policy_label(c, name, sizeof name);
     size_t k = 0;
     for (; name[k] && k + 1 < cap; k++)
         buf[k] = (char)(name[k] >= 'a' && name[k] <= 'z' ? name[k] - 'a' + 'A' : name[k]);
@@ -200,8 +202,10 @@ static int write_csv(const sweep *s, const char *path)
             for (size_t j = 0; j < s->n_caps; j++) {
                 const kvpt_replay_result *r = &s->res[(i * s->n_cfgs + k) * s->n_caps + j];
                 kvpt_csv_field(f, s->paths[i]);
+                char label[16];
+                kvpt_policy_label(&s->cfgs[k], label, sizeof label);
                 if (s->show_policy)
-                    fprintf(f, ",%s", kvpt_policy_name(s->cfgs[k].policy));
+                    fprintf(f, ",%s", label);
                 if (s->show_prefix)
                     fprintf(f, ",%llu", (unsigned long long)s->cfgs[k].priority_prefix);
                 fprintf(f, ",%llu,%llu,%llu,%llu,%.6f,%.6f,%llu", (unsigned long long)s->caps[j],
@@ -249,8 +253,10 @@ static void print_sweep_table(const sweep *s)
             for (size_t j = 0; j < s->n_caps; j++) {
                 const kvpt_replay_result *r = &s->res[(i * s->n_cfgs + k) * s->n_caps + j];
                 kvpt_table_cell(tab, "%s", kvpt_base_name(s->paths[i]));
+                char label[16];
+                kvpt_policy_label(&s->cfgs[k], label, sizeof label);
                 if (s->show_policy)
-                    kvpt_table_cell(tab, "%s", kvpt_policy_name(s->cfgs[k].policy));
+                    kvpt_table_cell(tab, "%s", label);
                 if (s->show_prefix)
                     kvpt_table_cell(tab, "%llu", (unsigned long long)s->cfgs[k].priority_prefix);
                 kvpt_table_cell(tab, "%llu", (unsigned long long)s->caps[j]);
@@ -503,7 +509,7 @@ static int sweep_trace(sweep *s, size_t i, int want_ceiling)
  * after an error was printed. */
 static int make_cfgs(sweep *s, const char *policy_arg, const char *prefix_arg)
 {
-    kvp_policy pol[8] = {KVP_POLICY_LRU};
+    kvpt_replay_opts pol[8] = {KVPT_REPLAY_OPTS_DEFAULT};
     uint64_t *pre = NULL, zero = 0;
     size_t n_pol = 1, n_pre = 1;
     if (policy_arg && !(n_pol = parse_policies(policy_arg, pol, 8)))
@@ -520,7 +526,8 @@ static int make_cfgs(sweep *s, const char *policy_arg, const char *prefix_arg)
     }
     for (size_t a = 0; a < n_pol; a++)
         for (size_t b = 0; b < n_pre; b++)
-            s->cfgs[a * n_pre + b] = (kvpt_replay_opts){pol[a], pre ? pre[b] : zero};
+            s->cfgs[a * n_pre + b] = (kvpt_replay_opts){pol[a].policy, pol[a].protected_percent,
+                                                        pre ? pre[b] : zero};
     s->n_cfgs = n_pol * n_pre;
     free(pre);
     return 0;

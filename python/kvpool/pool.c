@@ -107,14 +107,14 @@ static const char *const pool_kw[] = {
     "thread_safe", "null_block", "prefix_caching", "reuse", "history_len",
     "history_every_call", "on_evict", "hash_alg", "root_seed", "random_root",
     "verify_hits", "block_bytes", "host_arena", "events", "event_capacity", "medium", "prefault",
-    "policy", NULL};
+    "policy", "protected_percent", NULL};
 
 /* Pool(**config): every keyword is a kvp_config field (see the type's doc).
  * Builds the library pool (without the GIL when it is large); NULL with the
  * exception set on a bad argument or a refused configuration. */
 PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *o[23] = {0};
+    PyObject *o[24] = {0};
     if (PyTuple_GET_SIZE(args) != 0) {
         PyErr_SetString(PyExc_TypeError, "Pool() takes keyword arguments only");
         return NULL;
@@ -152,7 +152,8 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         kvpy_get_bool(o[14], 0, &cfg.random_root) || kvpy_get_bool(o[15], 0, &cfg.verify_hits) ||
         kvpy_get_bool(o[17], 0, &cfg.host_arena) || kvpy_get_bool(o[18], 0, &cfg.events) ||
         kvpy_get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity") ||
-        kvpy_get_bool(o[21], 0, &cfg.prefault) || parse_policy(o[22], &cfg.policy))
+        kvpy_get_bool(o[21], 0, &cfg.prefault) || parse_policy(o[22], &cfg.policy) ||
+        kvpy_get_u32(o[23], cfg.protected_percent, &cfg.protected_percent, "protected_percent"))
         return NULL;
     if (o[11] && o[11] != Py_None && !PyCallable_Check(o[11])) {
         PyErr_SetString(PyExc_TypeError, "on_evict must be callable or None");
@@ -1729,7 +1730,7 @@ PyTypeObject kvpy_pool_type = {
               "prefix_caching=True, reuse='lifo', history_len=64, history_every_call=False, "
               "on_evict=None, hash_alg='sha256', root_seed=None, random_root=False, "
               "verify_hits=False, block_bytes=None, host_arena=False, events=False, "
-              "event_capacity=4096, medium=None, prefault=False, policy='lru')\n\nA kvpool block "
+              "event_capacity=4096, medium=None, prefault=False, policy='lru', protected_percent=50)\n\nA kvpool block "
               "pool (kvp_pool).",
     .tp_weaklistoffset = offsetof(PoolObject, weakrefs),
     .tp_methods = Pool_methods,

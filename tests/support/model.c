@@ -265,9 +265,10 @@ static kvp_block next_pick(const model *m, int L)
 }
 
 /* Cached block b joins its priority's eviction order as if freed now:
- * protected under SLRU when it was hit since published; a protected group
- * above 4/5 of its priority's cached blocks gives its oldest back to the
- * probationary group, as if freed now. */
+ * protected under SLRU when it was hit since published; while the
+ * priority's protected group is above protected_percent of the list's
+ * managed blocks, its oldest goes back to the probationary group, as if
+ * freed now. */
 static void policy_insert(model *m, kvp_block b)
 {
     mblk *k = &m->b[b];
@@ -275,20 +276,22 @@ static void policy_insert(model *m, kvp_block b)
     k->stamp = ++m->clock;
     if (!k->prot)
         return;
-    uint32_t prot = 0, all = 0;
-    kvp_block oldest = KVP_NO_BLOCK;
-    for (uint32_t i = 0; i < m->cac[k->list].n; i++) {
-        const mblk *o = &m->b[m->cac[k->list].v[i]];
-        if (o->prio != k->prio)
-            continue;
-        all++;
-        if (o->prot) {
+    uint32_t managed = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        managed += mdl_is_managed(&m->b[i]) && m->b[i].list == k->list;
+    for (;;) {
+        uint32_t prot = 0;
+        kvp_block oldest = KVP_NO_BLOCK;
+        for (uint32_t i = 0; i < m->cac[k->list].n; i++) {
+            const mblk *o = &m->b[m->cac[k->list].v[i]];
+            if (o->prio != k->prio || !o->prot)
+                continue;
             prot++;
             if (oldest == KVP_NO_BLOCK || o->stamp < m->b[oldest].stamp)
                 oldest = m->cac[k->list].v[i];
         }
-    }
-    if (prot * 5 > all * 4) {
+        if ((uint64_t)prot * 100 <= (uint64_t)managed * m->c.protected_percent)
+            return;
         m->b[oldest].prot = 0;
         m->b[oldest].stamp = ++m->clock;
     }

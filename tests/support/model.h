@@ -92,6 +92,7 @@ typedef struct mcfg {
     int events;   /* KV events on (the model ignores them; the tests check
                      what a subscriber sees against the index) */
     kvp_policy policy;
+    uint32_t protected_percent; /* SLRU */
 } mcfg;
 
 typedef struct mctr {
