@@ -231,6 +231,32 @@ def test_clear_index_keeps_live_blocks_content_but_not_their_reachability():
     assert pool.block(0).hash == -1 and pool.block(1).hash == 11
 
 
+@pytest.mark.parametrize("policy", ["lru", "slru"])
+def test_cache_policy_slru_keeps_a_reused_block_through_a_scan(policy):
+    pool = Pool(8, cache_policy=policy, protected_ratio=0.5)
+    assert pool.cache_policy == policy and pool.protected_ratio == 0.5
+    hot = pool.pop()
+    pool.allocate(hot)
+    pool.publish(hot, 1000, [1000])
+    pool.free(hot)
+    assert pool.lookup(1000) == hot
+    pool.claim(hot)           # reused: protected under slru when freed
+    pool.free(hot)
+    for h in range(20):       # each used once
+        b = pool.pop()
+        pool.allocate(b)
+        pool.publish(b, h, [h])
+        pool.free(b)
+    assert (pool.lookup(1000) == hot) == (policy == "slru")
+
+
+@pytest.mark.parametrize("kw", [{"cache_policy": "arc"}, {"protected_ratio": 1.5},
+                                {"protected_ratio": -0.1}])
+def test_bad_cache_policy_is_refused(kw):
+    with pytest.raises(ValueError):
+        Pool(4, **kw)
+
+
 def test_superblocks_are_refused():
     with pytest.raises(NotImplementedError):
         Pool(num_blocks=4, superblocks=object())

@@ -173,15 +173,24 @@ class BlockPool(_kvpool._AtomBlockPool):
     same name, the Python reference."""
 
     def __init__(self, num_blocks: int, on_evict: Optional[Callable[[int], None]] = None,
-                 max_blocks: Optional[int] = None, superblocks: Any = None):
+                 max_blocks: Optional[int] = None, superblocks: Any = None,
+                 cache_policy: str = "lru", protected_ratio: float = 0.5):
         if superblocks is not None:
             raise NotImplementedError("superblocks are not supported by the kvpool drop-in")
         self.max_blocks: int = num_blocks if max_blocks is None else max_blocks
         if not 0 <= num_blocks <= self.max_blocks:
             raise ValueError(f"{num_blocks} blocks outside 0..{self.max_blocks}")
+        policy = str(cache_policy).lower()
+        if policy not in ("lru", "slru"):
+            raise ValueError(f"cache_policy must be 'lru' or 'slru', not {cache_policy!r}")
+        if not 0.0 <= protected_ratio <= 1.0:
+            raise ValueError(f"protected_ratio {protected_ratio} outside 0..1")
+        self.cache_policy: str = policy
+        self.protected_ratio: float = float(protected_ratio)
         self._on_evict = on_evict
         self._pool = _kvpool.Pool(block_size=1, num_blocks=num_blocks,
-                                  max_blocks=self.max_blocks, reuse="lowest")
+                                  max_blocks=self.max_blocks, reuse="lowest", policy=policy,
+                                  protected_percent=round(protected_ratio * 100))
         # The pool's calls the slow paths make, bound once.
         pool = self._pool
         self._publish = pool.publish
