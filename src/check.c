@@ -236,11 +236,11 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
                           2 * kvp__priority(k) + ((k->retain & KVP__R_PROT) != 0) == l,
                       "stream %d: eviction list %u holds block %u wrongly", s, l, b);
             }
-            CHECK(n == st->lcount[l] && st->ltail[l] == prev &&
-                      ((st->lmask >> l) & 1) == (n > 0) &&
-                      ((l & 1) == 0 || n == 0 || p->cfg.policy == KVP_POLICY_SLRU),
-                  "stream %d: eviction list %u: length %u, count %u, mask 0x%x", s, l, n,
-                  st->lcount[l], st->lmask);
+            CHECK(st->ltail[l] == prev && ((st->lmask >> l) & 1) == (n > 0) &&
+                      ((l & 1) == 0 || (n == st->nprot[l / 2] &&
+                                        (n == 0 || p->cfg.policy == KVP_POLICY_SLRU))),
+                  "stream %d: eviction list %u: length %u, protected count %u, mask 0x%x", s,
+                  l, n, st->nprot[l / 2], st->lmask);
             total += n;
         }
         CHECK(total == st->ncached && st->lmask >> KVP__LISTS == 0,

@@ -236,9 +236,10 @@ typedef struct kvp__stream {
                                 all free blocks (head = oldest); LOWEST: unused */
     /* cached blocks, in eviction order (policy.c): one list per retention
      * priority and segment, head evicted first; bit i of lmask is set
-     * while list i is not empty */
-    uint32_t lhead[KVP__LISTS], ltail[KVP__LISTS], lcount[KVP__LISTS];
+     * while list i is not empty; nprot[k]: priority k's protected blocks */
+    uint32_t lhead[KVP__LISTS], ltail[KVP__LISTS];
     uint32_t lmask;
+    uint32_t nprot[KVP_PRIORITY_MAX + 1];
     uint32_t fresh_lo, fresh_hi; /* never-touched ids of the initial pool */
     uint32_t fresh_mark;     /* LIFO: first never-used block in the q list
                                 (they form its tail, in id order), or NONE */

@@ -3,7 +3,7 @@
  * per retention priority and segment in each stream, and the ghost list of
  * KVP_POLICY_SLRU.
  *
- * What it owns: each stream's eviction lists (lhead, ltail, lcount, lmask),
+ * What it owns: each stream's eviction lists (lhead, ltail, lmask, nprot),
  * the lprev/lnext links of cached blocks, the KVP__R_* bits of the block
  * records (block.c and freelist.c clear them when a block's content goes,
  * and kvp__policy_hit sets KVP__R_HIT on a claim), and p->ghost.
@@ -11,7 +11,8 @@
  * Invariants (checked by check.c):
  * - A block is in exactly one list iff it is cached: list
  *   2 * priority + segment, segment 1 (protected) only under SLRU.
- *   lcount[i] is list i's length and bit i of lmask is set iff it is > 0.
+ *   Bit i of lmask is set iff list i is not empty; nprot[k] is the length
+ *   of priority k's protected list.
  * - Each list runs from the least recently put there (head) to the most
  *   recent; the victim is the head of the first non-empty list, so lower
  *   priorities go first, and within one, probationary blocks before
@@ -45,43 +46,44 @@ static unsigned list_of(const kvp__block *blk)
 static void list_unlink(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
-    kvp__assert_internal(st->lcount[l] > 0);
-    if (blk->lprev != KVP__NONE)
-        p->blocks[blk->lprev].lnext = blk->lnext;
+    kvp__assert_internal(st->lmask & (1u << l));
+    uint32_t prev = blk->lprev, next = blk->lnext;
+    if (prev != KVP__NONE)
+        p->blocks[prev].lnext = next;
     else
-        st->lhead[l] = blk->lnext;
-    if (blk->lnext != KVP__NONE)
-        p->blocks[blk->lnext].lprev = blk->lprev;
+        st->lhead[l] = next;
+    if (next != KVP__NONE)
+        p->blocks[next].lprev = prev;
     else
-        st->ltail[l] = blk->lprev;
-    blk->lprev = blk->lnext = KVP__NONE;
-    if (--st->lcount[l] == 0)
+        st->ltail[l] = prev;
+    if (prev == KVP__NONE && next == KVP__NONE) /* it was alone */
         st->lmask &= ~(1u << l);
+    blk->lprev = blk->lnext = KVP__NONE;
 }
 
 static void list_append(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
-    kvp__assert_internal(b != st->ltail[l]);
-    blk->lprev = st->ltail[l];
+    uint32_t tail = st->ltail[l];
+    kvp__assert_internal(b != tail);
+    blk->lprev = tail;
     blk->lnext = KVP__NONE;
-    if (st->ltail[l] != KVP__NONE)
-        p->blocks[st->ltail[l]].lnext = b;
-    else
+    if (tail != KVP__NONE) {
+        p->blocks[tail].lnext = b;
+    } else {
         st->lhead[l] = b;
+        st->lmask |= 1u << l;
+    }
     st->ltail[l] = b;
-    st->lcount[l]++;
-    st->lmask |= 1u << l;
 }
 
 /* Empty lists, for a stream being laid out (pool.c). */
 void kvp__policy_reset(kvp__stream *st)
 {
-    for (unsigned l = 0; l < KVP__LISTS; l++) {
+    for (unsigned l = 0; l < KVP__LISTS; l++)
         st->lhead[l] = st->ltail[l] = KVP__NONE;
-        st->lcount[l] = 0;
-    }
     st->lmask = 0;
+    memset(st->nprot, 0, sizeof st->nprot);
 }
 
 /* Block b just became cached: to the most recent end of its priority's
@@ -94,14 +96,18 @@ void kvp__policy_insert(kvp_pool *p, uint32_t b)
     kvp__block *blk = &p->blocks[b];
     kvp__stream *st = &p->st[blk->stream];
     kvp__assert_internal(blk->state == KVP_BLOCK_CACHED && !(blk->retain & KVP__R_PROT));
-    bool prot = p->cfg.policy == KVP_POLICY_SLRU && (blk->retain & KVP__R_HIT);
-    if (prot)
-        blk->retain |= KVP__R_PROT;
-    unsigned l = list_of(blk);
+    if (p->cfg.policy != KVP_POLICY_SLRU || !(blk->retain & KVP__R_HIT)) {
+        list_append(p, st, list_of(blk), b);
+        return;
+    }
+    blk->retain |= KVP__R_PROT;
+    unsigned l = list_of(blk), k = l / 2;
     list_append(p, st, l, b);
-    while (prot && (uint64_t)st->lcount[l] * 100 > (uint64_t)st->nblocks * p->cfg.protected_percent) {
+    st->nprot[k]++;
+    while ((uint64_t)st->nprot[k] * 100 > (uint64_t)st->nblocks * p->cfg.protected_percent) {
         uint32_t d = st->lhead[l];
         list_unlink(p, st, l, d);
+        st->nprot[k]--;
         p->blocks[d].retain &= (uint16_t)~KVP__R_PROT;
         list_append(p, st, l - 1, d);
     }
@@ -112,8 +118,12 @@ void kvp__policy_remove(kvp_pool *p, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     kvp__assert_internal(blk->state == KVP_BLOCK_CACHED);
-    list_unlink(p, &p->st[blk->stream], list_of(blk), b);
-    blk->retain &= (uint16_t)~KVP__R_PROT;
+    kvp__stream *st = &p->st[blk->stream];
+    list_unlink(p, st, list_of(blk), b);
+    if (blk->retain & KVP__R_PROT) {
+        st->nprot[kvp__priority(blk)]--;
+        blk->retain &= (uint16_t)~KVP__R_PROT;
+    }
 }
 
 /* Give block b (in use or cached) retention priority prio; a cached block
