@@ -438,3 +438,19 @@ def test_readmission_names_the_cause():
     with pytest.raises(kvpool.BusyError) as e:
         p.take_id(b)
     assert str(e.value) == "busy: in use"
+
+
+def test_collector_sees_each_reference_once():
+    """Every subclassable type's traverse visits what it holds once: a
+    subclass instance's heap type is visited by the subclass's own traverse,
+    so a second visit from the C base would count one reference twice."""
+    import gc
+    from kvpool.compat import atom, vllm
+
+    class MyPool(kvpool.Pool):
+        pass
+
+    objs = [MyPool(block_size=4, num_blocks=4), atom.BlockPool(4), vllm.BlockPool(4, True, 16)]
+    for o in objs:
+        refs = gc.get_referents(o)
+        assert refs.count(type(o)) == 1, (type(o), refs.count(type(o)))
