@@ -158,8 +158,9 @@ DEMO_LOG       := $(BUILD_DIR)/demo-build.log
 demo:
 	@echo "== installing what is missing and building (log: $(DEMO_LOG))"
 	@mkdir -p $(BUILD_DIR); $(MAKE) all > $(DEMO_LOG) 2>&1 || { tail -n 40 $(DEMO_LOG); exit 1; }
-	@echo "== kvpool sweep: prefix-cache hit rate of the bundled Mooncake trace by capacity"
-	@./$(BUILD_DIR)/kvpool sweep $(DEMO_TRACE) --capacities 1000,10000,100000
+	@echo "== kvpool sweep: prefix-cache hit rate of the bundled Mooncake trace by capacity,"
+	@echo "   under LRU and SLRU eviction, beside the optimal (clairvoyant) policy's"
+	@./$(BUILD_DIR)/kvpool sweep $(DEMO_TRACE) --capacities 1000,10000,100000 --policy lru,slru --optimal
 	@echo
 	@echo "== the engine example (examples/engine): paged attention over kvpool's blocks"
 	@scripts/engine-demo $(BUILD_DIR)
