@@ -40,6 +40,11 @@ def serve(p, keys, prio=None):
 
 
 def test_policy_names_and_refusals():
+    assert (kvpool.POLICY_LRU, kvpool.POLICY_SLRU) == (0, 1)
+    assert (kvpool.PRIORITY_LOW, kvpool.PRIORITY_NORMAL, kvpool.PRIORITY_HIGH,
+            kvpool.PRIORITY_MAX) == (0, 1, 2, 3)
+    p = kvpool.Pool(num_blocks=4, policy=kvpool.POLICY_SLRU)
+    assert p.block_info(p.take())["priority"] == kvpool.PRIORITY_NORMAL
     assert kvpool.Pool(num_blocks=4, policy="lru")
     assert kvpool.Pool(num_blocks=4, policy=1)
     with pytest.raises(kvpool.InvalidArgumentError, match="'lru' or 'slru'"):
