@@ -176,8 +176,8 @@ typedef enum kvp_reuse {
  *   blocks are at most protected_percent of the stream's blocks: a block
  *   freed into a full protected group moves that group's least recently
  *   freed blocks to the most recently freed end of the probationary group
- *   until it fits.  The ghost list costs 29-51 bytes per block of
- *   num_blocks (41 at 2^20), allocated at creation.
+ *   until it fits.  The ghost list costs 16-20 bytes per block of
+ *   num_blocks, allocated at creation.
  *   Refused with KVP_REUSE_FIFO, which reuses free blocks in the order freed.
  *
  * Prefix rule.  A block can be hit only together with its whole prefix, so

@@ -387,28 +387,30 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
     return KVP_OK;
 }
 
-/* The ghost list (policy.c): every key in the map sits at its slot, which
- * the ring has filled. */
+/* The ghost list (policy.c): the ring's filled slots are each in the chain
+ * of their key's bucket, once, or in none (link UINT32_MAX); chains hold
+ * nothing else. */
 static kvp_status check_ghost(kvp_pool *p, ctx *c)
 {
-    const kvp__map *m = &p->ghost.map;
     uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
     CHECK(p->ghost.cap == (p->cfg.policy == KVP_POLICY_SLRU ? cap : 0) &&
-              p->ghost.used <= p->ghost.cap && m->count <= p->ghost.used &&
+              p->ghost.used <= p->ghost.cap &&
               (p->ghost.next == p->ghost.used % (p->ghost.cap ? p->ghost.cap : 1) ||
                p->ghost.used == p->ghost.cap),
-          "ghost list: cap %u, used %u, next %u, %u keys", p->ghost.cap, p->ghost.used,
-          p->ghost.next, m->count);
-    uint32_t n = 0;
-    for (uint32_t i = 0; m->e && i <= m->mask; i++) {
-        if (m->e[i].val == KVP__NONE)
-            continue;
-        n++;
-        CHECK(m->e[i].val < p->ghost.used && p->ghost.ring[m->e[i].val] == m->e[i].key &&
-                  kvp__map_get(m, m->e[i].key) == m->e[i].val,
-              "ghost list: key at table entry %u names slot %u wrongly", i, m->e[i].val);
-    }
-    CHECK(n == m->count, "ghost list: %u keys, counted %u", n, m->count);
+          "ghost list: cap %u, used %u, next %u", p->ghost.cap, p->ghost.used, p->ghost.next);
+    if (!p->ghost.cap)
+        return KVP_OK;
+    uint32_t chained = 0, live = 0;
+    for (uint32_t i = 0; i <= p->ghost.bmask; i++)
+        for (uint32_t e = p->ghost.bucket[i]; e; e = p->ghost.link[e - 1]) {
+            uint64_t k = p->ghost.key[e - 1];
+            CHECK(e - 1 < p->ghost.used && chained++ < p->ghost.used &&
+                      p->ghost.link[e - 1] != UINT32_MAX && (k & p->ghost.bmask) == i,
+                  "ghost list: bucket %u's chain holds slot %u wrongly", i, e - 1);
+        }
+    for (uint32_t s = 0; s < p->ghost.used; s++)
+        live += p->ghost.link[s] != UINT32_MAX;
+    CHECK(live == chained, "ghost list: %u slots linked, %u in chains", live, chained);
     return KVP_OK;
 }
 

@@ -320,11 +320,12 @@ struct kvp_pool {
     uint32_t *vparent, *vpgen, *gen;
 
     /* ghost list (policy.c, KVP_POLICY_SLRU): the keys of the last `cap`
-     * hashes evicted, in a ring, and a map from key to its latest ring slot */
+     * hashes evicted, in a ring (key, link), next to write at `next`, `used`
+     * slots filled; buckets of chains through the ring (slot + 1, 0 ends) */
     struct {
-        uint64_t *ring;
-        uint32_t cap, next, used;
-        kvp__map map;
+        uint64_t *key;
+        uint32_t *link, *bucket;
+        uint32_t cap, bmask, next, used;
     } ghost;
 
     /* sequences (sequence.c) register here; the pool only calls the hooks */
@@ -772,10 +773,6 @@ uint32_t kvp__map_get(const kvp__map *m, uint64_t key);
 kvp_status kvp__map_reserve(kvp_pool *p, kvp__map *m, uint32_t extra);
 void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val);
 void kvp__map_del(kvp__map *m, uint64_t key);
-void kvp__map_set(kvp__map *m, uint64_t key, uint32_t val);
-uint32_t kvp__map_take(kvp__map *m, uint64_t key);
-void kvp__map_del_if(kvp__map *m, uint64_t key, uint32_t val);
-void kvp__map_clear(kvp__map *m);
 void kvp__map_free(kvp_pool *p, kvp__map *m);
 
 /* ---- ordered id sets (idset.c) ---- */

@@ -1,8 +1,7 @@
 /*
  * map.c — a small open-addressing map from 64-bit ids to 32-bit values.
  *
- * Used for request ids -> sequences, and for the ghost list's keys ->
- * ring slots (policy.c).  Linear probing over a power-of-two
+ * Used for request ids -> sequences.  Linear probing over a power-of-two
  * table kept at most 3/4 full; deletion shifts
  * the rest of the run back instead of leaving tombstones, so lookups stay
  * short however many ids come and go.  Keys are stored in the entries, so a
@@ -11,12 +10,14 @@
  * Invariants: every entry with val != NONE is reachable from its home slot
  * without crossing an empty entry; count is the number of such entries.
  *
- * The pool's two other tables do not use it, each for a reason of its own:
+ * The pool's other tables do not use it, each for a reason of its own:
  * the owner index (owner.c) is on the take's path and chains through the
  * owner records it reads anyway, saving the map's separate entry line; the
  * content index (index.c) has 32-byte keys, at most one per block, and
  * chains through the block records, so it never allocates on publish and
- * needs no entry storage.  A sequence lookup is once per call, not per
+ * needs no entry storage; SLRU's ghost list (policy.c) drops its oldest key
+ * at every insertion, which a chain through its ring unlinks in place where
+ * this map would shift a run back.  A sequence lookup is once per call, not per
  * block, so a plain map serves it best.
  */
 #include "kvp_internal.h"
@@ -24,6 +25,16 @@
 static uint32_t map_home(uint64_t key, uint32_t mask)
 {
     return kvp__id_hash(key) & mask;
+}
+
+uint32_t kvp__map_get(const kvp__map *m, uint64_t key)
+{
+    if (!m->e)
+        return KVP__NONE;
+    for (uint32_t i = map_home(key, m->mask);; i = (i + 1) & m->mask) {
+        if (m->e[i].val == KVP__NONE || m->e[i].key == key)
+            return m->e[i].val;
+    }
 }
 
 static void map_insert(kvp__map_entry *e, uint32_t mask, uint64_t key, uint32_t val)
@@ -67,32 +78,11 @@ void kvp__map_put(kvp__map *m, uint64_t key, uint32_t val)
     m->count++;
 }
 
-/* Key's entry, or the empty entry that ends its run.  The table has one. */
-static uint32_t map_slot(const kvp__map *m, uint64_t key)
+void kvp__map_del(kvp__map *m, uint64_t key)
 {
     uint32_t i = map_home(key, m->mask);
-    while (m->e[i].val != KVP__NONE && m->e[i].key != key)
+    while (m->e[i].key != key || m->e[i].val == KVP__NONE)
         i = (i + 1) & m->mask;
-    return i;
-}
-
-uint32_t kvp__map_get(const kvp__map *m, uint64_t key)
-{
-    return m->e ? m->e[map_slot(m, key)].val : KVP__NONE;
-}
-
-/* Key's value becomes val, inserted if absent (room reserved).  One probe. */
-void kvp__map_set(kvp__map *m, uint64_t key, uint32_t val)
-{
-    uint32_t i = map_slot(m, key);
-    m->count += m->e[i].val == KVP__NONE;
-    m->e[i].key = key;
-    m->e[i].val = val;
-}
-
-/* Remove entry i (in use), shifting the rest of its run back. */
-static void map_remove_at(kvp__map *m, uint32_t i)
-{
     for (uint32_t j = (i + 1) & m->mask; m->e[j].val != KVP__NONE; j = (j + 1) & m->mask) {
         uint32_t h = map_home(m->e[j].key, m->mask);
         /* Move entry j into hole i unless its home lies cyclically in (i, j]. */
@@ -103,40 +93,6 @@ static void map_remove_at(kvp__map *m, uint32_t i)
     }
     m->e[i].val = KVP__NONE;
     m->count--;
-}
-
-void kvp__map_del(kvp__map *m, uint64_t key)
-{
-    uint32_t i = map_slot(m, key);
-    kvp__assert_internal(m->e[i].val != KVP__NONE);
-    map_remove_at(m, i);
-}
-
-/* Remove key and return its value, or NONE when absent.  One probe. */
-uint32_t kvp__map_take(kvp__map *m, uint64_t key)
-{
-    if (!m->e)
-        return KVP__NONE;
-    uint32_t i = map_slot(m, key), v = m->e[i].val;
-    if (v != KVP__NONE)
-        map_remove_at(m, i);
-    return v;
-}
-
-/* Remove key if its value is val.  One probe. */
-void kvp__map_del_if(kvp__map *m, uint64_t key, uint32_t val)
-{
-    uint32_t i = map_slot(m, key);
-    if (m->e[i].val == val && val != KVP__NONE)
-        map_remove_at(m, i);
-}
-
-/* Remove every entry, keeping the table.  O(table size). */
-void kvp__map_clear(kvp__map *m)
-{
-    for (uint32_t i = 0; m->e && i <= m->mask; i++)
-        m->e[i].val = KVP__NONE;
-    m->count = 0;
 }
 
 void kvp__map_free(kvp_pool *p, kvp__map *m)

@@ -20,15 +20,16 @@
  * - A vacant block's retain bits are 0; a block in use has no KVP__R_PROT.
  * - Under SLRU, after every insertion into a priority's protected list it
  *   holds at most protected_percent of the stream's blocks.
- * - The ghost map holds each key at most once, at the ring slot of its
- *   latest eviction; a key whose slot is overwritten or that is published
- *   again leaves the map.
+ * - The ghost list's chains hold each key at most once, at the ring slot of
+ *   its latest eviction; a key whose slot the ring reaches again, or that
+ *   is published again, leaves them.
  *
  * Why this shape: the order lives in the block records' links, so LRU costs
  * no memory beyond the records, and every operation is a list unlink or
  * append plus a count of trailing zeros.  The ghost list remembers evicted
  * hashes by a 64-bit key in a ring the size of the initial pool, which is
- * the recency horizon SLRU needs to recognise content that comes back.
+ * the recency horizon SLRU needs to recognise content that comes back;
+ * finding a key walks one short chain, with no table to probe or shift.
  */
 #include "kvp_internal.h"
 
@@ -144,29 +145,71 @@ void kvp__set_priority(kvp_pool *p, uint32_t b, unsigned prio)
 /* ------------------------------------------------------------------------ */
 
 /* A 64-bit key for stream s's hash h: every byte counts, so hashes that
- * differ anywhere get different keys but with probability 2^-64. */
+ * differ anywhere get different keys but with probability 2^-64, and every
+ * bit of the key depends on every byte (the words are folded in turn and
+ * the result finalized as MurmurHash3's fmix64 does), so its low bits pick
+ * a bucket even for hashes that differ in one byte. */
 static uint64_t ghost_key(int s, const kvp_hash *h)
 {
     uint64_t w[4];
     memcpy(w, h->b, sizeof w);
-    uint64_t x = (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 4; i++) {
-        x ^= w[i];
-        x *= 0xff51afd7ed558ccdull;
-        x ^= x >> 32;
-    }
+    uint64_t x = (uint64_t)s;
+    for (int i = 0; i < 4; i++)
+        x = (x ^ w[i]) * 0x9e3779b97f4a7c15ull + (x >> 31);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
     return x;
 }
 
-/* The ghost list of an SLRU pool: num_blocks slots (at least one).  All or
- * nothing. */
+/* The ghost list: a ring of `cap` slots, each holding the key of one
+ * eviction and a link, and buckets of chains through the ring, as the
+ * content index chains through the block records.  Buckets and links name
+ * a slot as slot + 1 (0 ends a chain).  A slot is in its key's chain until
+ * the ring comes round to it again or its key is published; then its link
+ * is GHOST_DEAD.  A key is in at most one chain entry: its latest eviction. */
+#define GHOST_DEAD UINT32_MAX
+
+static uint32_t *ghost_chain(kvp_pool *p, uint64_t key)
+{
+    return &p->ghost.bucket[key & p->ghost.bmask];
+}
+
+/* Take slot s out of the chain that *link starts (s is in it). */
+static void ghost_unlink(kvp_pool *p, uint32_t *link, uint32_t s)
+{
+    while (*link != s + 1)
+        link = &p->ghost.link[*link - 1];
+    *link = p->ghost.link[s];
+    p->ghost.link[s] = GHOST_DEAD;
+}
+
+/* The slot holding key in the chain that `head` starts, or NONE. */
+static uint32_t ghost_find(const kvp_pool *p, uint32_t head, uint64_t key)
+{
+    for (uint32_t e = head; e; e = p->ghost.link[e - 1])
+        if (p->ghost.key[e - 1] == key)
+            return e - 1;
+    return KVP__NONE;
+}
+
+/* The ghost list of an SLRU pool: num_blocks slots (at least one) and a
+ * power of two of buckets, at least as many.  All or nothing. */
 kvp_status kvp__ghost_create(kvp_pool *p)
 {
     if (p->cfg.policy != KVP_POLICY_SLRU)
         return KVP_OK;
-    p->ghost.cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
-    p->ghost.ring = kvp__alloc(p, (size_t)p->ghost.cap * sizeof *p->ghost.ring);
-    if (!p->ghost.ring || kvp__map_reserve(p, &p->ghost.map, p->ghost.cap) != KVP_OK) {
+    uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1, nb = 1;
+    while (nb < cap)
+        nb *= 2;
+    p->ghost.cap = cap;
+    p->ghost.bmask = nb - 1;
+    p->ghost.key = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.key);
+    p->ghost.link = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.link);
+    p->ghost.bucket = kvp__zalloc(p, (size_t)nb * sizeof *p->ghost.bucket);
+    if (!p->ghost.key || !p->ghost.link || !p->ghost.bucket) {
         kvp__ghost_destroy(p);
         return KVP_ENOMEM;
     }
@@ -175,44 +218,54 @@ kvp_status kvp__ghost_create(kvp_pool *p)
 
 void kvp__ghost_destroy(kvp_pool *p)
 {
-    kvp__release(p, p->ghost.ring, (size_t)p->ghost.cap * sizeof *p->ghost.ring);
-    kvp__map_free(p, &p->ghost.map);
+    size_t cap = p->ghost.cap, nb = p->ghost.cap ? (size_t)p->ghost.bmask + 1 : 0;
+    kvp__release(p, p->ghost.key, cap * sizeof *p->ghost.key);
+    kvp__release(p, p->ghost.link, cap * sizeof *p->ghost.link);
+    kvp__release(p, p->ghost.bucket, nb * sizeof *p->ghost.bucket);
     memset(&p->ghost, 0, sizeof p->ghost);
 }
 
-/* Forget every evicted hash (the index was cleared).  O(map size). */
+/* Forget every evicted hash (the index was cleared).  O(buckets). */
 void kvp__ghost_clear(kvp_pool *p)
 {
     if (!p->ghost.cap)
         return;
-    kvp__map_clear(&p->ghost.map);
+    memset(p->ghost.bucket, 0, ((size_t)p->ghost.bmask + 1) * sizeof *p->ghost.bucket);
     p->ghost.next = p->ghost.used = 0;
 }
 
-/* Block b's hash is being evicted: remember it, forgetting the oldest
- * remembered when the ring is full.  O(1). */
+/* Block b's hash is being evicted: remember it (its older entry goes),
+ * forgetting the oldest remembered when the ring is full.  O(1) expected:
+ * chains hold fewer entries than one per bucket. */
 void kvp__ghost_evicted(kvp_pool *p, uint32_t b)
 {
     if (!p->ghost.cap)
         return;
     uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
-    uint32_t slot = p->ghost.next;
-    if (p->ghost.used == p->ghost.cap)
-        kvp__map_del_if(&p->ghost.map, p->ghost.ring[slot], slot);
-    else
+    uint32_t s = p->ghost.next;
+    if (p->ghost.used < p->ghost.cap)
         p->ghost.used++;
-    p->ghost.ring[slot] = key;
-    kvp__map_set(&p->ghost.map, key, slot);
-    p->ghost.next = slot + 1 == p->ghost.cap ? 0 : slot + 1;
+    else if (p->ghost.link[s] != GHOST_DEAD)
+        ghost_unlink(p, ghost_chain(p, p->ghost.key[s]), s);
+    uint32_t *head = ghost_chain(p, key), old = ghost_find(p, *head, key);
+    if (old != KVP__NONE)
+        ghost_unlink(p, head, old);
+    p->ghost.key[s] = key;
+    p->ghost.link[s] = *head;
+    *head = s + 1;
+    p->ghost.next = s + 1 == p->ghost.cap ? 0 : s + 1;
 }
 
 /* Block b is being published: a hash evicted recently comes back as if
- * claimed once (KVP__R_HIT), and leaves the ghost list.  O(1). */
+ * claimed once (KVP__R_HIT), and leaves the ghost list.  O(1) expected. */
 void kvp__ghost_published(kvp_pool *p, uint32_t b)
 {
     if (!p->ghost.cap)
         return;
     uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
-    if (kvp__map_take(&p->ghost.map, key) != KVP__NONE)
-        p->blocks[b].retain |= KVP__R_HIT;
+    uint32_t *head = ghost_chain(p, key), s = ghost_find(p, *head, key);
+    if (s == KVP__NONE)
+        return;
+    ghost_unlink(p, head, s);
+    p->blocks[b].retain |= KVP__R_HIT;
 }
