@@ -205,22 +205,39 @@ static PyObject *APool_pop(APool *s, PyObject *const *args, Py_ssize_t nargs)
     return kvpy_ev_deliver(s->pool, r);
 }
 
+/* What allocate and claim do first: check the arguments, send an id that
+ * is not a plain int in range to the Python method `slow_name`, and
+ * complete a pop (the block was taken already).  Returns 1 when that
+ * finished the call, its result (or NULL on error) in *out; 0 to go on
+ * with *id. */
+static int pop_or_slow(APool *s, PyObject *const *args, Py_ssize_t nargs, const char *usage,
+                       const char *slow_name, uint32_t *id, PyObject **out)
+{
+    *out = NULL;
+    if (!kvpy_nargs_is(nargs, 1, usage) || !apool_ready(s))
+        return 1;
+    if (!fast_id(s, args[0], id)) {
+        *out = slow(s, slow_name, args, nargs);
+        return 1;
+    }
+    int in = PySet_GET_SIZE(s->popped) ? PySet_Contains(s->popped, args[0]) : 0;
+    if (in < 0)
+        return 1;
+    if (in) {
+        if (PySet_Discard(s->popped, args[0]) >= 0)
+            *out = block_of(s, *id);
+        return 1;
+    }
+    return 0;
+}
+
 /* allocate(id) -> Block: complete a pop, or take id for fresh content. */
 static PyObject *APool_allocate(APool *s, PyObject *const *args, Py_ssize_t nargs)
 {
     uint32_t id;
-    if (!kvpy_nargs_is(nargs, 1, "allocate(block_id)") || !apool_ready(s))
-        return NULL;
-    if (!fast_id(s, args[0], &id))
-        return slow(s, "_slow_allocate", args, nargs);
-    int in = PySet_GET_SIZE(s->popped) ? PySet_Contains(s->popped, args[0]) : 0;
-    if (in < 0)
-        return NULL;
-    if (in) {
-        if (PySet_Discard(s->popped, args[0]) < 0)
-            return NULL;
-        return block_of(s, id);
-    }
+    PyObject *done;
+    if (pop_or_slow(s, args, nargs, "allocate(block_id)", "_slow_allocate", &id, &done))
+        return done;
     KVPY_POOL_CHECK(s->pool);
     kvp_status st = kvp_take_id(s->pool->pool, id, KVP_ANON);
     if (st == KVP_EBUSY) {
@@ -237,18 +254,9 @@ static PyObject *APool_allocate(APool *s, PyObject *const *args, Py_ssize_t narg
 static PyObject *APool_claim(APool *s, PyObject *const *args, Py_ssize_t nargs)
 {
     uint32_t id;
-    if (!kvpy_nargs_is(nargs, 1, "claim(block_id)") || !apool_ready(s))
-        return NULL;
-    if (!fast_id(s, args[0], &id))
-        return slow(s, "_slow_claim", args, nargs);
-    int in = PySet_GET_SIZE(s->popped) ? PySet_Contains(s->popped, args[0]) : 0;
-    if (in < 0)
-        return NULL;
-    if (in) {
-        if (PySet_Discard(s->popped, args[0]) < 0)
-            return NULL;
-        return block_of(s, id);
-    }
+    PyObject *done;
+    if (pop_or_slow(s, args, nargs, "claim(block_id)", "_slow_claim", &id, &done))
+        return done;
     KVPY_POOL_CHECK(s->pool);
     kvp_status st = kvp_claim(s->pool->pool, id, KVP_ANON);
     return kvpy_ev_deliver(s->pool, st ? kvpy_raise(st) : block_of(s, id));

@@ -252,6 +252,10 @@ extern PyTypeObject kvpy_vblocks_type;
 
 /* ---- vhash.c --------------------------------------------------------------- */
 
+/* SHA-256 of p[0..n) into md (OpenSSL): 0, or -1 with kvpool.Error or
+ * MemoryError set.  With the GIL held. */
+int kvpy_sha256(const void *p, size_t n, unsigned char md[32]);
+
 /* The module function vllm_block_hash (see vhash.c). */
 PyObject *kvpy_vllm_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 

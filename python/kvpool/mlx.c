@@ -27,34 +27,6 @@ static const char mlx_root[] = "vllm-mlx-root";
 
 #define MLX_DIGEST 32
 
-/* SHA-256 of p[0..n) into md; 0, or -1 with MemoryError / kvpool.Error set.
- * One digest context and one fetched SHA-256, made on first use and kept
- * for the module's life: OpenSSL's one-shot SHA256() fetches the algorithm
- * on every call, which costs more than hashing a block.  The GIL serialises
- * every use (the call never releases it). */
-static int sha256(const void *p, size_t n, unsigned char *md)
-{
-    static EVP_MD_CTX *ctx;
-    static EVP_MD *alg;
-    if (!alg) {
-        alg = EVP_MD_fetch(NULL, "SHA256", NULL);
-        if (!alg) {
-            PyErr_SetString(kvpy_error, "OpenSSL has no SHA-256");
-            return -1;
-        }
-    }
-    if (!ctx && !(ctx = EVP_MD_CTX_new())) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    unsigned int len = 0;
-    if (!EVP_DigestInit_ex(ctx, alg, NULL) || !EVP_DigestUpdate(ctx, p, n) ||
-        !EVP_DigestFinal_ex(ctx, md, &len) || len != MLX_DIGEST) {
-        PyErr_SetString(kvpy_error, "SHA-256 failed");
-        return -1;
-    }
-    return 0;
-}
 
 /* The two-digit decimal texts "00".."99", for put_ll. */
 static const char two_digits[201] = "0001020304050607080910111213141516171819"
@@ -130,7 +102,7 @@ static int mlx_hash(const char *pbuf, size_t plen, PyObject *toks, Py_ssize_t lo
         *p++ = ',';
     *p++ = ')';
     unsigned char lmd[MLX_DIGEST];
-    if (sha256(buf, (size_t)(p - buf), md) || (legacy && sha256(low, (size_t)n, lmd)))
+    if (kvpy_sha256(buf, (size_t)(p - buf), md) || (legacy && kvpy_sha256(low, (size_t)n, lmd)))
         goto out;
     if (legacy) {
         static const char digits[] = "0123456789abcdef";

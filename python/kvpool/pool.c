@@ -22,83 +22,54 @@
 
 #include <stdlib.h>
 
-/* reuse= as a name ('lifo', 'lowest', 'fifo') or a kvp_reuse value; absent
- * leaves *r.  0, or -1 with the exception set. */
-static int parse_reuse(PyObject *o, kvp_reuse *r)
+/* A name a keyword accepts, and the value it stands for. */
+typedef struct named {
+    const char *name;
+    uint32_t value;
+} named;
+
+/* Keyword `what` (o, absent: *out unchanged) as one of the names in
+ * names[] (NULL-terminated; `usage` says which in the error) or as an
+ * integer.  0, or -1 with the exception set. */
+static int parse_named(PyObject *o, const char *what, const named *names, const char *usage,
+                       uint32_t *out)
 {
     if (!o)
         return 0;
-    if (PyUnicode_Check(o)) {
-        if (!PyUnicode_CompareWithASCIIString(o, "lifo"))
-            *r = KVP_REUSE_LIFO;
-        else if (!PyUnicode_CompareWithASCIIString(o, "lowest"))
-            *r = KVP_REUSE_LOWEST;
-        else if (!PyUnicode_CompareWithASCIIString(o, "fifo"))
-            *r = KVP_REUSE_FIFO;
-        else {
-            PyErr_SetString(kvpy_exc[KVP_EINVAL], "reuse must be 'lifo', 'lowest' or 'fifo'");
-            return -1;
+    if (!PyUnicode_Check(o))
+        return kvpy_get_u32(o, 0, out, what);
+    for (const named *n = names; n->name; n++)
+        if (!PyUnicode_CompareWithASCIIString(o, n->name)) {
+            *out = n->value;
+            return 0;
         }
-        return 0;
-    }
-    uint32_t v;
-    if (kvpy_get_u32(o, 0, &v, "reuse"))
-        return -1;
-    *r = (kvp_reuse)v;
-    return 0;
+    PyErr_Format(kvpy_exc[KVP_EINVAL], "%s must be %s", what, usage);
+    return -1;
 }
 
-/* policy= as a name ('lru', 'slru') or a kvp_policy value; absent leaves
- * *pol.  0, or -1 with the exception set. */
-static int parse_policy(PyObject *o, kvp_policy *pol)
+/* reuse=, policy= and hash_alg= into cfg (hash_alg refuses KVP_HASH_CUSTOM:
+ * there is no function to give it).  0, or -1 with the exception set. */
+static int parse_names(PyObject *reuse, PyObject *policy, PyObject *alg, kvp_config *cfg)
 {
-    if (!o)
-        return 0;
-    if (PyUnicode_Check(o)) {
-        if (!PyUnicode_CompareWithASCIIString(o, "lru"))
-            *pol = KVP_POLICY_LRU;
-        else if (!PyUnicode_CompareWithASCIIString(o, "slru"))
-            *pol = KVP_POLICY_SLRU;
-        else {
-            PyErr_SetString(kvpy_exc[KVP_EINVAL], "policy must be 'lru' or 'slru'");
-            return -1;
-        }
-        return 0;
-    }
-    uint32_t v;
-    if (kvpy_get_u32(o, 0, &v, "policy"))
+    static const named reuses[] = {{"lifo", KVP_REUSE_LIFO}, {"lowest", KVP_REUSE_LOWEST},
+                                   {"fifo", KVP_REUSE_FIFO}, {NULL, 0}};
+    static const named policies[] = {{"lru", KVP_POLICY_LRU}, {"slru", KVP_POLICY_SLRU},
+                                     {NULL, 0}};
+    static const named algs[] = {{"sha256", KVP_HASH_SHA256}, {"xxh3", KVP_HASH_XXH3_128},
+                                 {"xxh3_128", KVP_HASH_XXH3_128}, {NULL, 0}};
+    uint32_t r = (uint32_t)cfg->reuse, pol = (uint32_t)cfg->policy, a = (uint32_t)cfg->hash_alg;
+    if (parse_named(reuse, "reuse", reuses, "'lifo', 'lowest' or 'fifo'", &r) ||
+        parse_named(policy, "policy", policies, "'lru' or 'slru'", &pol) ||
+        parse_named(alg, "hash_alg", algs, "'sha256' or 'xxh3'", &a))
         return -1;
-    *pol = (kvp_policy)v;
-    return 0;
-}
-
-/* hash_alg= as a name ('sha256', 'xxh3') or a kvp_hash_alg value other than
- * KVP_HASH_CUSTOM; absent leaves *a.  0, or -1 with the exception set. */
-static int parse_alg(PyObject *o, kvp_hash_alg *a)
-{
-    if (!o)
-        return 0;
-    if (PyUnicode_Check(o)) {
-        if (!PyUnicode_CompareWithASCIIString(o, "sha256"))
-            *a = KVP_HASH_SHA256;
-        else if (!PyUnicode_CompareWithASCIIString(o, "xxh3") ||
-                 !PyUnicode_CompareWithASCIIString(o, "xxh3_128"))
-            *a = KVP_HASH_XXH3_128;
-        else {
-            PyErr_SetString(kvpy_exc[KVP_EINVAL], "hash_alg must be 'sha256' or 'xxh3'");
-            return -1;
-        }
-        return 0;
-    }
-    uint32_t v;
-    if (kvpy_get_u32(o, 0, &v, "hash_alg"))
-        return -1;
-    if (v == KVP_HASH_CUSTOM) {
+    if (a == KVP_HASH_CUSTOM) {
         PyErr_SetString(kvpy_exc[KVP_EINVAL],
                         "hash_alg: custom hash functions are not available from Python");
         return -1;
     }
-    *a = (kvp_hash_alg)v;
+    cfg->reuse = (kvp_reuse)r;
+    cfg->policy = (kvp_policy)pol;
+    cfg->hash_alg = (kvp_hash_alg)a;
     return 0;
 }
 
@@ -146,13 +117,13 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (kvpy_get_bool(o[3], 0, &cfg.separate_kv) || kvpy_get_bool(o[4], 0, &cfg.grow_on_exhaustion) ||
         kvpy_get_bool(o[5], 0, &cfg.thread_safe) || kvpy_get_bool(o[6], 0, &cfg.null_block) ||
-        kvpy_get_bool(o[7], 1, &cfg.prefix_caching) || parse_reuse(o[8], &cfg.reuse) ||
+        kvpy_get_bool(o[7], 1, &cfg.prefix_caching) || parse_names(o[8], o[22], o[12], &cfg) ||
         kvpy_get_u32(o[9], cfg.history_len, &cfg.history_len, "history_len") ||
-        kvpy_get_bool(o[10], 0, &cfg.history_every_call) || parse_alg(o[12], &cfg.hash_alg) ||
+        kvpy_get_bool(o[10], 0, &cfg.history_every_call) ||
         kvpy_get_bool(o[14], 0, &cfg.random_root) || kvpy_get_bool(o[15], 0, &cfg.verify_hits) ||
         kvpy_get_bool(o[17], 0, &cfg.host_arena) || kvpy_get_bool(o[18], 0, &cfg.events) ||
         kvpy_get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity") ||
-        kvpy_get_bool(o[21], 0, &cfg.prefault) || parse_policy(o[22], &cfg.policy) ||
+        kvpy_get_bool(o[21], 0, &cfg.prefault) ||
         kvpy_get_u32(o[23], cfg.protected_percent, &cfg.protected_percent, "protected_percent"))
         return NULL;
     if (o[11] && o[11] != Py_None && !PyCallable_Check(o[11])) {

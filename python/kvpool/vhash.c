@@ -22,10 +22,9 @@
 
 #include <openssl/evp.h>
 
-/* SHA-256 of p[0..n) into md: 0, or -1 with kvpool.Error / MemoryError.
- * One context and one fetched algorithm for the module's life (the GIL
- * serialises every use). */
-static int vh_sha256(const void *p, size_t n, unsigned char md[32])
+/* See kvpy.h.  One context and one fetched algorithm for the module's life
+ * (the GIL serialises every use). */
+int kvpy_sha256(const void *p, size_t n, unsigned char md[32])
 {
     static EVP_MD_CTX *ctx;
     static EVP_MD *alg;
@@ -118,7 +117,7 @@ PyObject *kvpy_vllm_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t na
     for (int k = 0; k < 8; k++)
         buf[3 + k] = (unsigned char)(frame >> (8 * k));
     unsigned char md[32];
-    if (vh_sha256(buf, (size_t)(p - buf), md) == 0)
+    if (kvpy_sha256(buf, (size_t)(p - buf), md) == 0)
         res = PyBytes_FromStringAndSize((const char *)md, sizeof md);
 out:
     if (buf != small)
