@@ -164,13 +164,16 @@ typedef enum kvp_reuse {
  * Retention priorities come first under every policy: every cached block of
  * a lower priority is evicted before any of a higher one (kvp_set_priority);
  * the policy orders blocks of equal priority.  Each is O(1) per block freed,
- * claimed, evicted or given a priority.
+ * claimed, evicted or given a priority (SLRU: expected, for the ghost list's
+ * hash lookups, and amortized, for a shrink's demotions).
  * - KVP_POLICY_LRU: least recently freed first.
  * - KVP_POLICY_SLRU: segmented LRU with a ghost list, which favours content
  *   used more than once.  A cached block is "protected" when it was claimed
  *   (kvp_claim, a sequence's admission) since its content was published, or
  *   when its hash was among the pool's last num_blocks evicted hashes (the
- *   ghost list) when it was published; otherwise it is "probationary".
+ *   ghost list, which kvp_clear_index, kvp_reset_prefix_cache and
+ *   kvp_pool_clear empty) when it was published; otherwise it is
+ *   "probationary".
  *   Probationary blocks are evicted before protected ones of the same
  *   priority, each group least recently freed first.  A priority's protected
  *   blocks are at most protected_percent of the stream's blocks: a block
