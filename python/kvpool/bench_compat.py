@@ -162,6 +162,8 @@ def vllm_prefix_inputs(reqs):
 
 
 def prefix_vllm(mod, inputs) -> float:
+    """vLLM's prefix-caching call pattern for each (hashes, tokens) that
+    inputs yields; the time from the first draw to the last free."""
     bp = mod.BlockPool(16384, True, BS)
     get_cached, touch, get_new = bp.get_cached_block, bp.touch, bp.get_new_blocks
     cache, free_blocks = bp.cache_full_blocks, bp.free_blocks
@@ -255,22 +257,10 @@ def request_block_hasher(sha256, hash_block_tokens):
 
 def prefix_vllm_e2e(mod, reqs, block_hashes) -> float:
     """prefix_vllm with the engine's hashing of each request's blocks
-    (``block_hashes``, as its Request computes them) inside the timing."""
-    bp = mod.BlockPool(16384, True, BS)
-    get_cached, touch, get_new = bp.get_cached_block, bp.touch, bp.get_new_blocks
-    cache, free_blocks = bp.cache_full_blocks, bp.free_blocks
-    gids = [0]
+    (``block_hashes``, as its Request computes them) inside the timing: the
+    hashes are made as the loop draws each request."""
     lists = [t.tolist() for t in reqs]
-    t0 = time.perf_counter()
-    for toks in lists:
-        hashes = block_hashes(toks)
-        blocks, nhit = vllm_blocks_for(get_cached, touch, get_new, len(toks), hashes, gids)
-        req = _Request()
-        req.block_hashes, req.all_token_ids = hashes, toks
-        cache(req, blocks, nhit, len(hashes), BS, 0)
-        blocks.reverse()
-        free_blocks(blocks)
-    return time.perf_counter() - t0
+    return prefix_vllm(mod, ((block_hashes(toks), toks) for toks in lists))
 
 
 def atom_engine_hash():
