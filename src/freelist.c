@@ -1,8 +1,7 @@
 /*
  * freelist.c — the free blocks of each stream, in reuse order: the q list,
- * the LIFO stack's array, the free id sets,
- * and the calls that put a block among them, pick the next one and take it
- * out.
+ * the LIFO stack's array, the free id sets, and the calls that put a block
+ * among them, pick the next one and take it out.
  *
  * What it owns: each stream's free structures (kvp__stream: qhead/qtail,
  * stk/nstk, the vacant and cached id sets, fresh_lo/fresh_hi,
@@ -15,8 +14,7 @@
  * - A vacant block is in its stream's vacant id set (unless fresh) and, in
  *   LIFO/FIFO order, in the stream's q list or (LIFO) its stack array.  A
  *   cached block is in the stream's cached id set and eviction lists
- *   (policy.c, which orders them), and in FIFO
- *   order also in the q list.  The id sets ("free sets") are kept only
+ *   (policy.c, which orders them), and in FIFO order also in the q list.  The id sets ("free sets") are kept only
  *   while p->ordered (LOWEST reuse, or since the first kvp_shrink), and are
  *   empty otherwise.
  * - nvacant + ncached + in-use blocks of a stream == its nblocks.
@@ -278,8 +276,8 @@ uint32_t kvp__pick(kvp_pool *p, int s)
 /* Start keeping the free sets (see kvp__fset_add): one pass over each
  * stream's free lists, which hold every free block but the fresh ones (LIFO:
  * the vacant stack and the eviction lists; FIFO: the queue of all free
- * blocks, and the eviction lists for the cached ones).  Once per pool life, O(free blocks),
- * amortized over the frees that put them there. */
+ * blocks, and the eviction lists for the cached ones).  Once per pool life,
+ * O(free blocks), amortized over the frees that put them there. */
 void kvp__order(kvp_pool *p)
 {
     if (p->ordered)
