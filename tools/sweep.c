@@ -26,6 +26,7 @@
 #include "replay.h"
 
 #include <kvpool.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,7 +179,7 @@ static void cfg_label(const kvpt_replay_opts *c, char *buf, size_t cap)
     kvpt_policy_label(c, name, sizeof name);
     size_t k = 0;
     for (; name[k] && k + 1 < cap; k++)
-        buf[k] = (char)(name[k] >= 'a' && name[k] <= 'z' ? name[k] - 'a' + 'A' : name[k]);
+        buf[k] = (char)toupper((unsigned char)name[k]);
     buf[k] = 0;
     if (c->priority_prefix)
         snprintf(buf + k, cap - k, ", priority prefix %llu",
