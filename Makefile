@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Top-level convenience wrapper around CMake.
 #
 #   make / make all   bootstrap deps, configure + build build/ (RelWithDebInfo)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build of the `kvpool` Python package (pip / setuptools; see pyproject.toml).
 
 Owns how a pip install compiles the extension `kvpool._kvpool`: every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_events.c — libFuzzer target for the subscriber's event decoder
  * (tools/event_decode.c), which reads bytes any publisher on the network

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_pool.c — differential fuzzer: kvpool against the reference model.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_trace.c — the trace line parser (kvpt_trace_add_line, tools/trace.c)
  * on arbitrary bytes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """gen-corpus.py — write the checked-in seed corpus of fuzz_pool (fuzz/corpus/).
 
 Why a script: the seeds are reproducible and reviewable.  Each seed is a

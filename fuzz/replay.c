@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.c — a plain main() for fuzz_pool.c without libFuzzer.
  *

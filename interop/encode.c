@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * encode.c — the msgpack encoding of one batch of KV-cache events, exactly
  * as vLLM's ZmqEventPublisher puts it on the wire (kvpool_interop.h,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvpool_interop.h — the optional interop part of kvpool: libkvpool_interop.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * publisher.c — the KV-cache events publisher: ZeroMQ sockets, batch
  * numbering, the replay buffer and the service thread that sends batches,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * publisher_hooks.h — an internal hook into publisher.c for tests (not
  * installed, not part of the API).

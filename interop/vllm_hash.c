@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vllm_hash.c — block hashes identical to vLLM's `sha256_cbor` prefix-cache
  * hashes, as a kvp_hash_fn for KVP_HASH_CUSTOM.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * block.c — block states and the pool's gauges: what handing a block out,
  * adding a reference to one and releasing its last reference do to its

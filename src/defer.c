@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * defer.c — the take's deferred bookkeeping: what the fast take leaves
  * undone, and the one place that does it later.

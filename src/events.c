@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * events.c — what the pool tells the outside about its content: the bounded
  * queue of KV-cache events, and the on_evict callback.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * free.c — taking blocks back: kvp_free and kvp_free_owner, the mirror of
  * take.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * freelist.c — the free blocks of each stream, in reuse order: the q list,
  * the LIFO stack's array, the free id sets, and the calls that put a block

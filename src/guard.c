@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * guard.c — entering and leaving the API: the hub every public call that
  * reads or writes a pool passes through.

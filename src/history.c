@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * history.c — one kvp_stats snapshot of the pool, and the ring of them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index.c — the content index: block hash -> block, per stream, and the calls
  * that publish, find, evict and forget content.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvp_checked.h — checked arithmetic: the one way the library and the
  * interop part compute a size or a position from values a caller or a

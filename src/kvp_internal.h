@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvp_internal.h — the pool's data structures, shared by the files in src/.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * map.c — a small open-addressing map from 64-bit ids to 32-bit values.
  *

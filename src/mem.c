@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem.c — the library's memory: the allocator hook and the three calls every
  * other file allocates and releases through.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * owner.c — owners (request ids) and the references they hold.
  *

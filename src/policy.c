@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * policy.c — the eviction order of cached free blocks (kvp_policy): one list
  * per retention priority and segment in each stream, and the ghost list of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool.c — the pool as a whole: configuration, create, destroy and clear,
  * and the calls that read or set one block or one stream (fill, free

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * resize.c — growth, shrink and relocation of the pool.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sequence.c — per-request block tables: admit, append, truncate, fork,
  * destroy.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * take.c — handing blocks out: kvp_alloc, kvp_take, kvp_take_each,
  * kvp_take_id, kvp_claim and kvp_claim_prefix.

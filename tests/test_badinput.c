@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_badinput.c — table-driven bad input: every public pool call x each
  * class of bad argument (SPEC C1 "a call that fails changes nothing").

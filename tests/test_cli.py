@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cli.py — end-to-end tests of the `kvpool` command-line tool.
 
 Runs the built binary ($KVP_BUILD_DIR/kvpool, default build/kvpool) on small

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cli_options.py — the command line of every `kvpool` subcommand.
 
 One parser reads the options of all subcommands; these tests hold each of

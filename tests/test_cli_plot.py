@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cli_plot.py — `kvpool sweep --plot` and the files a sweep writes.
 
 Capacities are sorted (table, CSV and plot read left to right), the plot

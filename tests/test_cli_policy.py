@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cli_policy.py — eviction policies and retention priorities on the
 command line: `kvpool replay --policy --priority-prefix` and `kvpool sweep
 --policy --priority-prefix --optimal`.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Machine-code checks on the built binary that no behavioural test can see.
 
 The per-block loops ask for block records ahead of use with

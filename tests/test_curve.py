@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_curve.py — `kvpool curve`: the one-pass LRU curve against replays, the
 optimal policy against an exhaustive search, sampling, targets and outputs.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every example in README.md and docs/*.md runs as written.
 
 A fenced block marked ```c is a complete C program: it is compiled against

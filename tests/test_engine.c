@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_engine.c — the engine example (examples/engine/) against its dense
  * reference: kvpool as a real KV cache.

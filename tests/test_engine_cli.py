@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_engine_cli.py — end-to-end tests of `kvpool-engine` (examples/engine/).
 
 Runs the built binary ($KVP_BUILD_DIR/kvpool-engine) on the first requests of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_events.c — the KV-cache event queue (kvpool.h "Events", src/events.c).
  *

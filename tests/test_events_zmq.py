@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_events_zmq.py — kvpool's KV-cache events publisher end to end.
 
 A Python subscriber (Debian python3-zmq, python3-msgpack) receives the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_failalloc.c — allocation-failure injection at every allocation.
  *

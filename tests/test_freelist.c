@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_freelist.c — the free blocks' reuse order (SPEC "Free order", "Reuse
  * order"; src/freelist.c).

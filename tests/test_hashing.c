@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_hashing.c — chained block hashing (SPEC C4, kvpool.h "Block hashing").
  *

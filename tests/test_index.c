@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_index.c — shared blocks and the content index (SPEC C3, callback rule
  * of "Block lifecycle" and C9).

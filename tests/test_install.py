@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The installed package, used the way README tells a user to use it.
 
 `cmake --install` of the build into a temporary prefix (not a system

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_interop.c — libkvpool_interop (interop/kvpool_interop.h): the exact
  * msgpack bytes of event batches, vLLM-compatible block hashes, and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_interop_vectors.py — tests/vectors/interop_vectors.h is current.
 
 The header holds the known answers tests/test_interop.c checks the interop

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_misuse.c — every detectable caller mistake is refused and changes
  * nothing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_model.c — model-based random test of the block lifecycle.
  *

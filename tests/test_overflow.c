@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_overflow.c — the integer limits of the sizes, counts and positions
  * the library computes from a caller's or a configuration's numbers: one

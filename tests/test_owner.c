@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_owner.c — owner-tracked allocation (SPEC C2, C3 references).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy.c — eviction policies and retention priorities (kvp_policy,
  * kvp_set_priority, kvp_seq_raise_priority; src/policy.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pool.c — pool lifecycle and plain allocation (SPEC C1, C2, C6 growth).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ATOM drop-in's native hot path (kvpool._kvpool._AtomBlockPool).
 
 ``kvpool.compat.atom.BlockPool`` takes ``lookup``, ``pop``, ``allocate``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.bench (python -m kvpool.bench) runs end to end: every workload and
 way, well-formed rows, the same hit rate from the two native ways.  Timings
 are printed, never asserted."""

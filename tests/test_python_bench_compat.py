@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.bench_compat runs its workloads through each original's public API.
 
 No original is installed here, so a stand-in package re-exporting the

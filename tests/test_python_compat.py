@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-in classes (kvpool.compat): the behaviours each original documents.
 vLLM: ref count 2 on a shared hit, exact free-queue order after frees, a
 partial block unhashed until full, a failed allocation leaving ref counts

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ATOM's BlockPool scenarios, run against the kvpool drop-in imported the way
 ATOM's code imports the original.
 

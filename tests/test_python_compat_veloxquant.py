@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """VeloxQuant-MLX's BlockPoolAllocator scenarios, run against the kvpool drop-in
 imported the way VeloxQuant users import the original.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM BlockPool scenarios for the kvpool drop-in, imported the way vLLM's
 code imports the original, and the adoption mechanics of every drop-in.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vllm-mlx's PagedCacheManager scenarios, run against the kvpool drop-in
 imported the way vllm-mlx's code imports the original.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile callers of the Python binding: callbacks that close, query or drop
 the pool, threads that close/clear/retire/destroy what a GIL-free call is
 using, the GIL-versus-pool-lock deadlock, exceptions raised by on_evict,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python package installed the way Python users install things.
 
 In a fresh virtual environment (made from /usr/bin/python3 with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vllm-mlx drop-in's per-request loops in C (kvpool._kvpool.mlx_prefix, mlx_cache).
 
 ``PagedCacheManager.get_computed_blocks`` and ``cache_full_blocks`` run

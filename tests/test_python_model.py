@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hypothesis stateful test: native kvpool.Pool and kvpool.Sequence against a
 pure-Python reference model of one FIFO free queue (vLLM's order: never-used
 blocks first in id order, then blocks in the order they were freed), owner

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Native kvpool.Pool / kvpool.Sequence: every call, every exception, buffer
 and list inputs, zero-copy block-table validity, threads.  Run by
 scripts/run-tests with PYTHONPATH=build/python (see docs/PYTHON.md)."""

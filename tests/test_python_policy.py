@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Eviction policies and retention priorities from Python: Pool(policy=...),
 Pool.set_priority, block_info()['priority'], Sequence.raise_priority; each
 refusal with its exception and the pool unchanged.  Run by scripts/run-tests

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Pool methods run from one table (one library call each): every one
 refuses a closed pool by name, including when converting its own arguments
 ran Python code that closed it, and keeps CPython's arity messages.  Run by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Pool.take_each, the batch take (kvp_take_each): one block per owner in one
 call, the same blocks and state as a loop of Pool.take, buffers in and out,
 hints, refusals that change nothing, the takes that stand after a failure,

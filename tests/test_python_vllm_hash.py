@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's engine-side block hashing in the drop-in (kvpool.compat.vllm.hash_block_tokens).
 
 Under vLLM's default hash function (SHA-256 of the pickle at the highest

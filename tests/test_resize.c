@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_resize.c — growth, shrink and relocation (SPEC C6, index rule of C3).
  *

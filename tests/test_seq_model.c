@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_seq_model.c — model-based random test of sequences (SPEC C5, kvpool.h
  * "Sequences"), in the spirit of test_model.c.

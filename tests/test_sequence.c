@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_sequence.c — sequences (per-request block tables, SPEC C5) and
  * verified hits (C4 beyond), from kvpool.h "Sequences" and "Verified hits".

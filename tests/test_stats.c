@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_stats.c — statistics and observability (SPEC C7).
  *

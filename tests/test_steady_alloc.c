@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_steady_alloc.c — the memory rule: once a workload has warmed up, a
  * request allocates nothing (SPEC, "Memory"; kvpool.h, kvp_seq_destroy).

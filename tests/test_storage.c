@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_storage.c — backing storage (SPEC C8, kvpool.h "Backing storage").
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_thread.c — many threads on one thread-safe pool.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_thread_stress.c — N threads, mixed operations including sequences,
  * on one thread-safe pool, then conservation checks.

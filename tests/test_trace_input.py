@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_trace_input.py — how `kvpool replay` and `sweep` read a trace.
 
 Covers the input side of the command-line tool (tools/trace.c):

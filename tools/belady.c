@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * belady.c — Belady's farthest-next-use eviction under the pool's rules
  * (see belady.h for what it computes and why it is optimal).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * belady.h — the clairvoyant eviction policy (Belady's MIN) run under the
  * pool's rules, for the optimal column of `kvpool curve --optimal`.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench.c — `kvpool bench`: the command, and the churn and scale workloads
  * of BENCH.md.  The prefix workload is in bench_prefix.c; the harness both

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench.h — `kvpool bench` and the workloads it runs beside churn and scale
  * (bench.c): each workload file reports through the harness of

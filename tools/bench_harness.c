@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_harness.c — the harness every benchmark workload shares (see
  * bench_harness.h): splitmix64, repetitions with medians, resident-memory

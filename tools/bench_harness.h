@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_harness.h — what every benchmark workload shares: the seeded
  * generator, the repetition harness, resident-memory readings and result

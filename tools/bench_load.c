@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_load.c — `kvpool bench --workload load`: loading a trace against
  * reading it, against Python, and against replaying it.

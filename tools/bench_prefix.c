@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_prefix.c — BENCH.md "prefix": prompt admission with prefix caching,
  * with SHA-256 and with XXH3-128, through two library paths and one floor.

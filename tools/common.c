@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common.c — error reporting, the command-line parser, the monotonic clock,
  * number parsing and safe file replacement for the command-line tool (see

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common.h — what every part of the kvpool command-line tool shares: exit
  * codes, error reporting, the command-line parser every subcommand uses, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * curve.c — `kvpool curve`: the exact LRU hit-rate curve of a trace from
  * reuse distances (why one pass is exact: curve.h), the optimal policy's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * curve.h — the LRU hit-rate curve of a trace at every capacity in one pass
  * (`kvpool curve`), and the per-block facts the optimal policy (belady.h)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * event_decode.c — turns a received KV-cache event batch (msgpack bytes a
  * peer controls) into JSON lines or text (event_decode.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * event_decode.h — decoding KV-cache event batches as a subscriber receives
  * them (msgpack bytes from the network) into JSON lines or human-readable

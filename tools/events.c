@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * events.c — `kvpool events`, `kvpool events-demo` and the publisher hook
  * behind `kvpool replay --events` (events.h).

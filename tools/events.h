@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * events.h — KV-cache events in the kvpool CLI: `kvpool events` (a
  * subscriber that prints what a publisher sends), `kvpool events-demo` (a

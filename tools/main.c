@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c — the `kvpool` command: the table of subcommands, the tool's own
  * usage text, dispatch, exit codes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * output.c — text tables, JSON lines, CSV fields and the progress bar (see
  * output.h).

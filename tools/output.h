@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * output.h — how the tool talks to people and programs: aligned text tables,
  * one-line JSON objects, and a progress bar on stderr.

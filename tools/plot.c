@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plot.c — line charts rendered by gnuplot (see plot.h).
  *

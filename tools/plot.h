@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plot.h — line charts through gnuplot, for `kvpool sweep --plot` and
  * `kvpool curve --plot`.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.c — `kvpool replay`: a Mooncake trace through a prefix-caching
  * pool, and kvpt_replay(), the routine `kvpool sweep` (sweep.c) repeats.

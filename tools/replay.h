@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.h — `kvpool replay`, and replaying a loaded trace through a kvpool
  * pool with prefix caching: the one routine behind both `kvpool replay` and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sweep.c — `kvpool sweep`: each trace replayed (kvpt_replay, replay.c) at
  * each capacity under each eviction setting asked for (policy x priority

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sweep.h — `kvpool sweep`: the replay of replay.h repeated over traces and
  * capacities, printed as a table and optionally written as CSV and a plot.

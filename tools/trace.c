@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.c — loading Mooncake JSON Lines traces (see trace.h).
  *

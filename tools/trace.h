@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.h — Mooncake request traces (JSON Lines, plain or gzip) read once,
  * line by line, into flat arrays.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace_json.cpp — kvpt_trace_add_line (trace.h): one trace line parsed with
  * simdjson's DOM parser, checked and appended to the flat arrays.

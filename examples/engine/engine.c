@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.c — the continuous-batching loop over kvpool, and the dense
  * reference it is held to.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.h — a continuous-batching decode loop whose KV cache is kvpool.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c — kvpool-engine: the engine example run over a Mooncake trace.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * transformer.c — the transformer behind the engine example: weights (seeded or
  * from a llama2.c checkpoint), one-token forward pass, sampling.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * transformer.h — a small decoder-only transformer of the Llama shape, for the
  * engine example: RMSNorm, rotary positions, grouped-query attention, a

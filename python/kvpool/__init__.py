@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool — Python binding of libkvpool, the KV-cache block manager.
 
 Owns the public Python face of the package: it re-exports the native classes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * atom.c — the hot path of the ATOM drop-in (kvpool.compat.atom.BlockPool
  * subclasses _AtomBlockPool in Python): lookup, pop, allocate, claim, free,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.bench — BENCH.md's churn and prefix workloads, driven from Python.
 
 Run: ``PYTHONPATH=build/python /usr/bin/python3 -m kvpool.bench [--quick]

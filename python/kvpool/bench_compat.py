@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.bench_compat — each drop-in against its original, side by side.
 
 Run: ``PYTHONPATH=<dir with the originals> /usr/bin/python3 -m kvpool.bench_compat

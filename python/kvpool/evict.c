@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * evict.c — the eviction queue of a Pool object and its delivery to the
  * Python callable on_evict.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvpy.h — what the files of the extension module kvpool._kvpool share.
  *

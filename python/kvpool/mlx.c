@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mlx.c — the hashing hot path of the vllm-mlx drop-in
  * (kvpool.compat.vllm_mlx): one block's chained content hash and its legacy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
  * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pool.c — the Pool type: every call of include/kvpool.h on one kvp_pool.
  *

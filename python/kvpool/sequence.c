@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sequence.c — the Sequence type: one request's block table (kvp_seq_*),
  * with a zero-copy view of the table, and the Pool methods that find or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vhash.c — the vLLM drop-in's block hashing (kvpool.compat.vllm
  * .hash_block_tokens): vLLM's block hash under its default hash function

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vllm.c — the hot path of the vLLM drop-in (kvpool.compat.vllm.BlockPool
  * subclasses _VllmBlockPool in Python): get_new_blocks, free_blocks, touch,

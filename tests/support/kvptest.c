@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvptest.c — shared helpers for the kvpool cmocka tests (see kvptest.h).
  */

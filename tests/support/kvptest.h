@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvptest.h — small shared helpers for the kvpool cmocka tests.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * model.h — a deliberately naive reference model of a kvpool pool.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat — drop-in replacements for other systems' block managers.
 
 Each module mirrors one original's public names, arguments and return types

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat._adopt — switch a system to its drop-in with one call at start-up.
 
 Owns ``Adoption``: what each drop-in module's ``install()`` /

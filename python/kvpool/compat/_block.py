@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat._block — the base of the drop-ins' per-block objects.
 
 A drop-in that keeps one canonical object per block id (ATOM's ``Block``,

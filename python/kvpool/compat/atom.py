@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat.atom — drop-in for AMD ATOM's ``BlockPool`` (atom.model_engine.block_pool).
 
 Owns ``BlockPool``, ``BlockRetirement``, a ``Block`` record with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat.veloxquant — drop-in for VeloxQuant-MLX's ``BlockPoolAllocator``.
 
 Owns ``PoolConfig``, ``Block``, ``AllocationStats``, ``BlockPoolAllocator``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat.vllm — drop-in for vLLM v1's ``BlockPool`` (vllm/v1/core/block_pool.py).
 
 Owns the vLLM-shaped face of kvpool: ``BlockPool`` as vLLM's KVCacheManager

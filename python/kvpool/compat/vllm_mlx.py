@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpool.compat.vllm_mlx — drop-in for vllm-mlx's ``PagedCacheManager`` (vllm_mlx.paged_cache).
 
 Owns ``PagedCacheManager``, ``CacheBlock`` (alias ``KVCacheBlock``),
