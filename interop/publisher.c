@@ -431,6 +431,32 @@ void kvpi__publisher_set_replay_hook(kvpi_publisher *pub, kvpi__replay_hook fn, 
     atomic_store(&pub->hook, fn);
 }
 
+/* Encode a batch of n events (n may be 0: the end-of-stream marker),
+ * number it and hand it to the service thread.  Returns 0, or -1 with the
+ * number unused. */
+static int hand_off(kvpi_publisher *pub, const kvp_event *events, size_t n, double timestamp)
+{
+    if (kvpi_encode_batch(events, n, timestamp < 0 ? kvpi_now() : timestamp, pub->dp_rank,
+                          &pub->scratch))
+        return -1;
+    kept_batch *k = malloc(sizeof *k + pub->scratch.len);
+    if (!k)
+        return -1;
+    atomic_init(&k->refs, 1);
+    k->seq = pub->next_seq;
+    k->len = pub->scratch.len;
+    memcpy(k->data, pub->scratch.data, k->len);
+    /* the pointer itself crosses the lock-free pipe; the service thread
+     * owns the reference from here.  EAGAIN: sndhwm batches are waiting. */
+    if (zmq_send(pub->give, &k, sizeof k, ZMQ_DONTWAIT) != (int)sizeof k) {
+        free(k);
+        return -1;
+    }
+    pub->next_seq++;
+    pub->events_sent += n;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Life cycle                                                                */
 /* ------------------------------------------------------------------------ */
@@ -443,9 +469,13 @@ static void close_socket(void *sock, int linger_ms)
     }
 }
 
+/* Stop the service thread (a running publisher first ends its stream: the
+ * end-of-stream marker, an empty batch numbered next, goes out after every
+ * batch), let queued messages leave for up to the linger, free everything. */
 static void close_all(kvpi_publisher *p)
 {
     if (p->thread_running) {
+        hand_off(p, NULL, 0, -1.0); /* lost only with sndhwm batches waiting */
         atomic_store(&p->stop, 1);
         pthread_join(p->thread, NULL);
         p->thread_running = false;
@@ -609,27 +639,7 @@ int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n, 
 {
     if (!pub || (n && !events))
         return -1;
-    if (n == 0)
-        return 0;
-    if (kvpi_encode_batch(events, n, timestamp < 0 ? kvpi_now() : timestamp, pub->dp_rank,
-                          &pub->scratch))
-        return -1;
-    kept_batch *k = malloc(sizeof *k + pub->scratch.len);
-    if (!k)
-        return -1;
-    atomic_init(&k->refs, 1);
-    k->seq = pub->next_seq;
-    k->len = pub->scratch.len;
-    memcpy(k->data, pub->scratch.data, k->len);
-    /* the pointer itself crosses the lock-free pipe; the service thread
-     * owns the reference from here.  EAGAIN: sndhwm batches are waiting. */
-    if (zmq_send(pub->give, &k, sizeof k, ZMQ_DONTWAIT) != (int)sizeof k) {
-        free(k);
-        return -1;
-    }
-    pub->next_seq++;
-    pub->events_sent += n;
-    return 0;
+    return n ? hand_off(pub, events, n, timestamp) : 0;
 }
 
 int kvpi_publisher_drain(kvpi_publisher *pub, kvp_pool *pool, uint64_t *dropped)
