@@ -21,6 +21,9 @@
  *   frame in flight another (zmq_msg_init_data with a release callback), so
  *   publishing and replay send without copying and a batch leaving the ring
  *   stays alive until ZeroMQ is done with it.
+ * - A destroyed publisher's last message is the end-of-stream marker (a
+ *   batch without events, numbered next), after every batch it sent: its
+ *   subscribers learn the last sequence number and that the stream ended.
  * - Every receiving socket bounds its frames (ZMQ_MAXMSGSIZE: a peer that
  *   sends a longer one is disconnected before it is stored) and its queue
  *   (ZMQ_RCVHWM), and each turn of the service loop reads a bounded number
@@ -431,32 +434,6 @@ void kvpi__publisher_set_replay_hook(kvpi_publisher *pub, kvpi__replay_hook fn, 
     atomic_store(&pub->hook, fn);
 }
 
-/* Encode a batch of n events (n may be 0: the end-of-stream marker),
- * number it and hand it to the service thread.  Returns 0, or -1 with the
- * number unused. */
-static int hand_off(kvpi_publisher *pub, const kvp_event *events, size_t n, double timestamp)
-{
-    if (kvpi_encode_batch(events, n, timestamp < 0 ? kvpi_now() : timestamp, pub->dp_rank,
-                          &pub->scratch))
-        return -1;
-    kept_batch *k = malloc(sizeof *k + pub->scratch.len);
-    if (!k)
-        return -1;
-    atomic_init(&k->refs, 1);
-    k->seq = pub->next_seq;
-    k->len = pub->scratch.len;
-    memcpy(k->data, pub->scratch.data, k->len);
-    /* the pointer itself crosses the lock-free pipe; the service thread
-     * owns the reference from here.  EAGAIN: sndhwm batches are waiting. */
-    if (zmq_send(pub->give, &k, sizeof k, ZMQ_DONTWAIT) != (int)sizeof k) {
-        free(k);
-        return -1;
-    }
-    pub->next_seq++;
-    pub->events_sent += n;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Life cycle                                                                */
 /* ------------------------------------------------------------------------ */
@@ -469,16 +446,30 @@ static void close_socket(void *sock, int linger_ms)
     }
 }
 
-/* Stop the service thread (a running publisher first ends its stream: the
- * end-of-stream marker, an empty batch numbered next, goes out after every
- * batch), let queued messages leave for up to the linger, free everything. */
+/* End the stream: after every batch, the end-of-stream marker — a batch
+ * without events, numbered next — on the XPUB (the caller's once the
+ * service thread has stopped; never kept for replay).  Dropped for a
+ * subscriber at its high-water mark, like any batch. */
+static void end_stream(kvpi_publisher *p)
+{
+    uint8_t seq[8];
+    put_be64(seq, p->next_seq);
+    if (kvpi_encode_batch(NULL, 0, kvpi_now(), p->dp_rank, &p->scratch) == 0 &&
+        zmq_send(p->pub, p->topic, p->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+        zmq_send(p->pub, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(p->pub, p->scratch.data, p->scratch.len, ZMQ_DONTWAIT);
+}
+
+/* Stop the service thread once it has forwarded every batch handed to it,
+ * end a running publisher's stream, let queued messages leave for up to
+ * the linger, free everything. */
 static void close_all(kvpi_publisher *p)
 {
     if (p->thread_running) {
-        hand_off(p, NULL, 0, -1.0); /* lost only with sndhwm batches waiting */
         atomic_store(&p->stop, 1);
         pthread_join(p->thread, NULL);
         p->thread_running = false;
+        end_stream(p);
     }
     close_socket(p->give, 0);
     close_socket(p->take, 0);
@@ -639,7 +630,27 @@ int kvpi_publisher_send(kvpi_publisher *pub, const kvp_event *events, size_t n, 
 {
     if (!pub || (n && !events))
         return -1;
-    return n ? hand_off(pub, events, n, timestamp) : 0;
+    if (n == 0)
+        return 0;
+    if (kvpi_encode_batch(events, n, timestamp < 0 ? kvpi_now() : timestamp, pub->dp_rank,
+                          &pub->scratch))
+        return -1;
+    kept_batch *k = malloc(sizeof *k + pub->scratch.len);
+    if (!k)
+        return -1;
+    atomic_init(&k->refs, 1);
+    k->seq = pub->next_seq;
+    k->len = pub->scratch.len;
+    memcpy(k->data, pub->scratch.data, k->len);
+    /* the pointer itself crosses the lock-free pipe; the service thread
+     * owns the reference from here.  EAGAIN: sndhwm batches are waiting. */
+    if (zmq_send(pub->give, &k, sizeof k, ZMQ_DONTWAIT) != (int)sizeof k) {
+        free(k);
+        return -1;
+    }
+    pub->next_seq++;
+    pub->events_sent += n;
+    return 0;
 }
 
 int kvpi_publisher_drain(kvpi_publisher *pub, kvp_pool *pool, uint64_t *dropped)
