@@ -97,6 +97,17 @@ static void json_cstr(FILE *f, const char *s)
         fputs("null", f);
 }
 
+/* Check an endpoint named on the command line (kvpi_endpoint_check): a
+ * refusal is a usage error of `cmd`, prefixed with the option's name when
+ * `opt` is not NULL.  Returns KVPT_EXIT_OK or KVPT_EXIT_USAGE. */
+static int endpoint_usage(const char *cmd, const char *opt, const char *ep, int bind)
+{
+    char err[512];
+    if (kvpi_endpoint_check(ep, bind, err, sizeof err) == 0)
+        return KVPT_EXIT_OK;
+    return opt ? kvpt_usage_error(cmd, "%s: %s", opt, err) : kvpt_usage_error(cmd, "%s", err);
+}
+
 /* ------------------------------------------------------------------------ */
 /* kvpool events: the subscriber                                            */
 /* ------------------------------------------------------------------------ */
@@ -337,9 +348,8 @@ int kvpt_cmd_events(int argc, char **argv)
     if (parsed >= 0)
         return parsed;
     const char *ep = argv[first];
-    char err[512];
-    if (kvpi_endpoint_check(ep, bind, err, sizeof err) != 0)
-        return kvpt_usage_error("events", "%s", err);
+    if (endpoint_usage("events", NULL, ep, bind))
+        return KVPT_EXIT_USAGE;
 
     void *ctx = zmq_ctx_new();
     void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL, *mon = NULL;
@@ -423,10 +433,7 @@ static kvpi_publisher *g_pub;
 
 int kvpt_events_check(const char *cmd, const char *endpoint, int connect)
 {
-    char err[512];
-    if (kvpi_endpoint_check(endpoint, !connect, err, sizeof err) != 0)
-        return kvpt_usage_error(cmd, "--events: %s", err);
-    return KVPT_EXIT_OK;
+    return endpoint_usage(cmd, "--events", endpoint, !connect);
 }
 
 int kvpt_events_start(const char *endpoint, int connect, const char *topic, double wait_s)
@@ -709,6 +716,9 @@ int kvpt_cmd_events_demo(int argc, char **argv)
     if (parsed >= 0)
         return parsed;
     pc.endpoint = argv[first];
+    if (endpoint_usage("events-demo", NULL, pc.endpoint, !pc.connect) ||
+        (pc.replay_endpoint && endpoint_usage("events-demo", "--replay", pc.replay_endpoint, 1)))
+        return KVPT_EXIT_USAGE;
 
     demo d;
     memset(&d, 0, sizeof d);
