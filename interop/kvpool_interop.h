@@ -140,9 +140,11 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
                           size_t errcap);
 
 /*
- * Stop the service thread once it has sent every batch handed to it, flush
- * queued messages (for up to the configured linger), close the sockets.
- * NULL is ignored.
+ * Stop the service thread once it has sent every batch handed to it, end
+ * the stream (the end-of-stream marker: a batch without events numbered
+ * kvpi_publisher_next_seq, after every batch, not kept for replay;
+ * docs/EVENTS.md), flush queued messages (for up to the configured linger),
+ * close the sockets.  NULL is ignored.
  */
 void kvpi_publisher_destroy(kvpi_publisher *pub);
 
@@ -165,7 +167,8 @@ int kvpi_publisher_wait_subscriber(kvpi_publisher *pub, int timeout_ms);
  * Send one batch of events as one message (topic, sequence number, payload),
  * keep it for replay, and number it: the first batch is 0, every batch sent
  * gets the next number, an empty batch (n == 0) is not sent and takes no
- * number.  timestamp < 0: now.  Returns 0, or -1 (encoding failure, out
+ * number (a batch without events is the end-of-stream marker, which only
+ * kvpi_publisher_destroy sends).  timestamp < 0: now.  Returns 0, or -1 (encoding failure, out
  * of memory, or `sndhwm` batches still waiting for the service thread; the
  * number is not used).
  * Never waits for peers or for the service thread: the call encodes the

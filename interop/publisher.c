@@ -21,6 +21,9 @@
  *   frame in flight another (zmq_msg_init_data with a release callback), so
  *   publishing and replay send without copying and a batch leaving the ring
  *   stays alive until ZeroMQ is done with it.
+ * - A destroyed publisher's last message is the end-of-stream marker (a
+ *   batch without events, numbered next), after every batch it sent: its
+ *   subscribers learn the last sequence number and that the stream ended.
  * - Every receiving socket bounds its frames (ZMQ_MAXMSGSIZE: a peer that
  *   sends a longer one is disconnected before it is stored) and its queue
  *   (ZMQ_RCVHWM), and each turn of the service loop reads a bounded number
@@ -443,12 +446,30 @@ static void close_socket(void *sock, int linger_ms)
     }
 }
 
+/* End the stream: after every batch, the end-of-stream marker — a batch
+ * without events, numbered next — on the XPUB (the caller's once the
+ * service thread has stopped; never kept for replay).  Dropped for a
+ * subscriber at its high-water mark, like any batch. */
+static void end_stream(kvpi_publisher *p)
+{
+    uint8_t seq[8];
+    put_be64(seq, p->next_seq);
+    if (kvpi_encode_batch(NULL, 0, kvpi_now(), p->dp_rank, &p->scratch) == 0 &&
+        zmq_send(p->pub, p->topic, p->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+        zmq_send(p->pub, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(p->pub, p->scratch.data, p->scratch.len, ZMQ_DONTWAIT);
+}
+
+/* Stop the service thread once it has forwarded every batch handed to it,
+ * end a running publisher's stream, let queued messages leave for up to
+ * the linger, free everything. */
 static void close_all(kvpi_publisher *p)
 {
     if (p->thread_running) {
         atomic_store(&p->stop, 1);
         pthread_join(p->thread, NULL);
         p->thread_running = false;
+        end_stream(p);
     }
     close_socket(p->give, 0);
     close_socket(p->take, 0);

@@ -25,6 +25,7 @@ bounded.
 import json
 import os
 import select
+import signal
 import subprocess
 import time
 
@@ -173,8 +174,18 @@ def receive_batches(sub, count, topic=TOPIC):
         # the very same bytes (shortest ints, str8, float64)
         assert msgpack.packb(batch, use_bin_type=True) == payload
         out.append((want, payload, events))
+    if sub.poll(200):  # the publisher is gone: it ended its stream
+        assert is_end_marker(sub.recv_multipart(), count, topic)
     assert not sub.poll(200), "more messages than the demo says it sent"
     return out
+
+
+def is_end_marker(frames, seq, topic):
+    """The end-of-stream marker: an empty batch numbered `seq`."""
+    t, s, payload = frames
+    ts, events, dp = msgpack.unpackb(payload, raw=False)
+    return (t == topic.encode() and int.from_bytes(s, "big") == seq and events == [] and
+            dp is None and abs(ts - time.time()) < 3600)
 
 
 def same_as_view(events, view_batch):
@@ -516,10 +527,11 @@ def test_replay_binds_a_fixed_loopback_port(ctx, tmp_path):
         if proc.poll() is None:
             proc.kill()
     err = proc.stderr.read().decode()
-    seqs = []
+    msgs = []
     while sub.poll(1000):
-        seqs.append(int.from_bytes(sub.recv_multipart()[1], "big"))
-    assert seqs == [0, 1, 2], err
+        msgs.append(sub.recv_multipart())
+    assert [int.from_bytes(m[1], "big") for m in msgs] == [0, 1, 2, 3], err
+    assert is_end_marker(msgs[-1], 3, "")
     assert "published" in err and "no subscriber" not in err
 
 
@@ -554,7 +566,7 @@ def hostile_payloads():
     stored = ["BlockStored", [1], None, [], 4, None, "GPU\x1b[2J", "\u009b31m\x07lora",
               None, 0, None, None]
     return [
-        (b"kv@a", msgpack.packb([float("nan"), [], None])),
+        (b"kv@a", msgpack.packb([float("nan"), [["AllBlocksCleared"]], None])),
         (b"kv@\xff\x1b[0m", msgpack.packb([float("inf"), [stored], None])),
         (b"kv@a", raw_str.pack([1.0, [["BlockRemoved", [2], b"\xff\xfe\x80GPU", 0]], None])),
         (b"kv@a", msgpack.packb([1.0, [["X", {b"\x00\xff": 1, 7: 2, None: [b"\x1b"]}]], None],
@@ -635,5 +647,234 @@ def test_events_refuses_oversized_frames(ctx):
     finally:
         if ev.poll() is None:
             ev.kill()
-    assert ev.returncode == 0
+    err = ev.stderr.read().decode()
+    assert ev.returncode == 0, err
     assert grew < 32 * 1024, "peak memory grew by %d kB" % grew
+    # said precisely: our bound, not the publisher going away
+    assert "a frame over --max-bytes (16777216) arrived" in err, err
+    assert "went away" not in err and "end of stream" not in err, err
+
+
+# ---- the subscriber CLI against the publisher CLI, as a user runs them --------
+
+TRACE = os.path.join(ROOT, "data", "mooncake_fast25_conversation_trace.jsonl.gz")
+
+
+def stop(proc):
+    """Kill `proc` if it is still running, and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def wait_for_stderr(proc, text, timeout=20.0):
+    """Read proc's stderr until `text` appears (within `timeout`); returns
+    what was read."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while text not in buf:
+        left = deadline - time.monotonic()
+        assert left > 0, "no %r on stderr within %.0fs (got %r)" % (text, timeout, buf)
+        r, _, _ = select.select([proc.stderr], [], [], min(left, 0.2))
+        if r:
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, "stderr closed before %r (got %r)" % (text, buf)
+            buf += chunk
+    return buf
+
+
+def published_batches(err):
+    """The batch count `kvpool replay --events` reports on stderr."""
+    words = err.split(" batches on ")[0].split()
+    return int(words[-1])
+
+
+def fixed_loopback_port():
+    """A free loopback port below the ephemeral range, as 5557 is: a client
+    that keeps connecting to an ephemeral port nobody listens on may be given
+    that very port as its own and connect to itself (TCP simultaneous open),
+    and the server could no longer bind it."""
+    import random
+    import socket
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(100):
+        port = random.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below %d" % low)
+
+
+def run_both(tmp_path, sub_args, pub_args, timeout=120.0, on_pub_ready=None):
+    """Start `kvpool events` (output into files, as a terminal takes it), then
+    the publisher; wait (bounded) until the subscriber exits.  Fails at once
+    when the publisher fails.  Returns (subscriber rc, its stdout, its stderr,
+    the publisher process); both are stopped in any case."""
+    out_f, err_f = open(tmp_path / "out", "wb"), open(tmp_path / "err", "wb")
+    ev = subprocess.Popen([KVPOOL, "events", *sub_args], stdout=out_f, stderr=err_f)
+    pub = subprocess.Popen([KVPOOL, *pub_args], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    try:
+        if on_pub_ready:
+            on_pub_ready(pub)
+        deadline = time.monotonic() + timeout
+        while ev.poll() is None:
+            assert time.monotonic() < deadline, "kvpool events still running"
+            assert pub.poll() in (None, 0, -9), pub.stderr.read()
+            time.sleep(0.05)
+    finally:
+        stop(ev)
+        stop(pub)
+        out_f.close()
+        err_f.close()
+    return (ev.returncode, (tmp_path / "out").read_bytes(),
+            (tmp_path / "err").read_text(), pub)
+
+
+@pytest.mark.skipif(not os.path.exists(TRACE), reason="no conversation trace in data/")
+def test_events_cli_receives_a_whole_replay(tmp_path):
+    # README's example: `kvpool events EP --json` while `kvpool replay ...
+    # --events EP` runs.  The subscriber ends by itself at the end of the
+    # stream, having printed every batch in order, and says so plainly.
+    ep = "tcp://127.0.0.1:%d" % fixed_loopback_port()
+    rc, out, err, rep = run_both(tmp_path, [ep, "--json"],
+                                 ["replay", TRACE, "--capacity", "2000", "--events", ep,
+                                  "--events-wait", "10"])
+    assert rep.wait(timeout=30) == 0
+    rep_err = rep.stderr.read().decode()
+    assert "(0 lost to a full queue)" in rep_err, rep_err
+    n = published_batches(rep_err)
+    assert n > 1000
+    assert rc == 0, err
+    assert "lost the connection" not in err and "went away" not in err, err
+    assert "gap" not in err and "Assertion" not in err, err
+    seqs = [json.loads(x)["seq"] for x in out.decode().splitlines()]
+    assert seqs == list(range(n))
+    assert "end of stream after batch %d (%d received, 0 lost)" % (n - 1, n) in err, err
+
+
+def test_events_cli_reports_a_publisher_killed_mid_stream(tmp_path):
+    # the demo has published every batch but not ended its stream when it is
+    # killed: the subscriber gets every batch, then reports the stream lost
+    # (no end-of-stream marker), not a normal end, and exits 1
+    ep = "tcp://127.0.0.1:%d" % fixed_loopback_port()
+    done = {}
+
+    def kill_when_done(demo):
+        read_line(demo, timeout=20)
+        done.update(read_line(demo, timeout=20))
+        time.sleep(0.5)  # lets the batches reach the subscriber first
+        demo.kill()
+
+    rc, out, err, _ = run_both(tmp_path, [ep, "--json", "--timeout", "3"],
+                               ["events-demo", ep, "--events-wait", "10", "--hold", "60"],
+                               on_pub_ready=kill_when_done)
+    assert rc == 1, err
+    assert ("went away without an end-of-stream marker after batch %d"
+            % (done["batches"] - 1)) in err, err
+    assert "end of stream after" not in err and "max-bytes" not in err, err
+    assert "no message for 3 s" in err, err
+    seqs = [json.loads(x)["seq"] for x in out.decode().splitlines()]
+    assert seqs == list(range(done["batches"]))
+
+
+def test_events_cli_reports_a_gap_at_the_end(ctx):
+    # a publisher whose last batches never arrive, then the end-of-stream
+    # marker (an empty batch numbered next): the gap at the end is reported
+    xpub = ctx.socket(zmq.XPUB)
+    port = xpub.bind_to_random_port("tcp://127.0.0.1")
+    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:%d" % port, "--json",
+                           "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert xpub.poll(10000), "kvpool events never subscribed"
+        xpub.recv()
+        good = msgpack.packb([1.0, [["AllBlocksCleared"]], None])
+        for seq in (0, 1):
+            xpub.send_multipart([b"kv@a", seq.to_bytes(8, "big"), good])
+        xpub.send_multipart([b"kv@a", (5).to_bytes(8, "big"), msgpack.packb([1.0, [], None])])
+        out, err = ev.communicate(timeout=20)
+    finally:
+        stop(ev)
+    err = err.decode()
+    assert ev.returncode == 1, err
+    assert "gap at the end: batches 2 to 4 never arrived" in err, err
+    assert "end of stream after batch 4 (2 received, 3 lost)" in err, err
+    assert [json.loads(x)["seq"] for x in out.decode().splitlines()] == [0, 1]
+
+
+def test_publisher_ends_its_stream(ctx):
+    # on the wire: after the last batch, an empty batch numbered next
+    sub = ctx.socket(zmq.SUB)
+    port = sub.bind_to_random_port("tcp://127.0.0.1")
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    proc = start_demo("tcp://127.0.0.1:%d" % port, "--connect", "--events-wait", "5")
+    try:
+        read_line(proc, socks=[sub])
+        done = read_line(proc, socks=[sub])
+        finish(proc)
+        receive = [recv_frames(sub) for _ in range(done["batches"] + 1)]
+    finally:
+        stop(proc)
+    assert [int.from_bytes(m[1], "big") for m in receive] == list(range(done["batches"] + 1))
+    assert is_end_marker(receive[-1], done["batches"], TOPIC)
+    assert not sub.poll(300)
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:5557", "tcp://127.0.0.1:0",
+                                      "tcp://*:5557"])
+def test_replay_refuses_a_bad_endpoint_as_bad_usage(tmp_path, endpoint):
+    # exit 2 (bad command line), as `kvpool events` does, and nothing opened
+    p = subprocess.run([KVPOOL, "replay", str(trace_file(tmp_path)), "--capacity", "8",
+                        "--events", endpoint, "--events-connect"],
+                       capture_output=True, timeout=30)
+    e = subprocess.run([KVPOOL, "events", endpoint], capture_output=True, timeout=30)
+    assert e.returncode == 2, e.stderr
+    assert p.returncode == 2, p.stderr
+    assert b"Try 'kvpool replay --help'" in p.stderr
+    assert p.stdout == b""
+
+
+def test_events_keeps_queued_batches_past_an_oversized_frame(ctx):
+    # batches queued in the subscriber when its bound drops the connection
+    # are printed all the same; the oversized batch is reported as a gap
+    xpub = ctx.socket(zmq.XPUB)
+    port = xpub.bind_to_random_port("tcp://127.0.0.1")
+    ev = subprocess.Popen([KVPOOL, "events", "tcp://127.0.0.1:%d" % port, "--json",
+                           "--max-bytes", "1000", "--count", "32", "--timeout", "20"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    good = msgpack.packb([1.0, [["AllBlocksCleared"]], None])
+    try:
+        assert xpub.poll(10000), "kvpool events never subscribed"
+        xpub.recv()
+        ev.send_signal(signal.SIGSTOP)  # everything below waits in its queue
+        for seq in range(30):
+            xpub.send_multipart([b"kv@a", seq.to_bytes(8, "big"), good])
+        xpub.send_multipart([b"kv@a", (30).to_bytes(8, "big"), b"\x93" + bytes(5000)])
+        time.sleep(0.5)  # lets the frames reach its socket
+        ev.send_signal(signal.SIGCONT)
+        lines = [read_line(ev, timeout=10) for _ in range(30)]
+        seq, deadline = 31, time.monotonic() + 15
+        while ev.poll() is None:  # until it has connected again and printed one
+            assert time.monotonic() < deadline, "no batch after the oversized one"
+            xpub.send_multipart([b"kv@a", seq.to_bytes(8, "big"), good])
+            seq += 1
+            try:
+                ev.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = ev.communicate(timeout=10)
+    finally:
+        if ev.poll() is None:
+            ev.send_signal(signal.SIGCONT)
+        stop(ev)
+    err = err.decode()
+    assert [x["seq"] for x in lines] == list(range(30))
+    after = [json.loads(x)["seq"] for x in out.decode().splitlines()]
+    assert len(after) == 2 and after[0] > 30, err
+    assert "a frame over --max-bytes (1000) arrived after batch 29" in err, err
+    assert "gap: expected batch 30, got %d" % after[0] in err, err
+    assert ev.returncode == 1, err

@@ -385,6 +385,10 @@ int kvpt_event_print(FILE *f, int json, const char *topic, size_t topic_len, uin
     }
     const msgpack_object *b = u.data.via.array.ptr;
     const msgpack_object *evs = &b[1];
+    if (evs->via.array.size == 0) { /* the end-of-stream marker */
+        msgpack_unpacked_destroy(&u);
+        return 1;
+    }
     const msgpack_object *dp = u.data.via.array.size > 2 ? &b[2] : NULL;
     if (json) {
         fputs("{\"topic\":", f);

@@ -9,7 +9,8 @@
  * UTF-8 becomes U+FFFD, non-finite floats null, non-string map keys strings)
  * and contains no control characters, and text output contains no control
  * characters other than its line ends.  Output is linear in the input (at
- * most a few dozen bytes per input byte).
+ * most a few dozen bytes per input byte).  A batch without events is the
+ * end-of-stream marker kvpool's publisher sends last (docs/EVENTS.md).
  */
 #ifndef KVPT_EVENT_DECODE_H
 #define KVPT_EVENT_DECODE_H
@@ -22,8 +23,9 @@
  * Print one received message: with json != 0 one line
  * {"topic", "seq", "ts", "dp_rank", "events": [{"type", named fields}]},
  * else a "batch SEQ TS (N events)" line and one line per event.  `topic`
- * and `data` are arbitrary bytes.  Returns 0, or -1 (nothing printed) when
- * `data` is not a batch: not msgpack, not [ts, [events...], ...], nested
+ * and `data` are arbitrary bytes.  Returns 0; 1 (nothing printed) for a
+ * batch without events, the end-of-stream marker; or -1 (nothing printed)
+ * when `data` is not a batch: not msgpack, not [ts, [events...], ...], nested
  * deeper than msgpack-c's 32 levels, or claiming more elements than its
  * bytes can hold (so a header claiming 2^32 elements is refused before any
  * allocation: memory stays within a small multiple of len).  O(len).

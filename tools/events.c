@@ -46,6 +46,14 @@ int kvpt_cmd_events_demo(int argc, char **argv)
     return not_built("events-demo");
 }
 
+int kvpt_events_check(const char *cmd, const char *endpoint, int connect)
+{
+    (void)cmd;
+    (void)endpoint;
+    (void)connect;
+    return not_built("--events");
+}
+
 int kvpt_events_start(const char *endpoint, int connect, const char *topic, double wait_s)
 {
     (void)endpoint;
@@ -76,6 +84,7 @@ void kvpt_events_stop(void)
 #include "event_decode.h"
 #include "kvpool_interop.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -86,6 +95,17 @@ static void json_cstr(FILE *f, const char *s)
         kvpt_json_text(f, s, strlen(s));
     else
         fputs("null", f);
+}
+
+/* Check an endpoint named on the command line (kvpi_endpoint_check): a
+ * refusal is a usage error of `cmd`, prefixed with the option's name when
+ * `opt` is not NULL.  Returns KVPT_EXIT_OK or KVPT_EXIT_USAGE. */
+static int endpoint_usage(const char *cmd, const char *opt, const char *ep, int bind)
+{
+    char err[512];
+    if (kvpi_endpoint_check(ep, bind, err, sizeof err) == 0)
+        return KVPT_EXIT_OK;
+    return opt ? kvpt_usage_error(cmd, "%s: %s", opt, err) : kvpt_usage_error(cmd, "%s", err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -105,8 +125,10 @@ static uint64_t be64(const unsigned char *p)
 #define EVENTS_MAX_BYTES (16u << 20)
 #define EVENTS_RCVHWM 64
 
-/* Receive one whole message, keeping at most 3 frames.  Returns the frame
- * count, or -1 when nothing could be read. */
+/* Receive one whole message, keeping at most 3 frames: every frame of a
+ * started message is read (a signal does not cut it short), so the socket
+ * is never left mid-message.  Returns the frame count, or -1 when nothing
+ * could be read. */
 static int recv_message(void *sock, zmq_msg_t f[3])
 {
     int n = 0, more = 1;
@@ -115,6 +137,8 @@ static int recv_message(void *sock, zmq_msg_t f[3])
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, sock, 0) < 0) {
             zmq_msg_close(&m);
+            if (n && zmq_errno() == EINTR)
+                continue;
             break;
         }
         more = zmq_msg_more(&m);
@@ -127,23 +151,139 @@ static int recv_message(void *sock, zmq_msg_t f[3])
     return n ? n : -1;
 }
 
-/* ZeroMQ treats a frame past ZMQ_MAXMSGSIZE as a protocol error and, on
- * the connecting side, does not reconnect after one; a monitor reports the
- * disconnection so kvpool events can connect again itself. */
+/* The SUB socket's monitor: it reports each disconnection, and whether
+ * libzmq is connecting again by itself (it does after a peer closed the
+ * connection; it does not after a frame over ZMQ_MAXMSGSIZE, a protocol
+ * error on its side). */
 #define EVENTS_MONITOR "inproc://kvpool-events-monitor"
 
-/* Read one monitor event (two frames) and connect again to `ep`. */
-static void reconnect(void *mon, void *sub, const char *ep)
+/* How long after a disconnection the subscriber waits for the monitor's
+ * reconnection event (libzmq sends it at once, from the same I/O thread)
+ * and for the messages that arrived before it, before it says what
+ * happened. */
+#define EVENTS_GRACE_S 0.5
+
+/* What the subscriber knows about the stream it follows. */
+typedef struct follow {
+    const char *ep;
+    int bind;
+    uint64_t got, expect, lost; /* batches printed; next seq; seqs missed */
+    int have_prev;              /* a batch was seen: `expect` is meaningful */
+    int gone;                   /* a publisher left without ending its stream */
+    double grace_end;           /* > 0: a disconnection awaits its verdict */
+    int retrying;               /* libzmq reconnects by itself since then */
+} follow;
+
+/* Read one monitor event and note a disconnection, or that libzmq is
+ * connecting again by itself. */
+static void monitor_event(void *mon, follow *fw)
 {
     zmq_msg_t f[3];
     int n = recv_message(mon, f);
+    uint16_t id = 0;
+    if (n >= 1 && zmq_msg_size(&f[0]) >= 2)
+        memcpy(&id, zmq_msg_data(&f[0]), sizeof id); /* host order, by libzmq */
     for (int i = 0; i < n && i < 3; i++)
         zmq_msg_close(&f[i]);
-    fprintf(stderr, "kvpool events: lost the connection to %s (a frame over --max-bytes, "
-                    "or the publisher went away); connecting again\n", ep);
-    zmq_disconnect(sub, ep);
-    if (zmq_connect(sub, ep) != 0)
-        kvpt_error("connect %s: %s", ep, zmq_strerror(zmq_errno()));
+    if (id == ZMQ_EVENT_DISCONNECTED) {
+        fw->grace_end = kvpt_now() + EVENTS_GRACE_S;
+        fw->retrying = 0;
+    } else if (id == ZMQ_EVENT_CONNECT_RETRIED && fw->grace_end > 0) {
+        fw->retrying = 1;
+    }
+}
+
+/* Say what a disconnection without an end-of-stream marker was (every
+ * message that arrived before it has been read): the publisher went away
+ * (libzmq connects again by itself), or, when connecting, a frame over
+ * --max-bytes (libzmq gave up on the connection: make it again; nothing is
+ * queued any more, so nothing is dropped). */
+static void disconnected(void *sub, follow *fw, uint64_t max_bytes)
+{
+    fw->grace_end = 0;
+    char after[64] = "before any batch";
+    if (fw->have_prev)
+        snprintf(after, sizeof after, "after batch %" PRIu64, fw->expect - 1);
+    if (fw->bind) {
+        fw->gone = 1;
+        fprintf(stderr, "kvpool events: a publisher disconnected without an end-of-stream "
+                        "marker %s (it went away, or sent a frame over --max-bytes); any "
+                        "later batches of its stream are lost\n", after);
+    } else if (fw->retrying) {
+        fw->gone = 1;
+        fprintf(stderr, "kvpool events: the publisher at %s went away without an "
+                        "end-of-stream marker %s (it was stopped or crashed); any later "
+                        "batches are lost; waiting for it to come back\n", fw->ep, after);
+    } else {
+        fprintf(stderr, "kvpool events: dropped the connection to %s: a frame over "
+                        "--max-bytes (%" PRIu64 ") arrived %s; connecting again\n",
+                fw->ep, max_bytes, after);
+        zmq_disconnect(sub, fw->ep);
+        if (zmq_connect(sub, fw->ep) != 0)
+            kvpt_error("connect %s: %s", fw->ep, zmq_strerror(zmq_errno()));
+    }
+}
+
+/* The end-of-stream marker numbered `seq`: the publisher sent batches up
+ * to seq - 1.  Report any missing at the end and the totals. */
+static void end_of_stream(follow *fw, uint64_t seq)
+{
+    if (fw->have_prev && seq > fw->expect) {
+        if (seq - fw->expect == 1)
+            fprintf(stderr, "kvpool events: gap at the end: batch %" PRIu64
+                            " never arrived\n", fw->expect);
+        else
+            fprintf(stderr, "kvpool events: gap at the end: batches %" PRIu64 " to %" PRIu64
+                            " never arrived\n", fw->expect, seq - 1);
+        fw->lost += seq - fw->expect;
+    }
+    if (seq == 0)
+        fprintf(stderr, "kvpool events: end of stream: the publisher sent no batch\n");
+    else
+        fprintf(stderr, "kvpool events: end of stream after batch %" PRIu64 " (%" PRIu64
+                        " received, %" PRIu64 " lost)\n", seq - 1, fw->got, fw->lost);
+}
+
+/* One message from the SUB socket: print a batch, noting any gap before
+ * it.  Returns 1 for the end-of-stream marker, else 0. */
+static int on_message(void *sub, int json, follow *fw)
+{
+    zmq_msg_t f[3];
+    int n = recv_message(sub, f), end = 0;
+    if (n != 3 || zmq_msg_size(&f[1]) != 8) {
+        fprintf(stderr, "kvpool events: skipping a message of %d frames\n", n);
+    } else {
+        uint64_t seq = be64(zmq_msg_data(&f[1]));
+        int pr = kvpt_event_print(stdout, json, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), seq,
+                                  zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
+        if (pr == 1) {
+            end_of_stream(fw, seq);
+            end = 1;
+        } else {
+            if (fw->have_prev && seq != fw->expect) {
+                fprintf(stderr, "kvpool events: gap: expected batch %" PRIu64 ", got %" PRIu64
+                                "\n", fw->expect, seq);
+                if (seq > fw->expect)
+                    fw->lost += seq - fw->expect;
+            }
+            if (pr)
+                fprintf(stderr, "kvpool events: batch %" PRIu64 " is not a msgpack batch\n",
+                        seq);
+            fw->have_prev = 1;
+            fw->expect = seq + 1;
+            fw->got++;
+        }
+    }
+    for (int i = 0; i < n && i < 3; i++)
+        zmq_msg_close(&f[i]);
+    return end;
+}
+
+/* Milliseconds from now until `t` (0 when past), for zmq_poll. */
+static long ms_until(double t)
+{
+    double ms = (t - kvpt_now()) * 1000;
+    return ms > 0 ? (long)ms + 1 : 0;
 }
 
 static const char usage_events[] =
@@ -155,7 +295,11 @@ static const char usage_events[] =
     "ENDPOINT is connected to (vLLM and llm-d engines bind port 5557), e.g.\n"
     "tcp://127.0.0.1:5557.  Whatever the publisher sends, output is safe: JSON\n"
     "stays valid (invalid UTF-8 as U+FFFD, NaN as null) and no control character\n"
-    "reaches the terminal.\n"
+    "reaches the terminal.  Gaps in the sequence numbers are reported on stderr.\n"
+    "A kvpool publisher ends its stream with a batch without events: there the\n"
+    "command reports any batches missing at the end and stops.  A publisher that\n"
+    "goes away without it (stopped or crashed; vLLM's never send one) is reported\n"
+    "and waited for.\n"
     "\n"
     "  --bind        bind ENDPOINT instead (the publisher connects); a port '*' is\n"
     "                chosen by the system and printed on stderr\n"
@@ -169,16 +313,21 @@ static const char usage_events[] =
     "  --max-bytes N refuse frames longer than N bytes (16 or more; default 16 MiB):\n"
     "                the connection is dropped, then made again\n"
     "\n"
-    "Each option may be given once.\n";
+    "Each option may be given once.  Exit status: 0 when no batch was lost, 1 when\n"
+    "some were (a gap, or a publisher gone without ending its stream) or on an\n"
+    "error, 2 for a bad command line.\n";
 
 /* `kvpool events ENDPOINT`: subscribe (connect, or --bind) and print every
- * batch.  Frames longer than --max-bytes are refused by ZeroMQ before they
- * are stored (the connection is dropped; a publisher that connects to us
- * comes back by itself, one we connect to is connected to again), and at
- * most EVENTS_RCVHWM messages wait in ZeroMQ's queue (past that the
- * publisher drops them for us, and the gap is reported), so memory stays
- * within EVENTS_RCVHWM x --max-bytes plus a bounded multiple of one message
- * while decoding. */
+ * batch until the end-of-stream marker, --count or --timeout.  A monitor
+ * tells disconnections apart (docs/EVENTS.md): a publisher that ended its
+ * stream, one that went away without ending it, a frame over --max-bytes.
+ * The SUB socket is never disconnected while messages wait in it (libzmq
+ * would drop them, and abort if one is read half), so every message that
+ * arrived is printed.  Frames longer than --max-bytes are refused by ZeroMQ
+ * before they are stored, and at most EVENTS_RCVHWM messages wait in
+ * ZeroMQ's queue (past that the publisher drops them for us, and the gap
+ * is reported), so memory stays within EVENTS_RCVHWM x --max-bytes plus a
+ * bounded multiple of one message while decoding. */
 int kvpt_cmd_events(int argc, char **argv)
 {
     const char *topic = "";
@@ -199,9 +348,8 @@ int kvpt_cmd_events(int argc, char **argv)
     if (parsed >= 0)
         return parsed;
     const char *ep = argv[first];
-    char err[512];
-    if (kvpi_endpoint_check(ep, bind, err, sizeof err) != 0)
-        return kvpt_usage_error("events", "%s", err);
+    if (endpoint_usage("events", NULL, ep, bind))
+        return KVPT_EXIT_USAGE;
 
     void *ctx = zmq_ctx_new();
     void *sub = ctx ? zmq_socket(ctx, ZMQ_SUB) : NULL, *mon = NULL;
@@ -211,6 +359,12 @@ int kvpt_cmd_events(int argc, char **argv)
     if (!sub || zmq_setsockopt(sub, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0 ||
         zmq_setsockopt(sub, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0) {
         kvpt_error("cannot open a SUB socket");
+        goto out;
+    }
+    if (zmq_socket_monitor(sub, EVENTS_MONITOR,
+                           ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0 ||
+        !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(mon, EVENTS_MONITOR) != 0) {
+        kvpt_error("cannot monitor the SUB socket: %s", zmq_strerror(zmq_errno()));
         goto out;
     }
     if ((bind ? zmq_bind(sub, ep) : zmq_connect(sub, ep)) != 0 ||
@@ -223,47 +377,39 @@ int kvpt_cmd_events(int argc, char **argv)
         size_t len = sizeof last;
         if (zmq_getsockopt(sub, ZMQ_LAST_ENDPOINT, last, &len) == 0)
             fprintf(stderr, "kvpool events: listening on %s\n", last);
-    } else if (zmq_socket_monitor(sub, EVENTS_MONITOR, ZMQ_EVENT_DISCONNECTED) != 0 ||
-               !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(mon, EVENTS_MONITOR) != 0) {
-        kvpt_error("cannot monitor the SUB socket: %s", zmq_strerror(zmq_errno()));
-        goto out;
     }
-    uint64_t got = 0, expect = 0;
-    int have_prev = 0;
+    follow fw = {ep, bind, 0, 0, 0, 0, 0, 0, 0};
+    double last_msg = kvpt_now();
+    int ended = 0;
     rc = KVPT_EXIT_OK;
-    while (!count || got < count) {
+    while (!ended && (!count || fw.got < count)) {
+        long wait = timeout > 0 ? ms_until(last_msg + timeout) : -1;
+        if (fw.grace_end > 0 && (wait < 0 || ms_until(fw.grace_end) < wait))
+            wait = ms_until(fw.grace_end);
         zmq_pollitem_t it[2] = {{sub, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
-        int pr = zmq_poll(it, mon ? 2 : 1, timeout > 0 ? (long)(timeout * 1000) : -1);
-        if (pr < 0) {
+        if (zmq_poll(it, 2, wait) < 0) {
+            if (zmq_errno() == EINTR)
+                continue;
             rc = kvpt_error("poll: %s", zmq_strerror(zmq_errno()));
             break;
         }
-        if (pr == 0)
-            break; /* --timeout without messages */
-        if (mon && (it[1].revents & ZMQ_POLLIN))
-            reconnect(mon, sub, ep);
-        if (!(it[0].revents & ZMQ_POLLIN))
-            continue;
-        zmq_msg_t f[3];
-        int n = recv_message(sub, f);
-        if (n != 3 || zmq_msg_size(&f[1]) != 8) {
-            fprintf(stderr, "kvpool events: skipping a message of %d frames\n", n);
-        } else {
-            uint64_t seq = be64(zmq_msg_data(&f[1]));
-            if (have_prev && seq != expect)
-                fprintf(stderr, "kvpool events: gap: expected batch %" PRIu64 ", got %" PRIu64
-                                "\n", expect, seq);
-            have_prev = 1;
-            expect = seq + 1;
-            if (kvpt_event_print(stdout, json, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), seq,
-                                 zmq_msg_data(&f[2]), zmq_msg_size(&f[2])))
-                fprintf(stderr, "kvpool events: batch %" PRIu64 " is not a msgpack batch\n",
-                        seq);
-            got++;
+        if (it[1].revents & ZMQ_POLLIN)
+            monitor_event(mon, &fw);
+        if (it[0].revents & ZMQ_POLLIN) {
+            ended = on_message(sub, json, &fw);
+            last_msg = kvpt_now();
+            continue; /* a verdict waits until nothing is left to read */
         }
-        for (int i = 0; i < n && i < 3; i++)
-            zmq_msg_close(&f[i]);
+        int timed_out = timeout > 0 && kvpt_now() >= last_msg + timeout;
+        if (fw.grace_end > 0 && (timed_out || kvpt_now() >= fw.grace_end))
+            disconnected(sub, &fw, max_bytes);
+        if (timed_out) {
+            fprintf(stderr, "kvpool events: no message for %g s; stopping\n", timeout);
+            break;
+        }
     }
+    if (rc == KVPT_EXIT_OK && (fw.lost || fw.gone))
+        rc = KVPT_EXIT_ERROR;
 out:
     if (mon) {
         zmq_socket_monitor(sub, NULL, 0);
@@ -284,6 +430,11 @@ out:
 /* ------------------------------------------------------------------------ */
 
 static kvpi_publisher *g_pub;
+
+int kvpt_events_check(const char *cmd, const char *endpoint, int connect)
+{
+    return endpoint_usage(cmd, "--events", endpoint, !connect);
+}
 
 int kvpt_events_start(const char *endpoint, int connect, const char *topic, double wait_s)
 {
@@ -565,6 +716,9 @@ int kvpt_cmd_events_demo(int argc, char **argv)
     if (parsed >= 0)
         return parsed;
     pc.endpoint = argv[first];
+    if (endpoint_usage("events-demo", NULL, pc.endpoint, !pc.connect) ||
+        (pc.replay_endpoint && endpoint_usage("events-demo", "--replay", pc.replay_endpoint, 1)))
+        return KVPT_EXIT_USAGE;
 
     demo d;
     memset(&d, 0, sizeof d);

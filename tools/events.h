@@ -19,6 +19,12 @@ int kvpt_cmd_events_demo(int argc, char **argv);
 
 /* ---- the replay hook ----------------------------------------------------- */
 
+/* Check `endpoint` for --events before anything is opened (to connect to
+ * with connect != 0, else to bind).  Returns KVPT_EXIT_OK, or
+ * KVPT_EXIT_USAGE with the refusal printed as a usage error of `cmd`
+ * (KVPT_EXIT_ERROR when built without the interop part). */
+int kvpt_events_check(const char *cmd, const char *endpoint, int connect);
+
 /* Open a publisher on `endpoint` (bound, or with connect != 0 connected to)
  * with `topic` (NULL: ""), then wait up to wait_s seconds for a subscriber.
  * Returns 0, or -1 with the error printed (a bad endpoint: its port, its

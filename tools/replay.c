@@ -372,6 +372,9 @@ int kvpt_cmd_replay(int argc, char **argv)
         return kvpt_usage_error("replay", "--policy: expected " KVPT_POLICY_WORDS ", got '%s'",
                                 policy);
 
+    if (events_ep && (rc = kvpt_events_check("replay", events_ep, events_connect)))
+        return rc;
+
     kvpt_trace t;
     if (kvpt_trace_load(argv[first], &t))
         return KVPT_EXIT_ERROR;
