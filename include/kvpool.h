@@ -1153,7 +1153,7 @@ typedef struct kvp_stats {
     uint64_t prefix_hits;      /* rate: of those, blocks served from cache */
     uint64_t prefix_tokens_queried; /* rate: prefix_queries x block_size */
     uint64_t prefix_tokens_hit;     /* rate: prefix_hits x block_size */
-    uint64_t prompt_tokens;    /* rate: prompt tokens admitted by kvp_seq_admit,
+    uint64_t admitted_tokens;  /* rate: prompt tokens admitted by kvp_seq_admit,
                                   cached or not (its n) */
     uint64_t cow_copies;       /* rate: copy-on-write copies */
     uint64_t tokens_in_use;    /* gauge: sum of fill over blocks in use */
@@ -1191,7 +1191,7 @@ KVP_API kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap,
  * The exposition has one family per kvp_stats field, named after the field,
  * and three families under the names vLLM's dashboards use:
  * kv_cache_usage_perc (gauge 0..1, the usage field), prefix_cache_queries
- * (counter, prompt tokens admitted: prompt_tokens) and prefix_cache_hits
+ * (counter, prompt tokens admitted: admitted_tokens) and prefix_cache_hits
  * (counter, prompt tokens served from the prefix cache: prefix_tokens_hit).
  * Only admissions (kvp_seq_admit) count towards the prefix families: a
  * kvp_lookup or kvp_claim_prefix is not a request's admission.

@@ -35,7 +35,7 @@ static double dabs(double x)
     X(fragmented) X(owners) X(peak_in_use) X(alloc_calls) X(blocks_allocated) \
     X(free_calls) X(blocks_freed) X(reused) X(exhausted) X(grown) X(extended) \
     X(retired) X(relocated) X(evictions) X(prefix_queries) X(prefix_hits)      \
-    X(prefix_tokens_queried) X(prefix_tokens_hit) X(prompt_tokens)            \
+    X(prefix_tokens_queried) X(prefix_tokens_hit) X(admitted_tokens)          \
     X(cow_copies) X(tokens_in_use)
 
 static void expect_stats_at(const kvp_stats *got, const kvp_stats *exp,
@@ -836,7 +836,7 @@ static kvp_pool *admitted_pool(void)
         KVP_ASSERT_EQ(cached, r == 1 ? 0 : 32);
     }
     kvp_stats st = kvptest_stats(pool);
-    KVP_ASSERT_EQ(st.prompt_tokens, 80);
+    KVP_ASSERT_EQ(st.admitted_tokens, 80);
     KVP_ASSERT_EQ(st.prefix_tokens_hit, 32);
     return pool;
 }
@@ -852,7 +852,7 @@ static void test_prometheus_vllm_names(void **state)
     assert_non_null(find_line(text, "# TYPE kvpool_prefix_cache_queries_total counter"));
     assert_non_null(find_line(text, "kvpool_prefix_cache_queries_total 80"));
     assert_non_null(find_line(text, "kvpool_prefix_cache_hits_total 32"));
-    assert_non_null(find_line(text, "kvpool_prompt_tokens_total 80"));
+    assert_non_null(find_line(text, "kvpool_admitted_tokens_total 80"));
     assert_non_null(find_line(text, "# TYPE kvpool_kv_cache_usage_perc gauge"));
     char want[96];
     snprintf(want, sizeof want, "kvpool_kv_cache_usage_perc %.6f", st.usage);
@@ -876,7 +876,7 @@ static void test_prometheus_vllm_names(void **state)
     /* The JSON object keeps one key per kvp_stats field. */
     char json[8192];
     KVP_ASSERT_OK(kvp_stats_json(pool, json, sizeof json, NULL));
-    assert_non_null(strstr(json, "\"prompt_tokens\":80"));
+    assert_non_null(strstr(json, "\"admitted_tokens\":80"));
     assert_null(strstr(json, "prefix_cache_hits"));
     kvptest_done(pool);
 }
