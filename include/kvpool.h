@@ -139,8 +139,8 @@ enum {
 };
 
 /*
- * Reuse order of free blocks (SPEC "Block lifecycle").  In every order vacant
- * blocks are reused before cached ones (FIFO aside: see below), and cached
+ * Reuse order of free blocks.  In every order vacant blocks are reused
+ * before cached ones (FIFO aside: see below), and cached
  * ones leave in eviction order (kvp_policy).
  * - KVP_REUSE_LIFO: vacant before cached; vacant blocks most recently freed
  *   first; never-used blocks after every freed vacant block, lowest id first.

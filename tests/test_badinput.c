@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_badinput.c — table-driven bad input: every public pool call x each
- * class of bad argument (SPEC C1 "a call that fails changes nothing").
+ * class of bad argument (kvpool.h conventions: "a call that fails changes
+ * nothing").
  *
  * Classes: NULL pointers, unknown ids, ids out of range or retired, the null
  * block, double free, freeing another owner's block, wrong or unknown stream

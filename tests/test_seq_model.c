@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_seq_model.c — model-based random test of sequences (SPEC C5, kvpool.h
+ * test_seq_model.c — model-based random test of sequences (kvpool.h
  * "Sequences"), in the spirit of test_model.c.
  *
  * A naive reference model (per sequence: its tokens and block table; per

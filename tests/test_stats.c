@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_stats.c — statistics and observability (SPEC C7).
+ * test_stats.c — statistics and observability (kvpool.h "Statistics").
  *
  * Covers: every counter and gauge of kvp_stats through a scripted sequence of
  * calls (the whole struct is compared after each step; the prefix and COW
