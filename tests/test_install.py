@@ -12,12 +12,16 @@ directory, so nothing is found by accident), then the README quick start
 
 Each program must build and run to exit 0.  The shared one built without
 the search path must fail to start with the loader's message, which is
-what README warns about.
+what README warns about.  The Python package lands in
+P/lib/python3.X/dist-packages (3.X: /usr/bin/python3's version), and with
+that directory on PYTHONPATH, as README says for a prefix other than
+/usr/local, /usr/bin/python3 imports and uses the installed copy.
 """
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,6 +126,20 @@ def test_pkg_config_interop_runs(prefix, has_interop, tmp_path):
     run(["cc", "-std=c11", str(src), "-o", str(exe),
          *pkg(prefix, "--cflags", "--libs", "kvpool_interop"), f"-Wl,-rpath,{libdir}"])
     assert run([str(exe)]).strip() == "interop ok"
+
+
+def test_python_package_imports_with_the_documented_pythonpath(prefix, tmp_path):
+    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "dist-packages"
+    if not (site / "kvpool").is_dir():
+        pytest.skip("built without the Python binding")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(site)
+    out = run(["/usr/bin/python3", "-c", "import kvpool, kvpool.compat.vllm\n"
+               "p = kvpool.Pool(block_size=16, num_blocks=8); ids = p.alloc(20, owner=1)\n"
+               "print(kvpool.__file__, len(ids), p.free_count())"], env=env, cwd=tmp_path)
+    path, n, free = out.split()
+    assert Path(path).resolve().is_relative_to(site.resolve())
+    assert (n, free) == ("2", "6")
 
 
 CMAKE_PROJECT = """
