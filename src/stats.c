@@ -8,7 +8,12 @@
  * after every call when per-call history is on.
  *
  * Both renderers walk one table of metrics, so a counter added to the table
- * appears in both, with the same name.
+ * appears in both, with the same name.  The table's last rows repeat three
+ * fields under vLLM's dashboard names; they appear in the Prometheus text
+ * only, since the JSON object has one key per kvp_stats field.  Labels are
+ * the caller's, checked before anything is written and escaped as the text
+ * format requires; "group" and "tier" stay free for samples split by those
+ * dimensions.
  */
 #include "kvp_internal.h"
 

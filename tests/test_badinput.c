@@ -696,7 +696,7 @@ static int stats_equal_but_exhausted(const kvp_stats *a, const kvp_stats *b,
     CMPF(blocks_allocated) CMPF(free_calls) CMPF(blocks_freed) CMPF(reused)
     CMPF(grown) CMPF(extended) CMPF(retired) CMPF(relocated) CMPF(evictions)
     CMPF(prefix_queries) CMPF(prefix_hits) CMPF(prefix_tokens_queried)
-    CMPF(prefix_tokens_hit) CMPF(cow_copies) CMPF(tokens_in_use)
+    CMPF(prefix_tokens_hit) CMPF(admitted_tokens) CMPF(cow_copies) CMPF(tokens_in_use)
 #undef CMPF
     return 1;
 }
