@@ -139,8 +139,8 @@ enum {
 };
 
 /*
- * Reuse order of free blocks (SPEC "Block lifecycle").  In every order vacant
- * blocks are reused before cached ones (FIFO aside: see below), and cached
+ * Reuse order of free blocks.  In every order vacant blocks are reused
+ * before cached ones (FIFO aside: see below), and cached
  * ones leave in eviction order (kvp_policy).
  * - KVP_REUSE_LIFO: vacant before cached; vacant blocks most recently freed
  *   first; never-used blocks after every freed vacant block, lowest id first.
@@ -1153,6 +1153,8 @@ typedef struct kvp_stats {
     uint64_t prefix_hits;      /* rate: of those, blocks served from cache */
     uint64_t prefix_tokens_queried; /* rate: prefix_queries x block_size */
     uint64_t prefix_tokens_hit;     /* rate: prefix_hits x block_size */
+    uint64_t admitted_tokens;  /* rate: prompt tokens admitted by kvp_seq_admit,
+                                  cached or not (its n) */
     uint64_t cow_copies;       /* rate: copy-on-write copies */
     uint64_t tokens_in_use;    /* gauge: sum of fill over blocks in use */
     uint64_t events_dropped;   /* rate: events lost to a full queue */
@@ -1179,17 +1181,58 @@ KVP_API kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap,
                                      size_t *n_out);
 
 /*
- * Render the counters as Prometheus text exposition (HELP and TYPE lines;
- * counters end in _total) with metric names starting `prefix` (NULL:
- * "kvpool"; letters, digits and '_' only, not starting with a digit), or as
- * one JSON object.  Writes a NUL-terminated string into buf[0..cap);
- * *needed (may be NULL) receives its length without the NUL.  Errors:
- * KVP_EINVAL (NULL pool; NULL buf with cap > 0; bad prefix), KVP_ESPACE (cap
- * <= length; the buffer is left as it was), KVP_EBUSY.  O(number of metrics).
+ * Render the counters as Prometheus text exposition (HELP and TYPE lines,
+ * then one sample; counters end in _total) or as one JSON object.  Writes a
+ * NUL-terminated string into buf[0..cap); *needed (may be NULL) receives its
+ * length without the NUL.  Errors: KVP_EINVAL (NULL pool; NULL buf with cap >
+ * 0; bad prefix), KVP_ESPACE (cap <= length; the buffer is left as it was),
+ * KVP_EBUSY.  O(number of metrics).
+ *
+ * The exposition has one family per kvp_stats field, named after the field,
+ * and three families under the names vLLM's dashboards use:
+ * kv_cache_usage_perc (gauge 0..1, the usage field), prefix_cache_queries
+ * (counter, prompt tokens admitted: admitted_tokens) and prefix_cache_hits
+ * (counter, prompt tokens served from the prefix cache: prefix_tokens_hit).
+ * Only admissions (kvp_seq_admit) count towards the prefix families: a
+ * kvp_lookup or kvp_claim_prefix is not a request's admission.
+ *
+ * Each name is `prefix`, then '_', then the metric's name; a prefix ending in
+ * ':' is followed directly by the name ("vllm:" gives
+ * vllm:kv_cache_usage_perc).  A prefix (NULL: "kvpool") is letters, digits,
+ * '_' and ':', not starting with a digit.  The JSON object has one key per
+ * kvp_stats field.
  */
 KVP_API kvp_status kvp_stats_prometheus(kvp_pool *pool, const char *prefix, char *buf,
                                         size_t cap, size_t *needed);
 KVP_API kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t *needed);
+
+/* A label attached to every sample of an exposition: `name="value"`. */
+typedef struct kvp_label {
+    const char *name;  /* letters, digits and '_', not starting with a digit
+                          or "__"; "group" and "tier" are reserved */
+    const char *value; /* any UTF-8; '\\', '"' and newline are escaped */
+} kvp_label;
+
+/* What kvp_stats_prometheus_opts writes. */
+typedef struct kvp_prometheus_opts {
+    const char *prefix;      /* as kvp_stats_prometheus's; NULL: "kvpool" */
+    const kvp_label *labels; /* n_labels labels, in this order on every sample
+                                (e.g. model_name, pool) */
+    size_t n_labels;
+} kvp_prometheus_opts;
+
+/*
+ * kvp_stats_prometheus with labels: the same families, each sample carrying
+ * opts->labels.  The label names "group" and "tier" are reserved for samples
+ * split by those dimensions.  opts NULL is the same as
+ * kvp_stats_prometheus(pool, NULL, ...).  The strings are read during the call
+ * only.  Errors: those of kvp_stats_prometheus, and KVP_EINVAL (NULL labels
+ * with n_labels > 0; a NULL name or value; a bad, reserved or repeated label
+ * name); nothing is written on an error.
+ * O(number of metrics x length of the labels).
+ */
+KVP_API kvp_status kvp_stats_prometheus_opts(kvp_pool *pool, const kvp_prometheus_opts *opts,
+                                             char *buf, size_t cap, size_t *needed);
 
 /* ------------------------------------------------------------------------ */
 /* Checking                                                                  */

@@ -31,7 +31,7 @@
  * block, in FIFO order before the queue, in LOWEST order by id with the
  * rest.  A stream's blocks need no set-up at creation that way.
  *
- * Why this shape: the reuse orders (SPEC "Reuse order") differ only here
+ * Why this shape: the reuse orders (kvp_reuse in kvpool.h) differ only here
  * (kvp__pick, kvp__free_insert, kvp__cached_to_vacant) and in take.c's
  * pop_vacant; everything else is shared.  Lists are linked through the
  * block records, so a free structure costs no memory of its own but the

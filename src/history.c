@@ -46,6 +46,7 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
     o->prefix_hits = p->ctr.prefix_hits;
     o->prefix_tokens_queried = p->ctr.prefix_queries * p->cfg.block_size;
     o->prefix_tokens_hit = p->ctr.prefix_hits * p->cfg.block_size;
+    o->admitted_tokens = p->ctr.admitted_tokens;
     o->cow_copies = p->ctr.cow_copies;
     o->tokens_in_use = p->fill_sum;
     o->events_dropped = p->ctr.events_dropped;

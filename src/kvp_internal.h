@@ -280,7 +280,7 @@ typedef struct kvp__cursor {
 typedef struct kvp__counters {
     uint64_t alloc_calls, blocks_allocated, free_calls, blocks_freed, reused,
         exhausted, grown, extended, retired, relocated, evictions, prefix_queries, prefix_hits,
-        cow_copies, events_dropped;
+        admitted_tokens, cow_copies, events_dropped;
 } kvp__counters;
 
 struct kvp_pool {

@@ -524,6 +524,7 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
         memcpy(seq->tail, tokens + nfull * bs, (n - nfull * bs) * sizeof *tokens);
         p->ctr.prefix_queries += max_hit;
         p->ctr.prefix_hits += k;
+        p->ctr.admitted_tokens += n;
         p->ctr.alloc_calls++;
         if (cached_tokens)
             *cached_tokens = k * bs;

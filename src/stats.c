@@ -8,7 +8,12 @@
  * after every call when per-call history is on.
  *
  * Both renderers walk one table of metrics, so a counter added to the table
- * appears in both, with the same name.
+ * appears in both, with the same name.  The table's last rows repeat three
+ * fields under vLLM's dashboard names; they appear in the Prometheus text
+ * only, since the JSON object has one key per kvp_stats field.  Labels are
+ * the caller's, checked before anything is written and escaped as the text
+ * format requires; "group" and "tier" stay free for samples split by those
+ * dimensions.
  */
 #include "kvp_internal.h"
 
@@ -78,13 +83,17 @@ kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap, size_t 
 
 enum { GAUGE, COUNTER, RATIO };
 
+/* prom_only: a family under a vLLM dashboard name, rendered in the
+ * Prometheus text only (the JSON object keeps one key per kvp_stats field). */
 static const struct metric {
     const char *name;
     int kind;
     size_t off;
+    bool prom_only;
     const char *help;
 } metrics[] = {
-#define M(field, kind, help) {#field, kind, offsetof(kvp_stats, field), help}
+#define M(field, kind, help) {#field, kind, offsetof(kvp_stats, field), false, help}
+#define V(name, field, kind, help) {name, kind, offsetof(kvp_stats, field), true, help}
     M(blocks, GAUGE, "Blocks managed by the pool (not retired)."),
     M(in_use, GAUGE, "Blocks holding at least one reference."),
     M(free, GAUGE, "Free blocks, vacant and cached."),
@@ -108,13 +117,20 @@ static const struct metric {
     M(evictions, COUNTER, "Hashes evicted from the content index."),
     M(prefix_queries, COUNTER, "Full prompt blocks looked up at admission."),
     M(prefix_hits, COUNTER, "Prompt blocks served from the prefix cache."),
-    M(prefix_tokens_queried, COUNTER, "Prompt tokens looked up at admission."),
+    M(prefix_tokens_queried, COUNTER, "Prompt tokens in full blocks looked up at admission."),
     M(prefix_tokens_hit, COUNTER, "Prompt tokens served from the prefix cache."),
+    M(admitted_tokens, COUNTER, "Prompt tokens admitted, cached or not."),
     M(cow_copies, COUNTER, "Copy-on-write block copies."),
     M(tokens_in_use, GAUGE, "Tokens held in blocks in use (sum of fill levels)."),
     M(events_dropped, COUNTER, "KV-cache events lost to a full event queue."),
     M(fragmentation, RATIO, "Fraction of managed blocks in use and partly filled."),
     M(usage, RATIO, "Fraction of managed blocks in use."),
+    V("kv_cache_usage_perc", usage, RATIO, "KV-cache usage, 1 means 100 percent (in_use / blocks)."),
+    V("prefix_cache_queries", admitted_tokens, COUNTER,
+      "Prefix cache queries, in prompt tokens admitted."),
+    V("prefix_cache_hits", prefix_tokens_hit, COUNTER,
+      "Prefix cache hits, in prompt tokens served from the cache."),
+#undef V
 #undef M
 };
 
@@ -125,6 +141,7 @@ typedef struct writer {
     size_t cap, len;
 } writer;
 
+/* Append printf-formatted text, or only count it once the buffer is full. */
 static void put(writer *o, const char *fmt, ...)
 {
     va_list ap;
@@ -136,6 +153,7 @@ static void put(writer *o, const char *fmt, ...)
         o->len += (size_t)n;
 }
 
+/* Append one metric's value, read from the kvp_stats at its offset. */
 static void put_value(writer *o, const kvp_stats *st, const struct metric *m)
 {
     const char *field = (const char *)st + m->off;
@@ -150,47 +168,93 @@ static void put_value(writer *o, const kvp_stats *st, const struct metric *m)
     }
 }
 
-static bool valid_prefix(const char *s)
+/* A name made of letters, digits, '_' and the characters in `extra`, not
+ * starting with a digit. */
+static bool valid_name(const char *s, const char *extra)
 {
     if (!*s || (*s >= '0' && *s <= '9'))
         return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_'))
+              *s == '_' || (*s && strchr(extra, *s))))
             return false;
     return true;
 }
 
-/* Write the metrics as Prometheus text (prefix set) or JSON (prefix NULL). */
-static void write_metrics(writer *o, const kvp_stats *st, const char *prefix)
+/* A caller's label set: valid names, not reserved by Prometheus ("__") or
+ * for later dimensions of the exposition ("group", "tier"), none repeated. */
+static bool valid_labels(const kvp_label *labels, size_t n)
 {
-    size_t n = sizeof metrics / sizeof metrics[0];
-    if (!prefix)
-        put(o, "{");
+    if (n && !labels)
+        return false;
     for (size_t i = 0; i < n; i++) {
-        const struct metric *m = &metrics[i];
-        if (prefix) {
-            const char *suffix = m->kind == COUNTER ? "_total" : "";
-            const char *type = m->kind == COUNTER ? "counter" : "gauge";
-            put(o, "# HELP %s_%s%s %s\n", prefix, m->name, suffix, m->help);
-            put(o, "# TYPE %s_%s%s %s\n", prefix, m->name, suffix, type);
-            put(o, "%s_%s%s ", prefix, m->name, suffix);
-            put_value(o, st, m);
-            put(o, "\n");
-        } else {
-            put(o, "%s\"%s\":", i ? "," : "", m->name);
-            put_value(o, st, m);
-        }
+        const char *name = labels[i].name;
+        if (!name || !labels[i].value || !valid_name(name, "") || !strncmp(name, "__", 2) ||
+            !strcmp(name, "group") || !strcmp(name, "tier"))
+            return false;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(name, labels[j].name))
+                return false;
     }
-    if (!prefix)
+    return true;
+}
+
+/* Append the label set `{a="x",b="y"}` (nothing without labels), values
+ * escaped as the text format requires. */
+static void put_labels(writer *o, const kvp_label *labels, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        put(o, "%s%s=\"", i ? "," : "{", labels[i].name);
+        for (const char *v = labels[i].value; *v; v++) {
+            size_t run = strcspn(v, "\\\"\n");
+            put(o, "%.*s", (int)run, v);
+            v += run;
+            if (!*v)
+                break;
+            put(o, "\\%c", *v == '\n' ? 'n' : *v);
+        }
+        put(o, "\"");
+    }
+    if (n)
         put(o, "}");
 }
 
+/* Write the metrics as Prometheus text (opts set) or JSON (opts NULL). */
+static void write_metrics(writer *o, const kvp_stats *st, const kvp_prometheus_opts *opts)
+{
+    size_t n = sizeof metrics / sizeof metrics[0];
+    if (!opts) {
+        put(o, "{");
+        for (size_t i = 0; i < n; i++)
+            if (!metrics[i].prom_only) {
+                put(o, "%s\"%s\":", i ? "," : "", metrics[i].name);
+                put_value(o, st, &metrics[i]);
+            }
+        put(o, "}");
+        return;
+    }
+    size_t plen = strlen(opts->prefix);
+    const char *sep = opts->prefix[plen - 1] == ':' ? "" : "_";
+    for (size_t i = 0; i < n; i++) {
+        const struct metric *m = &metrics[i];
+        const char *suffix = m->kind == COUNTER ? "_total" : "";
+        const char *type = m->kind == COUNTER ? "counter" : "gauge";
+        put(o, "# HELP %s%s%s%s %s\n", opts->prefix, sep, m->name, suffix, m->help);
+        put(o, "# TYPE %s%s%s%s %s\n", opts->prefix, sep, m->name, suffix, type);
+        put(o, "%s%s%s%s", opts->prefix, sep, m->name, suffix);
+        put_labels(o, opts->labels, opts->n_labels);
+        put(o, " ");
+        put_value(o, st, m);
+        put(o, "\n");
+    }
+}
+
 /* Measure first, write only if it fits: a too-small buffer stays as it was. */
-static kvp_status render(kvp_pool *pool, const char *prefix, char *buf, size_t cap,
+static kvp_status render(kvp_pool *pool, const kvp_prometheus_opts *opts, char *buf, size_t cap,
                          size_t *needed)
 {
-    if (!pool || (!buf && cap) || (prefix && !valid_prefix(prefix)))
+    if (!pool || (!buf && cap) ||
+        (opts && (!valid_name(opts->prefix, ":") || !valid_labels(opts->labels, opts->n_labels))))
         return KVP_EINVAL;
     kvp_status rc = kvp__enter(pool);
     if (rc)
@@ -200,20 +264,33 @@ static kvp_status render(kvp_pool *pool, const char *prefix, char *buf, size_t c
     kvp__leave(pool, false);
 
     writer measure = {NULL, 0, 0};
-    write_metrics(&measure, &st, prefix);
+    write_metrics(&measure, &st, opts);
     if (needed)
         *needed = measure.len;
     if (measure.len >= cap)
         return KVP_ESPACE;
     writer o = {buf, cap, 0};
-    write_metrics(&o, &st, prefix);
+    write_metrics(&o, &st, opts);
     return KVP_OK;
+}
+
+kvp_status kvp_stats_prometheus_opts(kvp_pool *pool, const kvp_prometheus_opts *opts,
+                                     char *buf, size_t cap, size_t *needed)
+{
+    kvp_prometheus_opts o = {"kvpool", NULL, 0};
+    if (opts) {
+        o = *opts;
+        if (!o.prefix)
+            o.prefix = "kvpool";
+    }
+    return render(pool, &o, buf, cap, needed);
 }
 
 kvp_status kvp_stats_prometheus(kvp_pool *pool, const char *prefix, char *buf, size_t cap,
                                 size_t *needed)
 {
-    return render(pool, prefix ? prefix : "kvpool", buf, cap, needed);
+    kvp_prometheus_opts o = {prefix, NULL, 0};
+    return kvp_stats_prometheus_opts(pool, &o, buf, cap, needed);
 }
 
 kvp_status kvp_stats_json(kvp_pool *pool, char *buf, size_t cap, size_t *needed)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_badinput.c — table-driven bad input: every public pool call x each
- * class of bad argument (SPEC C1 "a call that fails changes nothing").
+ * class of bad argument (kvpool.h conventions: "a call that fails changes
+ * nothing").
  *
  * Classes: NULL pointers, unknown ids, ids out of range or retired, the null
  * block, double free, freeing another owner's block, wrong or unknown stream
@@ -695,7 +696,7 @@ static int stats_equal_but_exhausted(const kvp_stats *a, const kvp_stats *b,
     CMPF(blocks_allocated) CMPF(free_calls) CMPF(blocks_freed) CMPF(reused)
     CMPF(grown) CMPF(extended) CMPF(retired) CMPF(relocated) CMPF(evictions)
     CMPF(prefix_queries) CMPF(prefix_hits) CMPF(prefix_tokens_queried)
-    CMPF(prefix_tokens_hit) CMPF(cow_copies) CMPF(tokens_in_use)
+    CMPF(prefix_tokens_hit) CMPF(admitted_tokens) CMPF(cow_copies) CMPF(tokens_in_use)
 #undef CMPF
     return 1;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_freelist.c — the free blocks' reuse order (SPEC "Free order", "Reuse
- * order"; src/freelist.c).
+ * test_freelist.c — the free blocks' reuse order (kvp_reuse in kvpool.h;
+ * src/freelist.c).
  *
  * Covers: the three reuse orders exactly (never-used blocks after or before
  * the freed ones, "first given is first reused" within one call), the LIFO

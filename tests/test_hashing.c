@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_hashing.c — chained block hashing (SPEC C4, kvpool.h "Block hashing").
+ * test_hashing.c — chained block hashing (kvpool.h "Block hashing").
  *
  * Covers: known-answer vectors computed outside C (tests/vectors/
  * make_hash_vectors.py, Python hashlib + xxhash, from the byte layout in the

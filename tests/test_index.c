@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_index.c — shared blocks and the content index (SPEC C3, callback rule
- * of "Block lifecycle" and C9).
+ * test_index.c — shared blocks and the content index (kvpool.h "Shared blocks
+ * and the content index", and the conventions' callback rule).
  *
  * Covers: publish/lookup/unpublish and their refusals, lazy eviction (the
  * callback fires once, with the right hash and block, when a cached block is

@@ -12,7 +12,7 @@
  * takes run the library's fast path).
  *
  * How: a deliberately naive reference model (plain arrays and linear scans,
- * written from kvpool.h and SPEC "Block lifecycle", not from src/; it lives
+ * written from kvpool.h and its block states, not from src/; it lives
  * in tests/support/model.{h,c}, shared with fuzz/fuzz_pool.c) is driven
  * in lock step with a real pool by a seeded splitmix64 operation stream.
  * After every step the test compares the status, the ids returned, the

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_owner.c — owner-tracked allocation (SPEC C2, C3 references).
+ * test_owner.c — owner-tracked allocation (kvpool.h "Owner-tracked
+ * allocation", and the references claims add).
  *
  * Covers: register/release and the collision it catches, repeated allocation
  * as growth, owner_blocks in allocation order (and its buffer rules), freeing

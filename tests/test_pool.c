@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_pool.c — pool lifecycle and plain allocation (SPEC C1, C2, C6 growth).
+ * test_pool.c — pool lifecycle and plain allocation (kvpool.h "Lifecycle",
+ * "Owner-tracked allocation", growth on exhaustion).
  *
  * Covers: config defaults, strerror, create errors and the allocator hook
  * (including ENOMEM at every allocation of create), zero-block pools, clear

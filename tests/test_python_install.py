@@ -8,7 +8,9 @@ holding the built extension and the .py files, `pip install
 --no-build-isolation .` installs the package, and `import kvpool` run from
 an unrelated directory loads the installed copy, whose __version__ is the
 one include/kvpool.h states, and whose extension has libkvpool compiled in
-(no libkvpool.so needed at run time).
+(no libkvpool.so needed at run time).  The wheel also installs with
+`pip install --no-deps --no-index` into a plain venv (no
+--system-site-packages, so no numpy), as on another Debian 12 machine.
 """
 import os
 import re
@@ -80,6 +82,32 @@ def test_pip_install_then_import_from_anywhere(venv, tmp_path):
     r = subprocess.run([py, "-c", "import kvpool; print(kvpool.__file__)"], cwd=tmp_path,
                        capture_output=True, text=True)
     assert r.returncode != 0 or not Path(r.stdout.strip()).resolve().is_relative_to(venv.resolve())
+
+
+def test_wheel_installs_in_a_plain_venv(venv, tmp_path):
+    """The wheel on another Debian 12 machine: a venv without
+    --system-site-packages (no numpy, no setuptools), pip install of the
+    wheel alone, then the package used from an unrelated directory."""
+    wheel_dir = tmp_path / "wheel"
+    run([str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-index",
+         "--no-deps", "-w", str(wheel_dir), str(ROOT)], cwd=tmp_path)
+    wheel = next(wheel_dir.glob("kvpool-*.whl"))
+    plain = tmp_path / "plain"
+    run([PY, "-m", "venv", str(plain)], cwd=tmp_path)
+    py = str(plain / "bin" / "python")
+    assert run([py, "-c", "import sys; print(sys.prefix != sys.base_prefix)"], cwd=tmp_path).strip() == "True"
+    r = subprocess.run([py, "-c", "import numpy"], capture_output=True, cwd=tmp_path)
+    assert r.returncode != 0, "the plain venv sees Debian's numpy"
+    run([py, "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], cwd=tmp_path)
+    out = run([py, "-c", "import kvpool, kvpool.compat.vllm as v\n"
+                         "p = kvpool.Pool(block_size=16, num_blocks=64)\n"
+                         "s = p.sequence(1); c0 = s.admit(list(range(40))); s.destroy()\n"
+                         "s = p.sequence(2); c1 = s.admit(list(range(40))); s.destroy()\n"
+                         "bp = v.BlockPool(32, True)\n"
+                         "print(kvpool.__file__, c0, c1, bp.get_num_free_blocks())"], cwd=tmp_path)
+    path, c0, c1, free = out.split()
+    assert Path(path).resolve().is_relative_to(plain.resolve())
+    assert (c0, c1, free) == ("0", "32", "31")
 
 
 def test_the_suites_import_the_package_kvp_python_dir_names():

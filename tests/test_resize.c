@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_resize.c — growth, shrink and relocation (SPEC C6, index rule of C3).
+ * test_resize.c — growth, shrink and relocation (kvpool.h "Growth, shrink,
+ * relocation"; what a retired block does to the content index).
  *
  * Covers: kvp_extend (cap on managed blocks, refilling ids retired by shrink
  * lowest first, then above the top; where new blocks land in the reuse

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_seq_model.c — model-based random test of sequences (SPEC C5, kvpool.h
+ * test_seq_model.c — model-based random test of sequences (kvpool.h
  * "Sequences"), in the spirit of test_model.c.
  *
  * A naive reference model (per sequence: its tokens and block table; per
@@ -81,7 +81,7 @@ typedef struct model {
     mblock b[MB];
     mseq s[MSEQ];
     uint64_t stamp, next_id, rng;
-    uint64_t cow, pq, ph;
+    uint64_t cow, pq, ph, pt; /* copies; prefix blocks queried, hit; prompt tokens */
     /* expected eviction callbacks of this step */
     size_t nev;
     kvp_block ev_b[MEV];
@@ -427,6 +427,7 @@ static void op_admit(model *m)
     s->ntok = n;
     m->pq += max_hit;
     m->ph += hit;
+    m->pt += n;
     /* Admission into a sequence with tokens: busy. */
     if (below(m, 16) == 0) {
         m->op = "admit(busy)";
@@ -784,6 +785,7 @@ static void compare(model *m, int lookups)
     MCHECK_EQ(m, st.prefix_hits, m->ph, "stats.prefix_hits");
     MCHECK_EQ(m, st.prefix_tokens_queried, m->pq * m->bs, "stats.prefix_tokens_queried");
     MCHECK_EQ(m, st.prefix_tokens_hit, m->ph * m->bs, "stats.prefix_tokens_hit");
+    MCHECK_EQ(m, st.admitted_tokens, m->pt, "stats.admitted_tokens");
     MCHECK_EQ(m, st.tokens_in_use, tokens, "stats.tokens_in_use");
     MCHECK_EQ(m, st.owners, 0, "stats.owners");
     if (lookups) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_sequence.c — sequences (per-request block tables, SPEC C5) and
- * verified hits (C4 beyond), from kvpool.h "Sequences" and "Verified hits".
+ * test_sequence.c — sequences (per-request block tables) and verified hits,
+ * from kvpool.h "Sequences" and "Verified hits".
  *
  * Covers: prefix hits on blocks still held (ref count 2) and on free cached
  * blocks (off the free list); eviction order after requests finish (tail

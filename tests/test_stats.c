@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_stats.c — statistics and observability (SPEC C7).
+ * test_stats.c — statistics and observability (kvpool.h "Statistics").
  *
  * Covers: every counter and gauge of kvp_stats through a scripted sequence of
  * calls (the whole struct is compared after each step; the prefix and COW
@@ -35,8 +35,8 @@ static double dabs(double x)
     X(fragmented) X(owners) X(peak_in_use) X(alloc_calls) X(blocks_allocated) \
     X(free_calls) X(blocks_freed) X(reused) X(exhausted) X(grown) X(extended) \
     X(retired) X(relocated) X(evictions) X(prefix_queries) X(prefix_hits)      \
-    X(prefix_tokens_queried) X(prefix_tokens_hit) X(cow_copies)               \
-    X(tokens_in_use)
+    X(prefix_tokens_queried) X(prefix_tokens_hit) X(admitted_tokens)          \
+    X(cow_copies) X(tokens_in_use)
 
 static void expect_stats_at(const kvp_stats *got, const kvp_stats *exp,
                             const char *step, const char *file, int line)
@@ -421,7 +421,7 @@ static void test_history_every_call(void **state)
     uint32_t u;
     size_t n;
     uint64_t fp;
-    char buf[4096];
+    char buf[8192];
     KVP_ASSERT_STATUS(kvp_lookup(pool, KVP_STREAM_SHARED, &h, &out), KVP_ENOTFOUND);
     KVP_ASSERT_OK(kvp_block_get(pool, b, &info));
     KVP_ASSERT_OK(kvp_stats_get(pool, &st));
@@ -503,7 +503,7 @@ static prom_family *family_of(prom_family *fams, int nf, const char *name, size_
 
 /* Check the exposition text and count counter and gauge families; find the
  * value of the sample named prefix_<want> or prefix_<want>_total (a counter
- * when want_counter).  The metric names are assumed to follow the kvp_stats
+ * when want_counter; prefix<want> for a prefix ending in ':').  The metric names are assumed to follow the kvp_stats
  * field names. */
 typedef struct prom_result {
     int n_counters, n_gauges, n_samples;
@@ -518,6 +518,7 @@ static prom_result check_prometheus(const char *text, const char *prefix,
     prom_family fams[128];
     int nf = 0;
     size_t plen = strlen(prefix);
+    size_t sep = plen && prefix[plen - 1] == ':' ? 0 : 1; /* "vllm:" + name */
     size_t tl = strlen(text);
     if (tl == 0 || text[tl - 1] != '\n')
         fail_msg("Prometheus text does not end with a newline");
@@ -545,7 +546,7 @@ static prom_result check_prometheus(const char *text, const char *prefix,
                 fail_msg("line %d: malformed: %s", lineno, line);
             size_t nl2 = (size_t)(sp - name);
             if (!valid_metric_name(name, nl2) || strncmp(name, prefix, plen) != 0 ||
-                name[plen] != '_')
+                (sep && name[plen] != '_'))
                 fail_msg("line %d: bad metric name (prefix \"%s\"): %s", lineno, prefix,
                          line);
             prom_family *f = NULL;
@@ -587,7 +588,7 @@ static prom_result check_prometheus(const char *text, const char *prefix,
         /* A sample: name[{labels}] value [timestamp] */
         size_t nlen = strcspn(line, "{ ");
         if (!valid_metric_name(line, nlen) || strncmp(line, prefix, plen) != 0 ||
-            line[plen] != '_')
+            (sep && line[plen] != '_'))
             fail_msg("line %d: bad sample name (prefix \"%s\"): %s", lineno, prefix, line);
         prom_family *f = family_of(fams, nf, line, nlen);
         if (f == NULL || !f->type[0] || !f->has_help)
@@ -615,7 +616,7 @@ static prom_result check_prometheus(const char *text, const char *prefix,
         memcpy(name, line, nlen < 255 ? nlen : 255);
         name[nlen < 255 ? nlen : 255] = '\0';
         /* Names are matched exactly: prefix_<want> or prefix_<want>_total. */
-        const char *rest = name + plen + 1;
+        const char *rest = name + plen + sep;
         size_t wl = want ? strlen(want) : 0;
         int match = want && strncmp(rest, want, wl) == 0 &&
                     (rest[wl] == '\0' || strcmp(rest + wl, "_total") == 0);
@@ -653,19 +654,27 @@ static kvp_pool *busy_pool(void)
     return pool;
 }
 
-static char *render_prom(kvp_pool *pool, const char *prefix, size_t *len_out)
+/* Render with options into a malloc'd string, checking the two-pass sizes. */
+static char *render_opts(kvp_pool *pool, const kvp_prometheus_opts *opts)
 {
-    size_t need = 0;
-    KVP_ASSERT_STATUS(kvp_stats_prometheus(pool, prefix, NULL, 0, &need), KVP_ESPACE);
+    size_t need = 0, got = 0;
+    KVP_ASSERT_STATUS(kvp_stats_prometheus_opts(pool, opts, NULL, 0, &need), KVP_ESPACE);
     if (need == 0)
         fail_msg("Prometheus: needed length 0");
     char *buf = malloc(need + 1);
     assert_non_null(buf);
-    size_t got = 0;
-    KVP_ASSERT_OK(kvp_stats_prometheus(pool, prefix, buf, need + 1, &got));
+    KVP_ASSERT_OK(kvp_stats_prometheus_opts(pool, opts, buf, need + 1, &got));
     KVP_ASSERT_EQ(got, need);
     KVP_ASSERT_EQ(strlen(buf), need);
-    *len_out = need;
+    return buf;
+}
+
+/* The same with kvp_stats_prometheus's arguments: a prefix, no labels. */
+static char *render_prom(kvp_pool *pool, const char *prefix, size_t *len_out)
+{
+    kvp_prometheus_opts opts = {prefix, NULL, 0};
+    char *buf = render_opts(pool, &opts);
+    *len_out = strlen(buf);
     return buf;
 }
 
@@ -740,7 +749,7 @@ static void test_prometheus_prefix(void **state)
     free(def);
     free(named);
 
-    const char *good[] = {"vllm_kv", "_x", "A9_", "a", "x1"};
+    const char *good[] = {"vllm_kv", "_x", "A9_", "a", "x1", "vllm:", "ns:kv", ":"};
     for (size_t i = 0; i < ARRAY_LEN(good); i++) {
         char *t = render_prom(pool, good[i], &len);
         prom_result r = check_prometheus(t, good[i], "evictions", 1);
@@ -758,6 +767,183 @@ static void test_prometheus_prefix(void **state)
                      (int)st, kvp_strerror(st));
     }
     KVP_ASSERT_STATUS(kvp_stats_prometheus(NULL, NULL, buf, sizeof buf, NULL), KVP_EINVAL);
+    kvptest_done(pool);
+}
+
+/* promtool check metrics on the text: the format as Prometheus reads it,
+ * and its naming lint.  colon_names: the text uses a prefix with ':' (as
+ * vLLM's names do), and the lint's one complaint about that, "metric names
+ * should not contain ':'" (':' is meant for recording rules), is the only
+ * one allowed.  Returns 0 when promtool is not installed. */
+static int promtool_check(const char *text, int colon_names)
+{
+    if (access("/usr/bin/promtool", X_OK) != 0)
+        return 0;
+    char path[] = "/tmp/kvp_promtool_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "/usr/bin/promtool check metrics >%s 2>&1", path);
+    FILE *p = popen(cmd, "w");
+    assert_non_null(p);
+    fputs(text, p);
+    int rc = pclose(p);
+    FILE *out = fopen(path, "r");
+    assert_non_null(out);
+    char line[512];
+    int other = 0, lines = 0;
+    while (fgets(line, sizeof line, out)) {
+        lines++;
+        if (!colon_names || !strstr(line, "metric names should not contain ':'")) {
+            other = 1;
+            print_error("promtool: %s", line);
+        }
+    }
+    fclose(out);
+    unlink(path);
+    if (other || (rc != 0 && lines == 0))
+        fail_msg("promtool check metrics failed (rc %d) on:\n%s", rc, text);
+    return 1;
+}
+
+/* The exact sample line `name value`, or NULL. */
+static const char *find_line(const char *text, const char *line)
+{
+    size_t n = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)) != NULL; p++)
+        if ((p == text || p[-1] == '\n') && p[n] == '\n')
+            return p;
+    return NULL;
+}
+
+/* A pool where two requests with the same 40-token prompt were admitted
+ * (block_size 16): 80 prompt tokens, the second admission's 2 full blocks
+ * (32 tokens; the last token is never served from cache) hit. */
+static kvp_pool *admitted_pool(void)
+{
+    kvp_config cfg = kvptest_config(16);
+    cfg.prefix_caching = 1;
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint32_t toks[40];
+    for (uint32_t i = 0; i < 40; i++)
+        toks[i] = 100 + i;
+    for (uint64_t r = 1; r <= 2; r++) {
+        kvp_seq *seq;
+        size_t cached = 99;
+        KVP_ASSERT_OK(kvp_seq_create(pool, r, NULL, &seq));
+        KVP_ASSERT_OK(kvp_seq_admit(seq, toks, 40, &cached));
+        KVP_ASSERT_EQ(cached, r == 1 ? 0 : 32);
+    }
+    kvp_stats st = kvptest_stats(pool);
+    KVP_ASSERT_EQ(st.admitted_tokens, 80);
+    KVP_ASSERT_EQ(st.prefix_tokens_hit, 32);
+    return pool;
+}
+
+static void test_prometheus_vllm_names(void **state)
+{
+    (void)state;
+    kvp_pool *pool = admitted_pool();
+    kvp_stats st = kvptest_stats(pool);
+    size_t len = 0;
+    char *text = render_prom(pool, NULL, &len);
+    check_prometheus(text, "kvpool", NULL, 0);
+    assert_non_null(find_line(text, "# TYPE kvpool_prefix_cache_queries_total counter"));
+    assert_non_null(find_line(text, "kvpool_prefix_cache_queries_total 80"));
+    assert_non_null(find_line(text, "kvpool_prefix_cache_hits_total 32"));
+    assert_non_null(find_line(text, "kvpool_admitted_tokens_total 80"));
+    assert_non_null(find_line(text, "# TYPE kvpool_kv_cache_usage_perc gauge"));
+    char want[96];
+    snprintf(want, sizeof want, "kvpool_kv_cache_usage_perc %.6f", st.usage);
+    if (st.usage <= 0.0 || !find_line(text, want))
+        fail_msg("no line \"%s\" (usage %g) in\n%s", want, st.usage, text);
+    promtool_check(text, 0);
+    free(text);
+
+    /* A prefix ending in ':' is joined without '_'. */
+    char colon[16384];
+    KVP_ASSERT_OK(kvp_stats_prometheus(pool, "vllm:", colon, sizeof colon, NULL));
+    text = strdup(colon);
+    prom_result r = check_prometheus(text, "vllm:", "prefix_cache_hits", 1);
+    if (!r.found || r.value != 32.0)
+        fail_msg("vllm:prefix_cache_hits_total missing or not 32\n%s", text);
+    assert_non_null(find_line(text, "vllm:prefix_cache_queries_total 80"));
+    assert_null(strstr(text, "vllm:_"));
+    promtool_check(text, 1);
+    free(text);
+
+    /* The JSON object keeps one key per kvp_stats field. */
+    char json[8192];
+    KVP_ASSERT_OK(kvp_stats_json(pool, json, sizeof json, NULL));
+    assert_non_null(strstr(json, "\"admitted_tokens\":80"));
+    assert_null(strstr(json, "prefix_cache_hits"));
+    kvptest_done(pool);
+}
+
+static void test_prometheus_labels(void **state)
+{
+    (void)state;
+    kvp_pool *pool = admitted_pool();
+    kvp_label labels[2] = {{"model_name", "llama-3-8b"}, {"pool", "gpu\"0\"\\a\nb"}};
+    kvp_prometheus_opts opts = {"vllm:", labels, 2};
+    char *text = render_opts(pool, &opts);
+    check_prometheus(text, "vllm:", NULL, 0);
+    const char *lab = "{model_name=\"llama-3-8b\",pool=\"gpu\\\"0\\\"\\\\a\\nb\"}";
+    char want[256];
+    snprintf(want, sizeof want, "vllm:prefix_cache_hits_total%s 32", lab);
+    if (!find_line(text, want))
+        fail_msg("no line %s in\n%s", want, text);
+    snprintf(want, sizeof want, "vllm:blocks%s 16", lab);
+    if (!find_line(text, want))
+        fail_msg("no line %s in\n%s", want, text);
+    /* Every sample carries the labels. */
+    for (const char *p = text; *p; p = strchr(p, '\n') + 1)
+        if (*p != '#' && strncmp(strchr(p, '{') ? strchr(p, '{') : "", lab, strlen(lab)) != 0)
+            fail_msg("a sample without the labels: %.80s", p);
+    promtool_check(text, 1);
+    free(text);
+    kvp_prometheus_opts own = {NULL, labels, 2};
+    text = render_opts(pool, &own);
+    promtool_check(text, 0);
+    free(text);
+
+    /* No labels, NULL prefix: kvp_stats_prometheus's text; NULL opts too. */
+    kvp_prometheus_opts plain = {NULL, NULL, 0};
+    char *a = render_opts(pool, &plain), *b = render_opts(pool, NULL);
+    char c[16384];
+    KVP_ASSERT_OK(kvp_stats_prometheus(pool, NULL, c, sizeof c, NULL));
+    assert_string_equal(a, c);
+    assert_string_equal(b, c);
+    free(a);
+    free(b);
+
+    /* Refused: bad, reserved or repeated names, NULL strings, a bad prefix.
+     * Nothing is written and the pool is unchanged. */
+    const kvp_label bad[][2] = {
+        {{"9x", "v"}, {"pool", "p"}},     {{"a-b", "v"}, {"pool", "p"}},
+        {{"", "v"}, {"pool", "p"}},       {{"__name__", "v"}, {"pool", "p"}},
+        {{"group", "g"}, {"pool", "p"}},  {{"pool", "a"}, {"tier", "t"}},
+        {{"pool", "a"}, {"pool", "b"}},   {{NULL, "v"}, {"pool", "p"}},
+        {{"model_name", NULL}, {"pool", "p"}}, {{"a:b", "v"}, {"pool", "p"}},
+    };
+    char buf[16384];
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        kvp_prometheus_opts o = {"kvpool", bad[i], 2};
+        memset(buf, 'x', sizeof buf);
+        size_t need = 12345;
+        KVP_ASSERT_REFUSED(pool, kvp_stats_prometheus_opts(pool, &o, buf, sizeof buf, &need),
+                           KVP_EINVAL);
+        KVP_ASSERT_EQ(need, 12345);
+        KVP_ASSERT_EQ(buf[0], 'x');
+    }
+    kvp_prometheus_opts nolabels = {NULL, NULL, 1}, badprefix = {"9p", labels, 1};
+    KVP_ASSERT_REFUSED(pool, kvp_stats_prometheus_opts(pool, &nolabels, buf, sizeof buf, NULL),
+                       KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_stats_prometheus_opts(pool, &badprefix, buf, sizeof buf, NULL),
+                       KVP_EINVAL);
+    KVP_ASSERT_STATUS(kvp_stats_prometheus_opts(NULL, &opts, buf, sizeof buf, NULL), KVP_EINVAL);
+    KVP_ASSERT_REFUSED(pool, kvp_stats_prometheus_opts(pool, &opts, NULL, 3, NULL), KVP_EINVAL);
     kvptest_done(pool);
 }
 
@@ -914,6 +1100,8 @@ int main(void)
         cmocka_unit_test(test_history_every_call),
         cmocka_unit_test(test_prometheus),
         cmocka_unit_test(test_prometheus_prefix),
+        cmocka_unit_test(test_prometheus_vllm_names),
+        cmocka_unit_test(test_prometheus_labels),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests_name("stats", tests, NULL, NULL);

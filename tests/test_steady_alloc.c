@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_steady_alloc.c — the memory rule: once a workload has warmed up, a
- * request allocates nothing (SPEC, "Memory"; kvpool.h, kvp_seq_destroy).
+ * request allocates nothing (kvpool.h conventions and kvp_seq_destroy).
  *
  * A counting allocator is handed to the pool.  Each path runs the same kind
  * of request stream twice: a warm-up that reaches the workload's largest

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_storage.c — backing storage (SPEC C8, kvpool.h "Backing storage").
+ * test_storage.c — backing storage (kvpool.h "Backing storage").
  *
  * Host-arena pools: every sequence writes a distinct byte pattern into its
  * blocks through kvp_block_ptr; after fork, copy-on-write appends,

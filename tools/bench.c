@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench.c — `kvpool bench`: the command, and the churn and scale workloads
- * of BENCH.md.  The prefix workload is in bench_prefix.c; the harness both
+ * described in docs/PERFORMANCE.md.  The prefix workload is in bench_prefix.c; the harness both
  * use (generator, repetitions, memory readings, output) in bench_harness.c.
  *
  * churn and scale share one driver: the operation sequence (which live
@@ -34,7 +34,7 @@
 
 #define OP_DONE 0x80000000u /* this allocation completes its sequence */
 
-/* One churn configuration (BENCH.md "churn"; "scale" varies it). */
+/* One churn configuration ("churn" in docs/PERFORMANCE.md; "scale" varies it). */
 typedef struct churn_spec {
     uint32_t blocks;         /* pool size */
     uint32_t live;           /* live sequences */
@@ -286,7 +286,7 @@ static double per_block_ns(const churn *c, double seconds)
 
 /* ---- churn -------------------------------------------------------------- */
 
-/* BENCH.md "churn": 65,536 blocks, 256 sequences of [128, 2048] tokens,
+/* "churn" (docs/PERFORMANCE.md): 65,536 blocks, 256 sequences of [128, 2048] tokens,
  * 1,000,000 allocations (divided by `scale`). */
 static int bench_churn(bench_out *out, unsigned scale)
 {
@@ -482,7 +482,7 @@ out:
     return ret;
 }
 
-/* BENCH.md "scale": churn at 1,024, 65,536 and 1,048,576 blocks. */
+/* "scale" (docs/PERFORMANCE.md): churn at 1,024, 65,536 and 1,048,576 blocks. */
 static int bench_scale(bench_out *out, unsigned scale)
 {
     const churn_spec specs[] = {
@@ -506,11 +506,11 @@ static const char usage_bench[] =
     "usage: kvpool bench [--workload churn|prefix|scale|load|all] [--quick] [--json]\n"
     "                    [--trace FILE]\n"
     "\n"
-    "Run the workloads of BENCH.md (block size 16, splitmix64 seeded with 42,\n"
-    "operations generated before timing) and, right after each, its floor: the same\n"
-    "operations on the simplest structure that could do the job.  Figures are the\n"
-    "median of 5 timed repetitions after one warm-up, library and floor timed back\n"
-    "to back in each.\n"
+    "Run the workloads of docs/PERFORMANCE.md (block size 16, splitmix64 seeded\n"
+    "with 42, operations generated before timing) and, right after each, its\n"
+    "floor: the same operations on the simplest structure that could do the job.\n"
+    "Figures are the median of 5 timed repetitions after one warm-up, library and\n"
+    "floor timed back to back in each.\n"
     "\n"
     "  churn   65,536 blocks, 256 live sequences of [128, 2048] tokens, one block\n"
     "          at a time to a random sequence, 1,000,000 allocations; the takes\n"

@@ -17,9 +17,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
-/* Timed repetitions after the warm-up (BENCH.md: at least 5). */
+/* Timed repetitions after the warm-up (at least 5: docs/PERFORMANCE.md). */
 #define BENCH_REPS 5
-/* BENCH.md's block size and generator seed. */
+/* The workloads' block size and generator seed (docs/PERFORMANCE.md). */
 #define BENCH_BLOCK_TOKENS 16u
 #define BENCH_SEED 42u
 

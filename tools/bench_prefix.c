@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * bench_prefix.c — BENCH.md "prefix": prompt admission with prefix caching,
+ * bench_prefix.c — the "prefix" workload (docs/PERFORMANCE.md): prompt admission with prefix caching,
  * with SHA-256 and with XXH3-128, through two library paths and one floor.
  *
  * Requests (a Zipf-chosen system prompt plus a unique suffix) are generated
@@ -62,7 +62,7 @@ typedef struct prefix {
     uint64_t floor_hits;
 } prefix;
 
-/* Generate prompts and requests (BENCH.md): token ids uniform in [0, 32000),
+/* Generate prompts and requests (docs/PERFORMANCE.md, "prefix"): token ids uniform in [0, 32000),
  * prompt rank r chosen with weight 1 / r^1.1, suffix length uniform in
  * [256, 1024].  Returns -1 when memory runs out. */
 static int prefix_generate(prefix *p, size_t n_requests)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""kvpool.bench — BENCH.md's churn and prefix workloads, driven from Python.
+"""kvpool.bench — the churn and prefix workloads of docs/PERFORMANCE.md, from Python.
 
 Run: ``PYTHONPATH=build/python /usr/bin/python3 -m kvpool.bench [--quick]
 [--workload churn|prefix|decode|all] [--reps N]``.

@@ -11,7 +11,7 @@ original is not importable is skipped.  Both sides run the same operation
 sequence through the original's public API, the way its engine calls it,
 in one process, alternating original and drop-in per repetition:
 
-- ``churn`` (BENCH.md's churn: 65,536 blocks, 256 live sequences of
+- ``churn`` (docs/PERFORMANCE.md's churn: 65,536 blocks, 256 live sequences of
   [128, 2048] tokens at 16 per block): vLLM ``get_new_blocks(1)`` per block
   and ``free_blocks`` of a finished sequence's blocks, last first (no prefix
   caching); ATOM ``pop()`` + ``allocate(id)`` per
@@ -20,7 +20,7 @@ in one process, alternating original and drop-in per repetition:
   block at the end (its ``free_blocks`` method is shadowed by the
   ``free_blocks`` count property in the original, so ``free_block`` is how
   blocks are given back).  Result: ns per allocated block.
-- ``prefix`` (BENCH.md's prefix: 16,384 blocks, Zipf-chosen 1,024-token
+- ``prefix`` (docs/PERFORMANCE.md's prefix: 16,384 blocks, Zipf-chosen 1,024-token
   system prompts plus a unique suffix): vLLM's admission per request as its
   ``KVCacheManager`` drives the pool — ``get_cached_block(hash, [0])`` per
   full block while it hits, ``touch`` the hits, ``get_new_blocks`` the rest,
@@ -128,7 +128,7 @@ def churn_mlx_free_block(mod, ops) -> float:
 
 
 def churn_veloxquant(mod, ops) -> float:
-    """BENCH.md's scale workload at 1,024 blocks (the original recounts
+    """docs/PERFORMANCE.md's scale workload at 1,024 blocks (the original recounts
     fragmentation over every block on each call): allocate(BS tokens) per
     block to the sequence's owner, free_all(owner) when it is done."""
     pool = mod.BlockPoolAllocator(mod.PoolConfig(block_size=BS, n_blocks=1024, separate_kv=False))

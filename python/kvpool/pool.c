@@ -1131,6 +1131,7 @@ static PyObject *Pool_events_take(PoolObject *self, PyObject *Py_UNUSED(ignored)
     X(owners) X(peak_in_use) X(alloc_calls) X(blocks_allocated) X(free_calls) X(blocks_freed)  \
     X(reused) X(exhausted) X(grown) X(extended) X(retired) X(relocated) X(evictions)           \
     X(prefix_queries) X(prefix_hits) X(prefix_tokens_queried) X(prefix_tokens_hit)            \
+    X(admitted_tokens)                                                                          \
     X(cow_copies) X(tokens_in_use) X(events_dropped)
 
 /* A kvp_stats as a dict, one key per field. */

@@ -8,7 +8,7 @@
  * sequence does to the pool: anonymous references, blocks taken in reuse
  * order, fill levels, publishing of full blocks, prefix claims at admission,
  * copy-on-write, tail-first release.  It is written from kvpool.h
- * ("Sequences") and SPEC C5.
+ * ("Sequences").
  */
 #include "model.h"
 

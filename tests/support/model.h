@@ -2,9 +2,8 @@
 /*
  * model.h — a deliberately naive reference model of a kvpool pool.
  *
- * What it covers: the block lifecycle of kvpool.h and SPEC "Block
- * lifecycle" — block states, reuse orders (LIFO, LOWEST, FIFO), one shared
- * or separate K/V free lists, the null block, growth with a cap, owners and
+ * What it covers: the block lifecycle of kvpool.h — block states, reuse
+ * orders (LIFO, LOWEST, FIFO), one shared or separate K/V free lists, the null block, growth with a cap, owners and
  * anonymous references, the content index (alphabet of small integer
  * "content ids" instead of 32-byte hashes), eviction callbacks, extend,
  * shrink, retire_top, pool_clear, the counters, and sequences at the level
