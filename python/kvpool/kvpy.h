@@ -84,6 +84,7 @@ static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usag
 
 int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames, const char *const *names, int nreq, PyObject **out);
+PyObject *kvpy_tuple_of(PyObject *o, const char *msg);
 int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what);
 int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what);
 int kvpy_get_owner(PyObject *o, kvp_owner *v);
@@ -158,11 +159,13 @@ typedef struct kvpy_u32out {
 
 int kvpy_u32out_get(PyObject *o, kvpy_u32out *out);
 
-/* Extra hash keys: None or a dict in, kvp_extra_keys out (k valid while
- * the dict's objects live; present = 0 for None). */
+/* Extra hash keys: None or a dict in, kvp_extra_keys out (k valid until
+ * kvpy_extra_release: it points into a copy of the dict held here, which
+ * Python code run by the conversion cannot change; present = 0 for None). */
 typedef struct kvpy_extra {
     kvp_extra_keys k;
     int present;
+    PyObject *copy;
     kvp_mm_span *mm;
     Py_buffer salt;
     int has_salt;

@@ -134,13 +134,14 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (o[13] && o[13] != Py_None && kvpy_get_hash(o[13], &cfg.root_seed, "root_seed"))
         return NULL;
     if (o[16] && o[16] != Py_None) {
-        PyObject *seq = PySequence_Fast(o[16], "block_bytes must be (bytes_k_or_shared, bytes_v)");
+        /* a tuple of the items: an item's __index__ may change a list */
+        PyObject *seq = kvpy_tuple_of(o[16], "block_bytes must be (bytes_k_or_shared, bytes_v)");
         if (!seq)
             return NULL;
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        Py_ssize_t n = PyTuple_GET_SIZE(seq);
         for (Py_ssize_t i = 0; i < n && i < 2; i++) {
             uint64_t v;
-            if (kvpy_get_u64(PySequence_Fast_GET_ITEM(seq, i), 0, &v, "block_bytes")) {
+            if (kvpy_get_u64(PyTuple_GET_ITEM(seq, i), 0, &v, "block_bytes")) {
                 Py_DECREF(seq);
                 return NULL;
             }

@@ -169,13 +169,16 @@ static PyObject *Seq_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &rid_o, &extra_o))
         return NULL;
     PoolObject *pool = (PoolObject *)pool_o;
-    KVPY_POOL_CHECK(pool);
     uint64_t rid;
     if (kvpy_get_u64(rid_o, 0, &rid, "request_id"))
         return NULL;
     kvpy_extra ex;
     if (kvpy_extra_get(extra_o, &ex))
         return NULL;
+    if (!kvpy_pool_ok(pool)) { /* the conversions may have run Python code that closed it */
+        kvpy_extra_release(&ex);
+        return NULL;
+    }
     kvp_seq *s = NULL;
     kvp_status st = kvp_seq_create(pool->pool, rid, ex.present ? &ex.k : NULL, &s);
     kvpy_extra_release(&ex);
