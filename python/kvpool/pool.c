@@ -48,6 +48,60 @@ static int parse_named(PyObject *o, const char *what, const named *names, const 
     return -1;
 }
 
+/* Keyword `what` (o; absent: *out unchanged) as an integer in lo..hi: 0,
+ * or -1 with TypeError (not an integer) or InvalidArgumentError naming the
+ * range and the value. */
+static int get_ranged(PyObject *o, uint32_t lo, uint32_t hi, const char *what, uint32_t *out)
+{
+    if (!o)
+        return 0;
+    if (!PyLong_Check(o) && !PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an integer", what);
+        return -1;
+    }
+    PyObject *idx = PyNumber_Index(o);
+    if (!idx)
+        return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    int ok = !overflow && v >= (long long)lo && v <= (long long)hi;
+    if (ok)
+        *out = (uint32_t)v;
+    else if (!PyErr_Occurred())
+        PyErr_Format(kvpy_exc[KVP_EINVAL], "%s must be %u..%u, not %S", what, (unsigned)lo,
+                     (unsigned)hi, idx);
+    Py_DECREF(idx);
+    return ok ? 0 : -1;
+}
+
+/* The configurations kvp_pool_create refuses for a combination of fields,
+ * each with a message naming them: 0, or -1 with InvalidArgumentError. */
+static int config_combination(const kvp_config *c)
+{
+    const char *msg = NULL;
+    if (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO)
+        msg = "policy 'slru' cannot be combined with reuse 'fifo' (use 'lifo' or 'lowest')";
+    else if (c->null_block && c->num_blocks == 0)
+        msg = "null_block needs num_blocks >= 1";
+    if (msg) {
+        PyErr_SetString(kvpy_exc[KVP_EINVAL], msg);
+        return -1;
+    }
+    if (c->num_blocks > KVP_MAX_BLOCKS || c->max_blocks > KVP_MAX_BLOCKS) {
+        PyErr_Format(kvpy_exc[KVP_EINVAL], "%s (%u) is above KVP_MAX_BLOCKS (%u)",
+                     c->num_blocks > KVP_MAX_BLOCKS ? "num_blocks" : "max_blocks",
+                     (unsigned)(c->num_blocks > KVP_MAX_BLOCKS ? c->num_blocks : c->max_blocks),
+                     (unsigned)KVP_MAX_BLOCKS);
+        return -1;
+    }
+    if (c->max_blocks && c->num_blocks > c->max_blocks) {
+        PyErr_Format(kvpy_exc[KVP_EINVAL], "num_blocks (%u) is above max_blocks (%u)",
+                     (unsigned)c->num_blocks, (unsigned)c->max_blocks);
+        return -1;
+    }
+    return 0;
+}
+
 /* reuse=, policy= and hash_alg= into cfg (hash_alg refuses KVP_HASH_CUSTOM:
  * there is no function to give it).  0, or -1 with the exception set. */
 static int parse_names(PyObject *reuse, PyObject *policy, PyObject *alg, kvp_config *cfg)
@@ -109,7 +163,7 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     kvp_config cfg;
     kvp_config_default(&cfg);
-    if (kvpy_get_u32(o[0], cfg.block_size, &cfg.block_size, "block_size") ||
+    if (get_ranged(o[0], 1, 65535, "block_size", &cfg.block_size) ||
         kvpy_get_u32(o[1], cfg.num_blocks, &cfg.num_blocks, "num_blocks"))
         return NULL;
     if (o[2] && o[2] != Py_None) {
@@ -125,7 +179,8 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         kvpy_get_bool(o[17], 0, &cfg.host_arena) || kvpy_get_bool(o[18], 0, &cfg.events) ||
         kvpy_get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity") ||
         kvpy_get_bool(o[21], 0, &cfg.prefault) ||
-        kvpy_get_u32(o[23], cfg.protected_percent, &cfg.protected_percent, "protected_percent"))
+        get_ranged(o[23], 0, 100, "protected_percent", &cfg.protected_percent) ||
+        config_combination(&cfg))
         return NULL;
     if (o[11] && o[11] != Py_None && !PyCallable_Check(o[11])) {
         PyErr_SetString(PyExc_TypeError, "on_evict must be callable or None");
