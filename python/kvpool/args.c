@@ -100,6 +100,15 @@ PyObject *kvpy_tuple_of(PyObject *o, const char *msg)
     return t;
 }
 
+/* Argument `what` as a Python int (a new reference; __index__ may run),
+ * or NULL with TypeError for anything that is not an integer. */
+PyObject *kvpy_index(PyObject *o, const char *what)
+{
+    if (!PyLong_Check(o) && !PyIndex_Check(o))
+        return PyErr_Format(PyExc_TypeError, "%s must be an integer", what);
+    return PyNumber_Index(o);
+}
+
 /* Integer conversions: NULL (not given) yields the default. */
 int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what)
 {
@@ -107,11 +116,7 @@ int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what)
         *v = dflt;
         return 0;
     }
-    if (!PyLong_Check(o) && !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an integer", what);
-        return -1;
-    }
-    PyObject *idx = PyNumber_Index(o);
+    PyObject *idx = kvpy_index(o, what);
     if (!idx)
         return -1;
     unsigned long long x = PyLong_AsUnsignedLongLong(idx);

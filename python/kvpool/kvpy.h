@@ -85,6 +85,7 @@ static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usag
 int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames, const char *const *names, int nreq, PyObject **out);
 PyObject *kvpy_tuple_of(PyObject *o, const char *msg);
+PyObject *kvpy_index(PyObject *o, const char *what);
 int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what);
 int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what);
 int kvpy_get_owner(PyObject *o, kvp_owner *v);

@@ -55,11 +55,7 @@ static int get_ranged(PyObject *o, uint32_t lo, uint32_t hi, const char *what, u
 {
     if (!o)
         return 0;
-    if (!PyLong_Check(o) && !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an integer", what);
-        return -1;
-    }
-    PyObject *idx = PyNumber_Index(o);
+    PyObject *idx = kvpy_index(o, what);
     if (!idx)
         return -1;
     int overflow;
