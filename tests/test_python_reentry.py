@@ -360,3 +360,36 @@ def test_random_reentry_fuzz():
         print("rounds done", sorted(errors))
     """, timeout=120)
     assert "rounds done" in out, f"seed {seed}"
+
+
+def test_pool_methods_closed_during_conversion():
+    # Pool's methods whose arguments run Python code (an owner's or a
+    # stream's __index__, a generator of ids or tokens) that closes the pool.
+    out = atom_child("""
+        def ids(p, *v):
+            p.close()
+            yield from v
+        calls = {
+            "alloc": lambda p: p.alloc(4, owner=Hook(p.close, 1)),
+            "take": lambda p: p.take(owner=Hook(p.close, 1)),
+            "free": lambda p: p.free(ids(p, 0)),
+            "free_one_owner": lambda p: p.free(0, owner=Hook(p.close, 1)),
+            "owner_blocks": lambda p: p.owner_blocks(Hook(p.close, 1)),
+            "lookup_many": lambda p: p.lookup_many(H(0), stream=Hook(p.close, 0)),
+            "claim_many": lambda p: p.claim_many(ids(p, 0)),
+            "publish_many": lambda p: p.publish_many(ids(p, 0), H(0)),
+            "unpublish_many": lambda p: p.unpublish_many(ids(p, 0)),
+            "set_fill_many": lambda p: p.set_fill_many([0], ids(p, 1)),
+            "publish_verified": lambda p: p.publish_verified(0, H(0), None, ids(p, 1, 2, 3, 4)),
+            "lookup_verified": lambda p: p.lookup_verified(H(0), None, ids(p, 1, 2, 3, 4)),
+        }
+        for name, call in calls.items():
+            p = kvpool.Pool(block_size=4, num_blocks=4, verify_hits=True)
+            p.take()
+            try:
+                call(p)
+                print(name, "no error")
+            except kvpool.InvalidArgumentError as e:
+                print(name, str(e) == "the pool is closed" or str(e))
+    """, HOOK)
+    assert [line.split(" ", 1)[1] for line in out.splitlines()] == ["True"] * 12, out

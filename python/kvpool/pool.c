@@ -382,6 +382,19 @@ static PyObject *Pool_clear(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* kvpy_u32in_get, then the check that the pool is still open (converting
+ * a sequence may run Python code that closed it): 0, or -1 with the
+ * exception set and nothing held. */
+static int pool_u32in(PoolObject *self, PyObject *o, kvpy_u32in *in, const char *what)
+{
+    if (kvpy_u32in_get(o, in, what))
+        return -1;
+    if (kvpy_pool_ok(self))
+        return 0;
+    kvpy_u32in_release(in);
+    return -1;
+}
+
 /* alloc(tokens, owner=None, stream=0, format=0, out=None) */
 static PyObject *do_alloc(PoolObject *self, uint64_t tokens, PyObject *const *o)
 {
@@ -390,6 +403,7 @@ static PyObject *do_alloc(PoolObject *self, uint64_t tokens, PyObject *const *o)
     if (kvpy_get_owner(o[1], &owner) || kvpy_get_u32(o[2], 0, &stream, "stream") ||
         kvpy_get_u32(o[3], 0, &fmt, "format"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversions may have run Python code that closed it */
     size_t n = 0;
     kvp_status st;
     if (o[4] && o[4] != Py_None) {
@@ -462,6 +476,7 @@ static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t n
     if (kvpy_parse_args("take", args, nargs, kwnames, kw, 0, o) || kvpy_get_owner(o[0], &owner) ||
         kvpy_get_u32(o[1], 0, &stream, "stream"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversions may have run Python code that closed it */
     /* One hint per pool, not per owner: a run of takes for the same owner
      * (a request decoding) skips the lookup; any other take costs one
      * compare and moves the hint.  The GIL serialises the calls. */
@@ -589,10 +604,11 @@ static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t n
         uint32_t id;
         if (kvpy_get_u32(ids, 0, &id, "id"))
             return NULL;
+        KVPY_POOL_CHECK(self); /* the owner's conversion may have closed it */
         st = kvp_free(self->pool, &id, 1, owner);
     } else {
         kvpy_u32in in;
-        if (kvpy_u32in_get(ids, &in, "ids"))
+        if (pool_u32in(self, ids, &in, "ids"))
             return NULL;
         st = kvp_free(self->pool, in.p, (size_t)in.n, owner);
         kvpy_u32in_release(&in);
@@ -614,6 +630,7 @@ static PyObject *Pool_owner_blocks(PoolObject *self, PyObject *const *args, Py_s
     if (kvpy_parse_args("owner_blocks", args, nargs, kwnames, kw, 1, o) ||
         kvpy_get_u64(o[0], 0, &owner, "owner"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversion may have run Python code that closed it */
     size_t n = 0;
     kvp_status st;
     if (o[1] && o[1] != Py_None) {
@@ -676,7 +693,7 @@ static PyObject *Pool_set_fill_many(PoolObject *self, PyObject *const *args, Py_
     kvpy_u32in ids, fills;
     if (kvpy_u32in_get(args[0], &ids, "ids"))
         return NULL;
-    if (kvpy_u32in_get(args[1], &fills, "fills")) {
+    if (pool_u32in(self, args[1], &fills, "fills")) {
         kvpy_u32in_release(&ids);
         return NULL;
     }
@@ -722,7 +739,7 @@ static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssi
     if (ids_owner_args("claim_many", args, nargs, kwnames, &ids, &owner))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(ids, &in, "ids"))
+    if (pool_u32in(self, ids, &in, "ids"))
         return NULL;
     kvp_status st = check_blocks(self, in.p, in.n, 0, 1);
     for (Py_ssize_t i = 0; !st && i < in.n; i++)
@@ -740,7 +757,7 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
     if (!kvpy_nargs_is(nargs, 2, "publish_many(ids, hashes)"))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(args[0], &in, "ids"))
+    if (pool_u32in(self, args[0], &in, "ids"))
         return NULL;
     Py_buffer hv;
     if (PyObject_GetBuffer(args[1], &hv, PyBUF_SIMPLE) < 0) {
@@ -836,6 +853,7 @@ static PyObject *Pool_lookup_many(PoolObject *self, PyObject *const *args, Py_ss
     if (kvpy_parse_args("lookup_many", args, nargs, kwnames, kw, 1, o) ||
         kvpy_get_u32(o[2], 0, &stream, "stream"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversion may have run Python code that closed it */
     Py_buffer hv;
     if (PyObject_GetBuffer(o[0], &hv, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -912,7 +930,7 @@ static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py
     if (!kvpy_nargs_is(nargs, 1, "unpublish_many(ids)"))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(args[0], &in, "ids"))
+    if (pool_u32in(self, args[0], &in, "ids"))
         return NULL;
     kvp_status st = KVP_OK;
     for (Py_ssize_t i = 0; !st && i < in.n; i++) {
@@ -1079,7 +1097,7 @@ static PyObject *Pool_publish_verified(PoolObject *self, PyObject *const *args,
         (args[2] != Py_None && kvpy_get_u32(args[2], 0, &parent, "parent")))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(args[3], &in, "tokens"))
+    if (pool_u32in(self, args[3], &in, "tokens"))
         return NULL;
     kvp_status st = kvp_publish_verified(self->pool, id, &h, parent, in.p, (size_t)in.n);
     kvpy_u32in_release(&in);
@@ -1102,7 +1120,7 @@ static PyObject *Pool_lookup_verified(PoolObject *self, PyObject *const *args, P
         kvpy_get_u32(o[3], 0, &stream, "stream"))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(o[2], &in, "tokens"))
+    if (pool_u32in(self, o[2], &in, "tokens"))
         return NULL;
     kvp_block id;
     kvp_status st =
