@@ -84,10 +84,13 @@ def test_atom_publish_stored_hash_ne(action):
         bp.allocate(0)
         bp.publish(0, Masked(5), [1])
         assert isinstance(bp._hash[0], Hash)
+        stored = bytes(bp._hash[0])
         try:
             bp.publish(0, 7, [2])
         except (RuntimeError, kvpool.InvalidArgumentError) as e:
             print(type(e).__name__, e)
+        if not bp._pool.closed:   # refused before the pool changed
+            assert bp._pool.lookup(stored) == 0 and bp._pool.lookup(7, 0, None) is None
     """)
     assert out.startswith("RuntimeError" if action == "shrink" else "InvalidArgumentError"), out
     assert ("resized during the call" if action == "shrink" else "the pool is closed") in out

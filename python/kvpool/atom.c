@@ -352,7 +352,9 @@ static PyObject *APool_publish(APool *s, PyObject *const *args, Py_ssize_t nargs
         Py_DECREF(old);
         if (ne < 0)
             return NULL;
-        KVPY_POOL_CHECK(s->pool); /* __ne__ may have closed or replaced it */
+        KVPY_POOL_CHECK(s->pool); /* __ne__ may have closed or replaced it, */
+        if (!slots_hold(s, id))   /* or shrunk the lists: refused, the pool unchanged */
+            return NULL;
         if (ne) { /* the original overwrote the block's hash */
             kvp_status st = kvp_unpublish(s->pool->pool, id);
             if (st && st != KVP_ENOTFOUND) /* not found: kept after clear_index */
