@@ -33,9 +33,11 @@
  *   with kvpy_ev_deliver, after its library calls returned.  So no thread
  *   ever waits for the GIL while holding a pool's lock, and a callback may
  *   call anything, close() included.
- * - Argument conversion may run Python code (__index__, buffer exports) that
- *   closes the pool or destroys a sequence: the state checks that matter
- *   (open, not busy, no exports) are made after it.
+ * - Argument conversion may run Python code (__index__, iteration, buffer
+ *   exports) that closes the pool or destroys a sequence: the state checks
+ *   that matter (open, not busy, no exports) are made after it.  A list
+ *   whose items are converted one by one is first copied into a tuple
+ *   (kvpy_tuple_of), as the conversion of one item may change the list.
  * - While a zero-copy export of a sequence's block table is alive, the
  *   calls that could move or free the table (admit, append, destroy;
  *   Pool.retire_top, clear, close) refuse with BusyError.
