@@ -12,8 +12,9 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
-    "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
+PYDIR = os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
+    "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python")
+sys.path.insert(0, PYDIR)
 
 import inspect  # noqa: E402
 
@@ -222,7 +223,7 @@ def test_install_gives_a_present_atom_engine_this_compute_hash(tmp_path):
         assert BlockManager.compute_hash([1, 2], 3) == ("own", [1, 2], 3)
         print("ok")
         """)
-    pydir = sys.path[0]
+    pydir = PYDIR
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), pydir]))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          timeout=120)

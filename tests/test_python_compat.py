@@ -374,3 +374,40 @@ def test_vllm_mlx_manager():
     assert usage["max_blocks"] == 8
     m.clear()
     assert m.free_blocks == 7 and m.get_block_table("a") is None
+
+
+def test_registered_modules_have_specs():
+    # Without the originals, install() registers modules that importlib can
+    # find: find_spec returns each one's spec (a package's with its search
+    # locations) instead of raising ValueError, and None again after
+    # uninstall().  A fresh interpreter: nothing else registered them.
+    from test_python_hostile import run_child
+    out = run_child("""
+        import importlib, importlib.util
+        from kvpool.compat import atom, veloxquant, vllm, vllm_mlx
+        for mod in (vllm, atom, vllm_mlx, veloxquant):
+            pkg = mod._adoption.package
+            if importlib.util.find_spec(pkg) is not None:
+                print(pkg, "present")
+                continue
+            assert mod.install() is False
+            for path in mod._adoption.register:
+                parts = path.split(".")
+                for i in range(1, len(parts) + 1):
+                    name = ".".join(parts[:i])
+                    spec = importlib.util.find_spec(name)
+                    assert spec is not None and spec.name == name, name
+                    assert sys.modules[name].__spec__ is spec, name
+                    if i < len(parts):
+                        assert spec.submodule_search_locations == [], name
+                        assert sys.modules[name].__path__ == [], name
+                    assert sys.modules[name].__package__ == (
+                        name if spec.submodule_search_locations is not None
+                        else name.rpartition(".")[0]), name
+                assert importlib.import_module(path) is sys.modules[path]
+            mod.uninstall()
+            assert importlib.util.find_spec(pkg) is None, pkg
+            print(pkg, "ok")
+    """)
+    assert out.split() == ["vllm", "ok", "atom", "ok", "vllm_mlx", "ok", "veloxquant_mlx", "ok"] \
+        or "present" in out, out

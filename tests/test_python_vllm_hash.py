@@ -17,8 +17,9 @@ import sys
 import textwrap
 import types
 
-sys.path.insert(0, os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
-    "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python"))
+PYDIR = os.environ.get("KVP_PYTHON_DIR") or os.path.join(os.environ.get(
+    "KVP_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "build")), "python")
+sys.path.insert(0, PYDIR)
 
 import pytest  # noqa: E402
 
@@ -147,7 +148,7 @@ def test_install_puts_it_where_vllms_request_hasher_looks(tmp_path):
         assert utils.hash_block_tokens is own and user.hash_block_tokens is own
         print("ok")
         """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), sys.path[0]]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), PYDIR]))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -88,6 +88,27 @@ int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
     return 0;
 }
 
+/* The items of iterable o as a new tuple (TypeError `msg` when o is not
+ * iterable): what a caller reads while items' __index__ may change o. */
+PyObject *kvpy_tuple_of(PyObject *o, const char *msg)
+{
+    PyObject *seq = PySequence_Fast(o, msg);
+    if (!seq)
+        return NULL;
+    PyObject *t = PySequence_Tuple(seq);
+    Py_DECREF(seq);
+    return t;
+}
+
+/* Argument `what` as a Python int (a new reference; __index__ may run),
+ * or NULL with TypeError for anything that is not an integer. */
+PyObject *kvpy_index(PyObject *o, const char *what)
+{
+    if (!PyLong_Check(o) && !PyIndex_Check(o))
+        return PyErr_Format(PyExc_TypeError, "%s must be an integer", what);
+    return PyNumber_Index(o);
+}
+
 /* Integer conversions: NULL (not given) yields the default. */
 int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what)
 {
@@ -95,11 +116,7 @@ int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what)
         *v = dflt;
         return 0;
     }
-    if (!PyLong_Check(o) && !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an integer", what);
-        return -1;
-    }
-    PyObject *idx = PyNumber_Index(o);
+    PyObject *idx = kvpy_index(o, what);
     if (!idx)
         return -1;
     unsigned long long x = PyLong_AsUnsignedLongLong(idx);
@@ -539,14 +556,18 @@ void kvpy_extra_release(kvpy_extra *e)
 {
     PyMem_Free(e->mm);
     e->mm = NULL;
+    Py_CLEAR(e->copy);
     if (e->has_salt)
         PyBuffer_Release(&e->salt);
     e->has_salt = 0;
 }
 
 /* extra: None or a dict with optional keys lora_id (int), lora_name (str),
- * mm (iterable of (hash32, start, end)), salt (bytes-like).  lora_name
- * points into the str object, which the caller keeps alive. */
+ * mm (iterable of (hash32, start, end)), salt (bytes-like).  The keys are
+ * read from a copy of the dict, and mm from a tuple of its items, held
+ * until kvpy_extra_release: an item's __index__ may change the caller's
+ * dict or list, not what is read, and lora_name points into a str the
+ * copy keeps alive. */
 int kvpy_extra_get(PyObject *o, kvpy_extra *e)
 {
     memset(e, 0, sizeof *e);
@@ -558,9 +579,12 @@ int kvpy_extra_get(PyObject *o, kvpy_extra *e)
         return -1;
     }
     e->present = 1;
+    e->copy = PyDict_Copy(o);
+    if (!e->copy)
+        return -1;
     PyObject *key, *val;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(o, &pos, &key, &val)) {
+    while (PyDict_Next(e->copy, &pos, &key, &val)) {
         if (!PyUnicode_Check(key))
             goto badkey;
         if (!PyUnicode_CompareWithASCIIString(key, "lora_id")) {
@@ -586,10 +610,10 @@ int kvpy_extra_get(PyObject *o, kvpy_extra *e)
         } else if (!PyUnicode_CompareWithASCIIString(key, "mm")) {
             if (val == Py_None)
                 continue;
-            PyObject *seq = PySequence_Fast(val, "mm must be a sequence of (hash, start, end)");
+            PyObject *seq = kvpy_tuple_of(val, "mm must be a sequence of (hash, start, end)");
             if (!seq)
                 goto fail;
-            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+            Py_ssize_t n = PyTuple_GET_SIZE(seq);
             e->mm = PyMem_Calloc(n ? (size_t)n : 1, sizeof(kvp_mm_span));
             if (!e->mm) {
                 Py_DECREF(seq);
@@ -597,7 +621,7 @@ int kvpy_extra_get(PyObject *o, kvpy_extra *e)
                 goto fail;
             }
             for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+                PyObject *t = PyTuple_GET_ITEM(seq, i);
                 if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
                     Py_DECREF(seq);
                     PyErr_SetString(PyExc_TypeError, "mm items must be (hash, start, end)");
@@ -612,7 +636,7 @@ int kvpy_extra_get(PyObject *o, kvpy_extra *e)
             }
             e->k.mm = e->mm;
             e->k.n_mm = (size_t)n;
-            Py_DECREF(seq);
+            Py_DECREF(seq); /* its items' values are copied into e->mm */
         } else {
             goto badkey;
         }

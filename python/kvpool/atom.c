@@ -20,7 +20,13 @@
  * the same order (so a failing native call leaves the same state): the C
  * path runs for exact-int arguments in range of the lists; any other
  * argument goes to the Python method `_slow_<name>`, the reference
- * implementation.  The lists are indexed only below their length.
+ * implementation.  The lists are indexed only below their length, read
+ * again after any Python code ran: a set or dict lookup (a member's
+ * __eq__), a comparison of a stored hash, a callback, an object freed by
+ * a list store (its __del__) may resize or replace the lists, the sets or
+ * the pool; a call that finds its block beyond the lists then raises
+ * RuntimeError.  Each set and dict is held by one more reference while a
+ * lookup in it runs.
  */
 #include "kvpy.h"
 
@@ -68,6 +74,19 @@ static int fast_id(APool *s, PyObject *o, uint32_t *id)
     return 1;
 }
 
+/* 1 when block id is below the three lists' lengths; else 0 with
+ * RuntimeError (Python code run by the call shrank or replaced them). */
+static int slots_hold(APool *s, uint32_t id)
+{
+    if (id < PyList_GET_SIZE(s->hashes) && id < PyList_GET_SIZE(s->tokens) &&
+        id < PyList_GET_SIZE(s->blocks))
+        return 1;
+    PyErr_Format(PyExc_RuntimeError,
+                 "BlockPool: block %u is beyond _hash, _tokens or blocks, which were resized "
+                 "during the call", (unsigned)id);
+    return 0;
+}
+
 /* self._slow_<name>(*args): the Python reference path. */
 static PyObject *slow(APool *s, const char *name, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -86,39 +105,48 @@ static int no_hash(PyObject *h)
     return PyLong_CheckExact(h) && PyLong_AsLongLongAndOverflow(h, &overflow) == -1 && !overflow;
 }
 
-/* Set list[i] to v (a new reference is taken). */
-static void list_put(PyObject *list, uint32_t i, PyObject *v)
+/* Set _hash[id] to h and _tokens[id] to t (new references taken): 0, or
+ * -1 with RuntimeError and nothing stored when id is beyond the lists.
+ * Both are stored before the old values are released, as releasing one
+ * may run Python code. */
+static int slots_put(APool *s, uint32_t id, PyObject *h, PyObject *t)
 {
-    PyObject *old = PyList_GET_ITEM(list, i);
-    Py_INCREF(v);
-    PyList_SET_ITEM(list, i, v);
-    Py_DECREF(old);
+    if (!slots_hold(s, id))
+        return -1;
+    PyObject *old_h = PyList_GET_ITEM(s->hashes, id), *old_t = PyList_GET_ITEM(s->tokens, id);
+    Py_INCREF(h);
+    Py_INCREF(t);
+    PyList_SET_ITEM(s->hashes, id, h);
+    PyList_SET_ITEM(s->tokens, id, t);
+    Py_DECREF(old_h);
+    Py_DECREF(old_t);
+    return 0;
 }
 
-/* Whether the set holds int id (0/1, -1 with the exception set). */
-static int set_has(PyObject *set, uint32_t id)
+/* PySet_Contains or PySet_Discard (`op`) of key: 1 when the set held it,
+ * 0 when not, -1 with the exception set.  The set is held while its
+ * members' __eq__ may run (one may replace it). */
+static int set_op(int (*op)(PyObject *, PyObject *), PyObject *set, PyObject *key)
 {
     if (PySet_GET_SIZE(set) == 0)
         return 0;
-    PyObject *k = PyLong_FromUnsignedLong(id);
-    if (!k)
-        return -1;
-    int r = PySet_Contains(set, k);
-    Py_DECREF(k);
+    Py_INCREF(set);
+    int r = op(set, key);
+    Py_DECREF(set);
     return r;
 }
 
-/* Discard int id from the set: 0, or -1 with the exception set. */
-static int set_drop(PyObject *set, uint32_t id)
+/* set_op of the int id. */
+static int set_op_id(int (*op)(PyObject *, PyObject *), PyObject *set, uint32_t id)
 {
     if (PySet_GET_SIZE(set) == 0)
         return 0;
     PyObject *k = PyLong_FromUnsignedLong(id);
     if (!k)
         return -1;
-    int r = PySet_Discard(set, k);
+    int r = set_op(op, set, k);
     Py_DECREF(k);
-    return r < 0 ? -1 : 0;
+    return r;
 }
 
 /* Block id was just taken for other content: clear what it held, count the
@@ -126,16 +154,17 @@ static int set_drop(PyObject *set, uint32_t id)
  * already unindexed it.  0, or -1 with on_evict's exception. */
 static int spend(APool *s, uint32_t id, int retiring)
 {
+    if (!slots_hold(s, id))
+        return -1;
     PyObject *h = PyList_GET_ITEM(s->hashes, id);
     if (no_hash(h))
         return 0;
     Py_INCREF(h);
-    list_put(s->hashes, id, minus_one);
-    list_put(s->tokens, id, s->no_tokens);
-    int st = set_has(s->stale, id);
+    int st = slots_put(s, id, minus_one, s->no_tokens) < 0 ? -1
+                                                           : set_op_id(PySet_Contains, s->stale, id);
     if (st) {
         Py_DECREF(h);
-        return st < 0 ? -1 : set_drop(s->stale, id);
+        return st < 0 || set_op_id(PySet_Discard, s->stale, id) < 0 ? -1 : 0;
     }
     if (retiring)
         s->retired++;
@@ -154,9 +183,12 @@ static int spend(APool *s, uint32_t id, int retiring)
     return rc;
 }
 
-/* The canonical block object of id (a new reference). */
+/* The canonical block object of id (a new reference), or NULL with
+ * RuntimeError when id is beyond the lists. */
 static PyObject *block_of(APool *s, uint32_t id)
 {
+    if (!slots_hold(s, id))
+        return NULL;
     PyObject *b = PyList_GET_ITEM(s->blocks, id);
     Py_INCREF(b);
     return b;
@@ -198,8 +230,13 @@ static PyObject *APool_pop(APool *s, PyObject *const *args, Py_ssize_t nargs)
     if (st)
         return kvpy_ev_deliver(s->pool, kvpy_raise(st));
     PyObject *r = PyLong_FromUnsignedLong(id);
-    if (r && PySet_Add(s->popped, r) < 0)
-        Py_CLEAR(r);
+    if (r) {
+        PyObject *popped = s->popped; /* held: a member's __eq__ may replace it */
+        Py_INCREF(popped);
+        if (PySet_Add(popped, r) < 0)
+            Py_CLEAR(r);
+        Py_DECREF(popped);
+    }
     if (r && id < PyList_GET_SIZE(s->hashes) && id < PyList_GET_SIZE(s->tokens) &&
         spend(s, id, 0) < 0)
         Py_CLEAR(r);
@@ -221,11 +258,11 @@ static int pop_or_slow(APool *s, PyObject *const *args, Py_ssize_t nargs, const 
         *out = slow(s, slow_name, args, nargs);
         return 1;
     }
-    int in = PySet_GET_SIZE(s->popped) ? PySet_Contains(s->popped, args[0]) : 0;
+    int in = set_op(PySet_Contains, s->popped, args[0]);
     if (in < 0)
         return 1;
     if (in) {
-        if (PySet_Discard(s->popped, args[0]) >= 0)
+        if (set_op(PySet_Discard, s->popped, args[0]) >= 0)
             *out = block_of(s, *id);
         return 1;
     }
@@ -271,13 +308,19 @@ static PyObject *APool_free(APool *s, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (!fast_id(s, args[0], &id))
         return slow(s, "_slow_free", args, nargs);
-    int raw = PyDict_GET_SIZE(s->raw) ? PyDict_Contains(s->raw, args[0]) : 0;
+    int raw = 0;
+    if (PyDict_GET_SIZE(s->raw)) {
+        PyObject *d = s->raw; /* held: a key's __eq__ may replace it */
+        Py_INCREF(d);
+        raw = PyDict_Contains(d, args[0]);
+        Py_DECREF(d);
+    }
     if (raw < 0)
         return NULL;
     if (raw)
         return PyErr_Format(PyExc_AssertionError,
                             "block %u is a reserved raw unit; use release_units", (unsigned)id);
-    if (PySet_GET_SIZE(s->popped) && PySet_Discard(s->popped, args[0]) < 0)
+    if (set_op(PySet_Discard, s->popped, args[0]) < 0)
         return NULL;
     KVPY_POOL_CHECK(s->pool);
     kvp_status st = kvp_free(s->pool->pool, &id, 1, KVP_ANON);
@@ -304,8 +347,13 @@ static PyObject *APool_publish(APool *s, PyObject *const *args, Py_ssize_t nargs
     KVPY_POOL_CHECK(s->pool);
     PyObject *old = PyList_GET_ITEM(s->hashes, id);
     if (!no_hash(old)) {
+        Py_INCREF(old); /* its __ne__ may drop it from the list */
         int ne = PyObject_RichCompareBool(old, h, Py_NE);
+        Py_DECREF(old);
         if (ne < 0)
+            return NULL;
+        KVPY_POOL_CHECK(s->pool); /* __ne__ may have closed or replaced it, */
+        if (!slots_hold(s, id))   /* or shrunk the lists: refused, the pool unchanged */
             return NULL;
         if (ne) { /* the original overwrote the block's hash */
             kvp_status st = kvp_unpublish(s->pool->pool, id);
@@ -315,7 +363,10 @@ static PyObject *APool_publish(APool *s, PyObject *const *args, Py_ssize_t nargs
                 return NULL;
         }
     }
-    if (set_drop(s->stale, id) < 0)
+    if (set_op_id(PySet_Discard, s->stale, id) < 0)
+        return NULL;
+    KVPY_POOL_CHECK(s->pool);
+    if (!slots_hold(s, id)) /* refused before the pool changes */
         return NULL;
     kvp_hash kh;
     memset(kh.b, 0, 24);
@@ -324,10 +375,8 @@ static PyObject *APool_publish(APool *s, PyObject *const *args, Py_ssize_t nargs
     kvp_status st = kvp_publish(s->pool->pool, id, &kh);
     if (st)
         return kvpy_ev_deliver(s->pool, kvpy_raise(st));
-    list_put(s->hashes, id, h);
-    list_put(s->tokens, id, args[2]);
-    Py_INCREF(Py_None);
-    return kvpy_ev_deliver(s->pool, Py_None);
+    PyObject *r = slots_put(s, id, h, args[2]) < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+    return kvpy_ev_deliver(s->pool, r);
 }
 
 /* _spend(id, retiring): see spend(). */

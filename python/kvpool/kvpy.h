@@ -33,9 +33,11 @@
  *   with kvpy_ev_deliver, after its library calls returned.  So no thread
  *   ever waits for the GIL while holding a pool's lock, and a callback may
  *   call anything, close() included.
- * - Argument conversion may run Python code (__index__, buffer exports) that
- *   closes the pool or destroys a sequence: the state checks that matter
- *   (open, not busy, no exports) are made after it.
+ * - Argument conversion may run Python code (__index__, iteration, buffer
+ *   exports) that closes the pool or destroys a sequence: the state checks
+ *   that matter (open, not busy, no exports) are made after it.  A list
+ *   whose items are converted one by one is first copied into a tuple
+ *   (kvpy_tuple_of), as the conversion of one item may change the list.
  * - While a zero-copy export of a sequence's block table is alive, the
  *   calls that could move or free the table (admit, append, destroy;
  *   Pool.retire_top, clear, close) refuse with BusyError.
@@ -84,6 +86,8 @@ static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usag
 
 int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames, const char *const *names, int nreq, PyObject **out);
+PyObject *kvpy_tuple_of(PyObject *o, const char *msg);
+PyObject *kvpy_index(PyObject *o, const char *what);
 int kvpy_get_u64(PyObject *o, uint64_t dflt, uint64_t *v, const char *what);
 int kvpy_get_u32(PyObject *o, uint32_t dflt, uint32_t *v, const char *what);
 int kvpy_get_owner(PyObject *o, kvp_owner *v);
@@ -158,11 +162,13 @@ typedef struct kvpy_u32out {
 
 int kvpy_u32out_get(PyObject *o, kvpy_u32out *out);
 
-/* Extra hash keys: None or a dict in, kvp_extra_keys out (k valid while
- * the dict's objects live; present = 0 for None). */
+/* Extra hash keys: None or a dict in, kvp_extra_keys out (k valid until
+ * kvpy_extra_release: it points into a copy of the dict held here, which
+ * Python code run by the conversion cannot change; present = 0 for None). */
 typedef struct kvpy_extra {
     kvp_extra_keys k;
     int present;
+    PyObject *copy;
     kvp_mm_span *mm;
     Py_buffer salt;
     int has_salt;

@@ -48,6 +48,56 @@ static int parse_named(PyObject *o, const char *what, const named *names, const 
     return -1;
 }
 
+/* Keyword `what` (o; absent: *out unchanged) as an integer in lo..hi: 0,
+ * or -1 with TypeError (not an integer) or InvalidArgumentError naming the
+ * range and the value. */
+static int get_ranged(PyObject *o, uint32_t lo, uint32_t hi, const char *what, uint32_t *out)
+{
+    if (!o)
+        return 0;
+    PyObject *idx = kvpy_index(o, what);
+    if (!idx)
+        return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    int ok = !overflow && v >= (long long)lo && v <= (long long)hi;
+    if (ok)
+        *out = (uint32_t)v;
+    else if (!PyErr_Occurred())
+        PyErr_Format(kvpy_exc[KVP_EINVAL], "%s must be %u..%u, not %S", what, (unsigned)lo,
+                     (unsigned)hi, idx);
+    Py_DECREF(idx);
+    return ok ? 0 : -1;
+}
+
+/* The configurations kvp_pool_create refuses for a combination of fields,
+ * each with a message naming them: 0, or -1 with InvalidArgumentError. */
+static int config_combination(const kvp_config *c)
+{
+    const char *msg = NULL;
+    if (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO)
+        msg = "policy 'slru' cannot be combined with reuse 'fifo' (use 'lifo' or 'lowest')";
+    else if (c->null_block && c->num_blocks == 0)
+        msg = "null_block needs num_blocks >= 1";
+    if (msg) {
+        PyErr_SetString(kvpy_exc[KVP_EINVAL], msg);
+        return -1;
+    }
+    if (c->num_blocks > KVP_MAX_BLOCKS || c->max_blocks > KVP_MAX_BLOCKS) {
+        PyErr_Format(kvpy_exc[KVP_EINVAL], "%s (%u) is above KVP_MAX_BLOCKS (%u)",
+                     c->num_blocks > KVP_MAX_BLOCKS ? "num_blocks" : "max_blocks",
+                     (unsigned)(c->num_blocks > KVP_MAX_BLOCKS ? c->num_blocks : c->max_blocks),
+                     (unsigned)KVP_MAX_BLOCKS);
+        return -1;
+    }
+    if (c->max_blocks && c->num_blocks > c->max_blocks) {
+        PyErr_Format(kvpy_exc[KVP_EINVAL], "num_blocks (%u) is above max_blocks (%u)",
+                     (unsigned)c->num_blocks, (unsigned)c->max_blocks);
+        return -1;
+    }
+    return 0;
+}
+
 /* reuse=, policy= and hash_alg= into cfg (hash_alg refuses KVP_HASH_CUSTOM:
  * there is no function to give it).  0, or -1 with the exception set. */
 static int parse_names(PyObject *reuse, PyObject *policy, PyObject *alg, kvp_config *cfg)
@@ -109,7 +159,7 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     kvp_config cfg;
     kvp_config_default(&cfg);
-    if (kvpy_get_u32(o[0], cfg.block_size, &cfg.block_size, "block_size") ||
+    if (get_ranged(o[0], 1, 65535, "block_size", &cfg.block_size) ||
         kvpy_get_u32(o[1], cfg.num_blocks, &cfg.num_blocks, "num_blocks"))
         return NULL;
     if (o[2] && o[2] != Py_None) {
@@ -125,7 +175,8 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         kvpy_get_bool(o[17], 0, &cfg.host_arena) || kvpy_get_bool(o[18], 0, &cfg.events) ||
         kvpy_get_u32(o[19], cfg.event_capacity, &cfg.event_capacity, "event_capacity") ||
         kvpy_get_bool(o[21], 0, &cfg.prefault) ||
-        kvpy_get_u32(o[23], cfg.protected_percent, &cfg.protected_percent, "protected_percent"))
+        get_ranged(o[23], 0, 100, "protected_percent", &cfg.protected_percent) ||
+        config_combination(&cfg))
         return NULL;
     if (o[11] && o[11] != Py_None && !PyCallable_Check(o[11])) {
         PyErr_SetString(PyExc_TypeError, "on_evict must be callable or None");
@@ -134,13 +185,14 @@ PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (o[13] && o[13] != Py_None && kvpy_get_hash(o[13], &cfg.root_seed, "root_seed"))
         return NULL;
     if (o[16] && o[16] != Py_None) {
-        PyObject *seq = PySequence_Fast(o[16], "block_bytes must be (bytes_k_or_shared, bytes_v)");
+        /* a tuple of the items: an item's __index__ may change a list */
+        PyObject *seq = kvpy_tuple_of(o[16], "block_bytes must be (bytes_k_or_shared, bytes_v)");
         if (!seq)
             return NULL;
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        Py_ssize_t n = PyTuple_GET_SIZE(seq);
         for (Py_ssize_t i = 0; i < n && i < 2; i++) {
             uint64_t v;
-            if (kvpy_get_u64(PySequence_Fast_GET_ITEM(seq, i), 0, &v, "block_bytes")) {
+            if (kvpy_get_u64(PyTuple_GET_ITEM(seq, i), 0, &v, "block_bytes")) {
                 Py_DECREF(seq);
                 return NULL;
             }
@@ -330,6 +382,19 @@ static PyObject *Pool_clear(PoolObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* kvpy_u32in_get, then the check that the pool is still open (converting
+ * a sequence may run Python code that closed it): 0, or -1 with the
+ * exception set and nothing held. */
+static int pool_u32in(PoolObject *self, PyObject *o, kvpy_u32in *in, const char *what)
+{
+    if (kvpy_u32in_get(o, in, what))
+        return -1;
+    if (kvpy_pool_ok(self))
+        return 0;
+    kvpy_u32in_release(in);
+    return -1;
+}
+
 /* alloc(tokens, owner=None, stream=0, format=0, out=None) */
 static PyObject *do_alloc(PoolObject *self, uint64_t tokens, PyObject *const *o)
 {
@@ -338,6 +403,7 @@ static PyObject *do_alloc(PoolObject *self, uint64_t tokens, PyObject *const *o)
     if (kvpy_get_owner(o[1], &owner) || kvpy_get_u32(o[2], 0, &stream, "stream") ||
         kvpy_get_u32(o[3], 0, &fmt, "format"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversions may have run Python code that closed it */
     size_t n = 0;
     kvp_status st;
     if (o[4] && o[4] != Py_None) {
@@ -410,6 +476,7 @@ static PyObject *Pool_take(PoolObject *self, PyObject *const *args, Py_ssize_t n
     if (kvpy_parse_args("take", args, nargs, kwnames, kw, 0, o) || kvpy_get_owner(o[0], &owner) ||
         kvpy_get_u32(o[1], 0, &stream, "stream"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversions may have run Python code that closed it */
     /* One hint per pool, not per owner: a run of takes for the same owner
      * (a request decoding) skips the lookup; any other take costs one
      * compare and moves the hint.  The GIL serialises the calls. */
@@ -537,10 +604,11 @@ static PyObject *Pool_free(PoolObject *self, PyObject *const *args, Py_ssize_t n
         uint32_t id;
         if (kvpy_get_u32(ids, 0, &id, "id"))
             return NULL;
+        KVPY_POOL_CHECK(self); /* the owner's conversion may have closed it */
         st = kvp_free(self->pool, &id, 1, owner);
     } else {
         kvpy_u32in in;
-        if (kvpy_u32in_get(ids, &in, "ids"))
+        if (pool_u32in(self, ids, &in, "ids"))
             return NULL;
         st = kvp_free(self->pool, in.p, (size_t)in.n, owner);
         kvpy_u32in_release(&in);
@@ -562,6 +630,7 @@ static PyObject *Pool_owner_blocks(PoolObject *self, PyObject *const *args, Py_s
     if (kvpy_parse_args("owner_blocks", args, nargs, kwnames, kw, 1, o) ||
         kvpy_get_u64(o[0], 0, &owner, "owner"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversion may have run Python code that closed it */
     size_t n = 0;
     kvp_status st;
     if (o[1] && o[1] != Py_None) {
@@ -624,7 +693,7 @@ static PyObject *Pool_set_fill_many(PoolObject *self, PyObject *const *args, Py_
     kvpy_u32in ids, fills;
     if (kvpy_u32in_get(args[0], &ids, "ids"))
         return NULL;
-    if (kvpy_u32in_get(args[1], &fills, "fills")) {
+    if (pool_u32in(self, args[1], &fills, "fills")) {
         kvpy_u32in_release(&ids);
         return NULL;
     }
@@ -670,7 +739,7 @@ static PyObject *Pool_claim_many(PoolObject *self, PyObject *const *args, Py_ssi
     if (ids_owner_args("claim_many", args, nargs, kwnames, &ids, &owner))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(ids, &in, "ids"))
+    if (pool_u32in(self, ids, &in, "ids"))
         return NULL;
     kvp_status st = check_blocks(self, in.p, in.n, 0, 1);
     for (Py_ssize_t i = 0; !st && i < in.n; i++)
@@ -688,7 +757,7 @@ static PyObject *Pool_publish_many(PoolObject *self, PyObject *const *args, Py_s
     if (!kvpy_nargs_is(nargs, 2, "publish_many(ids, hashes)"))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(args[0], &in, "ids"))
+    if (pool_u32in(self, args[0], &in, "ids"))
         return NULL;
     Py_buffer hv;
     if (PyObject_GetBuffer(args[1], &hv, PyBUF_SIMPLE) < 0) {
@@ -784,6 +853,7 @@ static PyObject *Pool_lookup_many(PoolObject *self, PyObject *const *args, Py_ss
     if (kvpy_parse_args("lookup_many", args, nargs, kwnames, kw, 1, o) ||
         kvpy_get_u32(o[2], 0, &stream, "stream"))
         return NULL;
+    KVPY_POOL_CHECK(self); /* the conversion may have run Python code that closed it */
     Py_buffer hv;
     if (PyObject_GetBuffer(o[0], &hv, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -860,7 +930,7 @@ static PyObject *Pool_unpublish_many(PoolObject *self, PyObject *const *args, Py
     if (!kvpy_nargs_is(nargs, 1, "unpublish_many(ids)"))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(args[0], &in, "ids"))
+    if (pool_u32in(self, args[0], &in, "ids"))
         return NULL;
     kvp_status st = KVP_OK;
     for (Py_ssize_t i = 0; !st && i < in.n; i++) {
@@ -1027,7 +1097,7 @@ static PyObject *Pool_publish_verified(PoolObject *self, PyObject *const *args,
         (args[2] != Py_None && kvpy_get_u32(args[2], 0, &parent, "parent")))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(args[3], &in, "tokens"))
+    if (pool_u32in(self, args[3], &in, "tokens"))
         return NULL;
     kvp_status st = kvp_publish_verified(self->pool, id, &h, parent, in.p, (size_t)in.n);
     kvpy_u32in_release(&in);
@@ -1050,7 +1120,7 @@ static PyObject *Pool_lookup_verified(PoolObject *self, PyObject *const *args, P
         kvpy_get_u32(o[3], 0, &stream, "stream"))
         return NULL;
     kvpy_u32in in;
-    if (kvpy_u32in_get(o[2], &in, "tokens"))
+    if (pool_u32in(self, o[2], &in, "tokens"))
         return NULL;
     kvp_block id;
     kvp_status st =

@@ -159,6 +159,15 @@ static int seq_table(SeqObject *self, const kvp_block **ids, size_t *n, size_t *
     return 0;
 }
 
+/* Raise the exception of a failed kvp_seq_create or kvp_seq_fork of
+ * request id rid (an existing one named); returns NULL. */
+static PyObject *seq_create_error(kvp_status st, uint64_t rid)
+{
+    if (st == KVP_EOWNERACTIVE)
+        return PyErr_Format(kvpy_exc[st], "sequence %llu exists", (unsigned long long)rid);
+    return kvpy_raise(st);
+}
+
 /* Sequence(pool, request_id, extra=None) */
 static PyObject *Seq_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -169,18 +178,21 @@ static PyObject *Seq_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &rid_o, &extra_o))
         return NULL;
     PoolObject *pool = (PoolObject *)pool_o;
-    KVPY_POOL_CHECK(pool);
     uint64_t rid;
     if (kvpy_get_u64(rid_o, 0, &rid, "request_id"))
         return NULL;
     kvpy_extra ex;
     if (kvpy_extra_get(extra_o, &ex))
         return NULL;
+    if (!kvpy_pool_ok(pool)) { /* the conversions may have run Python code that closed it */
+        kvpy_extra_release(&ex);
+        return NULL;
+    }
     kvp_seq *s = NULL;
     kvp_status st = kvp_seq_create(pool->pool, rid, ex.present ? &ex.k : NULL, &s);
     kvpy_extra_release(&ex);
     if (st)
-        return kvpy_raise(st);
+        return seq_create_error(st, rid);
     SeqObject *self = seq_wrap(pool, s, rid);
     if (!self) {
         PyObject *et, *ev, *tb;
@@ -360,7 +372,7 @@ static PyObject *Seq_fork(SeqObject *self, PyObject *const *args, Py_ssize_t nar
     kvp_seq *child = NULL;
     kvp_status st = kvp_seq_fork(self->seq, cid, &child);
     if (st)
-        return kvpy_raise(st);
+        return seq_create_error(st, cid);
     SeqObject *w = seq_wrap(self->pool, child, cid);
     if (!w) {
         PyObject *et, *ev, *tb;

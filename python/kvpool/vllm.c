@@ -503,46 +503,55 @@ static int check_one(VPool *self, PyObject *o)
     return vblock_of(self, o) ? 0 : -1;
 }
 
-/* Apply fn to each block of items[0..n), or, when nested, to each block of
- * each group items[i].  Stops at the first failure (-1, exception set). */
-static int touch_each(VPool *self, PyObject **items, Py_ssize_t n, int nested,
-                      int (*fn)(VPool *, PyObject *))
+/* Apply fn to each block of the tuple items, or, when nested, to each
+ * block of each tuple in it.  Stops at the first failure (-1, exception
+ * set). */
+static int touch_each(VPool *self, PyObject *items, int nested, int (*fn)(VPool *, PyObject *))
 {
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+        PyObject *g = PyTuple_GET_ITEM(items, i);
         if (!nested) {
-            if (fn(self, items[i]))
+            if (fn(self, g))
                 return -1;
             continue;
         }
-        PyObject *g = PySequence_Fast(items[i], "touch(): groups must be sequences");
-        if (!g)
-            return -1;
-        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(g); j++)
-            if (fn(self, PySequence_Fast_GET_ITEM(g, j))) {
-                Py_DECREF(g);
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(g); j++)
+            if (fn(self, PyTuple_GET_ITEM(g, j)))
                 return -1;
-            }
-        Py_DECREF(g);
     }
     return 0;
 }
 
 /* touch(blocks): one more reference each; a free block leaves the queue.
- * Accepts a flat sequence of blocks or a sequence of sequences (groups). */
+ * Accepts a flat sequence of blocks or a sequence of sequences (groups).
+ * Every sequence is first copied into a tuple (iterating one may run
+ * Python code), so the checks and the claims see the same blocks. */
 static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (!vpool_call_ok(self, nargs, 1, "touch(blocks)"))
         return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "touch() expects a sequence of KVCacheBlock");
+    PyObject *seq = kvpy_tuple_of(args[0], "touch() expects a sequence of KVCacheBlock");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    int nested = n > 0 && Py_TYPE(PyTuple_GET_ITEM(seq, 0)) != &kvpy_vblock_type;
+    if (nested) { /* a new tuple of the groups as tuples (seq may be the caller's) */
+        PyObject *groups = PyTuple_New(n);
+        for (Py_ssize_t i = 0; groups && i < n; i++) {
+            PyObject *g = kvpy_tuple_of(PyTuple_GET_ITEM(seq, i), "touch(): groups must be sequences");
+            if (!g)
+                Py_CLEAR(groups);
+            else
+                PyTuple_SET_ITEM(groups, i, g);
+        }
+        Py_SETREF(seq, groups);
+        if (!seq)
+            return NULL;
+    }
     /* Check everything first so that a refused call changes nothing. */
-    int nested = n > 0 && Py_TYPE(items[0]) != &kvpy_vblock_type;
-    int rc = touch_each(self, items, n, nested, check_one);
+    int rc = vpool_ok(self) ? touch_each(self, seq, nested, check_one) : -1;
     if (!rc)
-        rc = touch_each(self, items, n, nested, touch_one);
+        rc = touch_each(self, seq, nested, touch_one);
     Py_DECREF(seq);
     if (rc)
         return NULL;
@@ -556,10 +565,10 @@ static PyObject *VPool_get_cached_block(VPool *self, PyObject *const *args, Py_s
         return NULL;
     if (!self->enable_caching)
         Py_RETURN_NONE;
-    PyObject *gids = PySequence_Fast(args[1], "kv_cache_group_ids must be a sequence of int");
+    PyObject *gids = kvpy_tuple_of(args[1], "kv_cache_group_ids must be a sequence of int");
     if (!gids)
         return NULL;
-    Py_ssize_t ng = PySequence_Fast_GET_SIZE(gids);
+    Py_ssize_t ng = PyTuple_GET_SIZE(gids);
     PyObject *out = PyList_New(ng);
     if (!out) {
         Py_DECREF(gids);
@@ -569,8 +578,8 @@ static PyObject *VPool_get_cached_block(VPool *self, PyObject *const *args, Py_s
         uint32_t gid;
         kvp_hash h;
         kvp_block id;
-        if (kvpy_get_u32(PySequence_Fast_GET_ITEM(gids, i), 0, &gid, "group id") ||
-            vkey(args[0], gid, &h))
+        if (kvpy_get_u32(PyTuple_GET_ITEM(gids, i), 0, &gid, "group id") ||
+            vkey(args[0], gid, &h) || !vpool_ok(self)) /* __index__ may close the pool */
             goto fail;
         kvp_status st = kvp_lookup(self->pool->pool, KVP_STREAM_SHARED, &h, &id);
         if (st == KVP_ENOTFOUND) {
@@ -603,18 +612,21 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
     uint32_t gid;
     if (kvpy_get_u32(args[2], 0, &gid, "kv_cache_group_id"))
         return NULL;
-    PyObject *bs = PySequence_Fast(args[0], "blocks must be a sequence");
+    /* Tuples: the second pass must see the blocks and hashes the first checked. */
+    PyObject *bs = kvpy_tuple_of(args[0], "blocks must be a sequence");
     if (!bs)
         return NULL;
-    PyObject *hs = PySequence_Fast(args[1], "block_hashes must be a sequence");
+    PyObject *hs = kvpy_tuple_of(args[1], "block_hashes must be a sequence");
     if (!hs) {
         Py_DECREF(bs);
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(bs);
+    Py_ssize_t n = PyTuple_GET_SIZE(bs);
     PyObject *res = NULL;
     kvp_hash *kh = NULL;
-    if (PySequence_Fast_GET_SIZE(hs) < n) {
+    if (!vpool_ok(self)) /* the conversions may have run Python code that closed it */
+        goto done;
+    if (PyTuple_GET_SIZE(hs) < n) {
         PyErr_SetString(PyExc_ValueError, "fewer block hashes than blocks");
         goto done;
     }
@@ -624,8 +636,8 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        VBlock *b = vblock_of(self, PySequence_Fast_GET_ITEM(bs, i));
-        if (!b || vkey(PySequence_Fast_GET_ITEM(hs, i), gid, &kh[i]))
+        VBlock *b = vblock_of(self, PyTuple_GET_ITEM(bs, i));
+        if (!b || vkey(PyTuple_GET_ITEM(hs, i), gid, &kh[i]))
             goto done;
         if (b->id == 0)
             continue;
@@ -641,7 +653,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         }
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        VBlock *b = (VBlock *)PySequence_Fast_GET_ITEM(bs, i);
+        VBlock *b = (VBlock *)PyTuple_GET_ITEM(bs, i);
         if (b->id == 0)
             continue;
         kvp_status st = kvp_publish(self->pool->pool, b->id, &kh[i]);
@@ -649,7 +661,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
             kvpy_raise(st);
             goto done;
         }
-        PyObject *h = PySequence_Fast_GET_ITEM(hs, i);
+        PyObject *h = PyTuple_GET_ITEM(hs, i);
         PyObject *gb = PyBytes_FromStringAndSize(NULL, 4);
         if (!gb)
             goto done;
@@ -692,7 +704,7 @@ static PyObject *VPool_evict_ids(VPool *self, PyObject *const *args, Py_ssize_t 
         uint32_t id;
         int bad = kvpy_get_u32(o, 0, &id, "block id");
         Py_DECREF(o);
-        if (bad)
+        if (bad || !vpool_ok(self)) /* the iteration or __index__ may close the pool */
             goto fail;
         if (id >= self->n) {
             PyErr_Format(PyExc_ValueError, "Invalid block_id %u >= %u", id, self->n);

@@ -13,7 +13,9 @@ Owns ``Adoption``: what each drop-in module's ``install()`` /
   the drop-in is registered in ``sys.modules`` under the original's module
   paths, creating the package modules on the way, so code written against
   the original (``from veloxquant_mlx.memory.block_pool import
-  BlockPoolAllocator``) imports the drop-in.
+  BlockPoolAllocator``) imports the drop-in.  Each module created has a
+  ``ModuleSpec`` (no loader; a package's with empty search locations), so
+  ``importlib.util.find_spec`` finds it as an imported module.
 
 ``uninstall()`` puts back every attribute it replaced and removes every
 module it registered.  Both are idempotent; neither touches anything else.
@@ -24,6 +26,8 @@ a broken installation with a stand-in would hide the error.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import sys
 import threading
 import types
@@ -128,9 +132,10 @@ class Adoption:
                 name = ".".join(parts[:i])
                 if name in sys.modules:
                     continue
-                module = types.ModuleType(name, f"kvpool drop-in stand-in for {name}")
-                if i < len(parts):
-                    module.__path__ = []  # a package: its submodules resolve through sys.modules
+                # a package's submodules resolve through sys.modules
+                spec = importlib.machinery.ModuleSpec(name, None, is_package=i < len(parts))
+                module = importlib.util.module_from_spec(spec)
+                module.__doc__ = f"kvpool drop-in stand-in for {name}"
                 sys.modules[name] = module
                 self._created.append(name)
                 if i > 1:
