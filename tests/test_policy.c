@@ -4,11 +4,11 @@
  * kvp_set_priority, kvp_seq_raise_priority; src/policy.c).
  *
  * Covers: the configuration's refusals; priorities before recency under
- * both policies; SLRU's protected segment, its share and its ghost list,
+ * every policy; SLRU's protected segment, its share and its ghost list,
  * each against what LRU does on the same calls; every refusal of the two
  * priority calls with the pool unchanged; and the prefix rule (a cached
  * block's parent is never evicted while the block stays cached) over random
- * prefix-tree traffic served as an engine serves it, for both policies with
+ * prefix-tree traffic served as an engine serves it, for every policy with
  * priorities raised on prefixes, plus the counter-case that shows the check
  * can fail: a child given a higher priority than its parent.
  * test_model and fuzz_pool compare the exact eviction order with a reference
@@ -72,8 +72,15 @@ static void test_config(void **state)
     (void)state;
     kvp_config cfg = kvptest_config(8);
     kvp_pool *pool = NULL;
-    cfg.policy = (kvp_policy)2;
-    KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
+    int npolicies = 0;
+    while (kvp_policy_name(npolicies))
+        npolicies++;
+    const int unknown[] = {npolicies, npolicies + 1, -1, 1 << 30};
+    for (size_t i = 0; i < ARRAY_LEN(unknown); i++) {
+        cfg.policy = (kvp_policy)unknown[i];
+        KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
+        assert_null(pool);
+    }
     cfg.policy = KVP_POLICY_SLRU;
     cfg.reuse = KVP_REUSE_FIFO;
     KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
@@ -88,9 +95,35 @@ static void test_config(void **state)
     }
 }
 
+/* Policies by name: each value of the table round-trips, anything else is
+ * refused and leaves the output alone. */
+static void test_policy_names(void **state)
+{
+    (void)state;
+    assert_string_equal(kvp_policy_name(KVP_POLICY_LRU), "lru");
+    assert_string_equal(kvp_policy_name(KVP_POLICY_SLRU), "slru");
+    assert_null(kvp_policy_name(-1));
+    int n = 0;
+    for (; kvp_policy_name(n); n++) {
+        kvp_policy v = (kvp_policy)-1;
+        KVP_ASSERT_OK(kvp_policy_parse(kvp_policy_name(n), &v));
+        KVP_ASSERT_EQ(v, n);
+        kvp_config cfg = kvptest_config(8);
+        cfg.policy = v;
+        kvptest_done(kvptest_create(&cfg));
+    }
+    assert_true(n >= 2);
+    kvp_policy v = KVP_POLICY_SLRU;
+    KVP_ASSERT_STATUS(kvp_policy_parse("LRU", &v), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_policy_parse("slru:50", &v), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_policy_parse(NULL, &v), KVP_EINVAL);
+    KVP_ASSERT_STATUS(kvp_policy_parse("lru", NULL), KVP_EINVAL);
+    KVP_ASSERT_EQ(v, KVP_POLICY_SLRU);
+}
+
 /* ---- priorities ---------------------------------------------------------- */
 
-/* Lower priorities go first under both policies; within one, the policy's
+/* Lower priorities go first under every policy; within one, the policy's
  * order.  A priority lasts while the block holds its content. */
 static void test_priority_order(void **state)
 {
@@ -420,7 +453,8 @@ static void test_prefix_rule(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config),          cmocka_unit_test(test_priority_order),
+        cmocka_unit_test(test_config),          cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_priority_order),
         cmocka_unit_test(test_priority_refusals), cmocka_unit_test(test_seq_raise),
         cmocka_unit_test(test_slru_scan),       cmocka_unit_test(test_slru_share),
         cmocka_unit_test(test_slru_ghost),      cmocka_unit_test(test_prefix_rule),
