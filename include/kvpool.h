@@ -207,17 +207,27 @@ typedef enum kvp_reuse {
  *   until it fits.  The ghost list costs 16-20 bytes per block of
  *   num_blocks, allocated at creation.
  *   Refused with KVP_REUSE_FIFO, which reuses free blocks in the order freed.
+ * - KVP_POLICY_LFU: least frequently used first, with aging.  A cached
+ *   block's frequency class (0, 1 or 2) counts the times its content was
+ *   freed after being claimed (kvp_claim, a sequence's admission), up to 2;
+ *   it starts at 0 when the content is published.  Lower classes are
+ *   evicted first, each least recently freed first.  Aging: classes 1 and 2
+ *   of a priority each hold at most protected_percent / 2 of the stream's
+ *   blocks; a block freed into a full class moves that class's least
+ *   recently freed blocks one class down (1 to 0, 2 to 1) until it fits.
+ *   No memory beyond the block records.  Refused with KVP_REUSE_FIFO.
  *
  * Prefix rule.  A block can be hit only together with its whole prefix, so
  * evicting a cached block's parent while keeping the child wastes the child.
- * Both policies evict a child before its parent when a request's blocks are
+ * Every policy evicts a child before its parent when a request's blocks are
  * freed last block first (sequences and kvp_seq_destroy do), claims take a
  * prefix from its first block (kvp_claim_prefix, sequences), and a block's
  * priority is never above its parent's (kvp_seq_raise_priority keeps that).
  */
 typedef enum kvp_policy {
     KVP_POLICY_LRU = 0,
-    KVP_POLICY_SLRU = 1
+    KVP_POLICY_SLRU = 1,
+    KVP_POLICY_LFU = 2
 } kvp_policy;
 
 /* Retention priorities (kvp_set_priority).  A block's priority belongs to its
@@ -346,7 +356,9 @@ typedef struct kvp_config {
                                    KVP_POLICY_LRU) */
     uint32_t protected_percent; /* KVP_POLICY_SLRU: the most a priority's
                                    protected blocks may be, in percent of the
-                                   stream's blocks, 0..100 (default 50) */
+                                   stream's blocks, 0..100 (default 50);
+                                   KVP_POLICY_LFU: the most its classes
+                                   above 0 may be together */
     uint32_t history_len;       /* stats history ring length (default 64) */
     int history_every_call;     /* snapshot after every changing call
                                    (default 0; costs a copy per call) */
@@ -416,8 +428,8 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
  * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
- * order or policy (one kvp_policy_name does not name); KVP_POLICY_SLRU with
- * KVP_REUSE_FIFO; protected_percent
+ * order or policy (one kvp_policy_name does not name); KVP_POLICY_SLRU or
+ * KVP_POLICY_LFU with KVP_REUSE_FIFO; protected_percent
  * above 100; allocator missing a function; with host_arena, a block_bytes[s]
  * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
  * KVP_ENOMEM.  *out is set only on success.

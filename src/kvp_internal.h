@@ -114,12 +114,15 @@
 
 /* Eviction policy bits of a block record (policy.c): its retention
  * priority, whether it was claimed (or its hash found in the ghost list)
- * since its content was published, and while cached its segment. */
+ * since its content was published, while cached its segment, and the bits
+ * a policy keeps of its own (KVP_POLICY_LFU's frequency class). */
 #define KVP__R_PRIO 0x3u  /* retention priority XOR KVP_PRIORITY_NORMAL, so
                              that 0 (a vacant block's) reads as NORMAL */
 #define KVP__R_HIT 0x4u   /* claimed since published, or a ghost hit */
 #define KVP__R_SEG 0x18u  /* cached: its segment, 0 (evicted first) to 2 */
 #define KVP__R_SEG_SHIFT 3
+#define KVP__R_FREQ 0x60u /* KVP_POLICY_LFU: frequency class, kept in use */
+#define KVP__R_FREQ_SHIFT 5
 #define KVP__SEGS 3u      /* segments per retention priority */
 #define KVP__LISTS (KVP__SEGS * (KVP_PRIORITY_MAX + 1)) /* eviction lists per stream */
 
@@ -143,7 +146,7 @@ typedef struct kvp__policy {
     void (*forget)(kvp_pool *p);              /* the index was emptied */
     kvp_status (*check)(const kvp_pool *p, char *msg, size_t cap); /* ECORRUPT */
 } kvp__policy;
-extern const kvp__policy kvp__policy_lru, kvp__policy_slru;
+extern const kvp__policy kvp__policy_lru, kvp__policy_slru, kvp__policy_lfu;
 
 /* What a publisher knows about a block being indexed (for events and
  * verified hits): its parent block (NONE if first or unknown) and the hash

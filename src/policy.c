@@ -9,7 +9,7 @@
  * records (block.c and freelist.c clear every KVP__R_* bit when a block's
  * content goes, and kvp__policy_hit sets KVP__R_HIT on a claim), and the
  * choice of the pool's policy (p->pol, a copy of its row of the table).
- * Each policy's file (policy_lru.c, policy_slru.c) owns what
+ * Each policy's file (policy_lru.c, policy_slru.c, policy_lfu.c) owns what
  * only it keeps.
  *
  * Invariants (checked by check.c and each policy's check):
@@ -45,6 +45,7 @@
 static const kvp__policy *const policies[] = {
     [KVP_POLICY_LRU] = &kvp__policy_lru,
     [KVP_POLICY_SLRU] = &kvp__policy_slru,
+    [KVP_POLICY_LFU] = &kvp__policy_lfu,
 };
 #define NPOLICIES (sizeof policies / sizeof policies[0])
 
