@@ -1242,7 +1242,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c.nblocks = 1;
     c.maxb = (c.grow || (b2 & 1)) ? c.nblocks + 1 + (b2 >> 1) % 100 : 0;
     c.events = (b3 >> 5) & 1;
-    c.policy = (b3 >> 6) & 1 && c.reuse != KVP_REUSE_FIFO ? KVP_POLICY_SLRU : KVP_POLICY_LRU;
+    /* bit 6: a policy other than LRU (not with FIFO, which refuses them),
+     * bit 7 which: SLRU or LFU */
+    c.policy = !((b3 >> 6) & 1) || c.reuse == KVP_REUSE_FIFO ? KVP_POLICY_LRU
+               : (b3 >> 7) & 1                                ? KVP_POLICY_LFU
+                                                               : KVP_POLICY_SLRU;
     c.protected_percent = (b0 * 37u + b2) % 101;
     g_inputs++;
     memset(&g_r, 0, sizeof g_r);

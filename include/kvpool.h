@@ -61,33 +61,57 @@ extern "C" {
 
 /*
  * Every call returns one of these.  The numeric values are stable.
+ *
+ * KVP_STATUS_MAP(X) lists every code once, in value order, as
+ * X(NAME, value, Word, "message"): NAME the enumerator's suffix (KVP_NAME),
+ * Word a CamelCase name for bindings (an exception class, say), message what
+ * kvp_strerror() returns.  The enum, kvp_status_name() and kvp_strerror()
+ * are generated from it; a binding can expand it for its own tables.
  */
-typedef enum kvp_status {
-    KVP_OK = 0,           /* success */
-    KVP_EINVAL = 1,       /* an argument is invalid: NULL pointer, zero or
-                             overflowing count, unknown stream or format,
-                             the null block, a bad configuration */
-    KVP_EEXHAUSTED = 2,   /* not enough free blocks, and growth was not
-                             allowed or would pass the cap */
-    KVP_ENOTFOUND = 3,    /* no such owner, hash or content */
-    KVP_ENOTOWNER = 4,    /* the named owner holds no reference on that block
-                             (or, for KVP_ANON, the block has no anonymous
-                             reference left) */
-    KVP_EDOUBLEFREE = 5,  /* the block is already free */
-    KVP_EOWNERACTIVE = 6, /* explicit registration of an owner still active */
-    KVP_EBUSY = 7,        /* the object is in use: reset while blocks are held,
-                             a block in use where a free one is needed, a
-                             re-entrant call from a callback */
-    KVP_ENOMEM = 8,       /* the allocator refused memory */
-    KVP_ERANGE = 9,       /* a block id outside the pool or retired */
-    KVP_ESPACE = 10,      /* the caller's output buffer is too small; the size
-                             needed was reported */
-    KVP_ECORRUPT = 11     /* kvp_pool_check found a broken invariant */
-} kvp_status;
+#define KVP_STATUS_MAP(X)                                                              \
+    /* success */                                                                      \
+    X(OK, 0, Ok, "success")                                                            \
+    /* an argument is invalid: NULL pointer, zero or overflowing count, unknown       \
+     * stream or format, the null block, a bad configuration */                        \
+    X(EINVAL, 1, InvalidArgument, "invalid argument")                                  \
+    /* not enough free blocks, and growth was not allowed or would pass the cap */     \
+    X(EEXHAUSTED, 2, Exhausted, "not enough free blocks")                              \
+    /* no such owner, hash, content or name */                                         \
+    X(ENOTFOUND, 3, NotFound, "not found")                                             \
+    /* the named owner holds no reference on that block (or, for KVP_ANON, the        \
+     * block has no anonymous reference left) */                                       \
+    X(ENOTOWNER, 4, NotOwner, "the owner holds no such reference")                     \
+    /* the block is already free */                                                    \
+    X(EDOUBLEFREE, 5, DoubleFree, "block is already free")                             \
+    /* explicit registration of an owner still active */                               \
+    X(EOWNERACTIVE, 6, OwnerActive, "owner is already active")                         \
+    /* the object is in use: reset while blocks are held, a block in use where a      \
+     * free one is needed, a re-entrant call from a callback */                        \
+    X(EBUSY, 7, Busy, "busy: in use, or called from a callback")                       \
+    /* the allocator refused memory */                                                 \
+    X(ENOMEM, 8, NoMemory, "out of memory")                                            \
+    /* a block id outside the pool or retired */                                       \
+    X(ERANGE, 9, Range, "no such block (out of range or retired)")                     \
+    /* the caller's output buffer is too small; the size needed was reported */        \
+    X(ESPACE, 10, Space, "output buffer too small")                                    \
+    /* kvp_pool_check found a broken invariant */                                      \
+    X(ECORRUPT, 11, Corrupt, "pool invariant broken")
+
+#define KVP__STATUS_ENUM(name, value, word, msg) KVP_##name = value,
+typedef enum kvp_status { KVP_STATUS_MAP(KVP__STATUS_ENUM) } kvp_status;
+#undef KVP__STATUS_ENUM
+
+/* The number of codes: they run from 0 to KVP_STATUS_COUNT - 1. */
+#define KVP__STATUS_ONE(name, value, word, msg) +1
+#define KVP_STATUS_COUNT (0 KVP_STATUS_MAP(KVP__STATUS_ONE))
 
 /* The message for a status code (a static string; never NULL, also for
- * unknown values).  Thread-safe, O(1). */
+ * unknown values: "unknown status").  Thread-safe, O(1). */
 KVP_API const char *kvp_strerror(int status);
+
+/* The enumerator's name of a status code ("KVP_EINVAL"), a static string, or
+ * NULL for a value that is no code.  Thread-safe, O(1). */
+KVP_API const char *kvp_status_name(int status);
 
 /* ------------------------------------------------------------------------ */
 /* Types                                                                     */
@@ -183,17 +207,27 @@ typedef enum kvp_reuse {
  *   until it fits.  The ghost list costs 16-20 bytes per block of
  *   num_blocks, allocated at creation.
  *   Refused with KVP_REUSE_FIFO, which reuses free blocks in the order freed.
+ * - KVP_POLICY_LFU: least frequently used first, with aging.  A cached
+ *   block's frequency class (0, 1 or 2) counts the times its content was
+ *   freed after being claimed (kvp_claim, a sequence's admission), up to 2;
+ *   it starts at 0 when the content is published.  Lower classes are
+ *   evicted first, each least recently freed first.  Aging: classes 1 and 2
+ *   of a priority each hold at most protected_percent / 2 of the stream's
+ *   blocks; a block freed into a full class moves that class's least
+ *   recently freed blocks one class down (1 to 0, 2 to 1) until it fits.
+ *   No memory beyond the block records.  Refused with KVP_REUSE_FIFO.
  *
  * Prefix rule.  A block can be hit only together with its whole prefix, so
  * evicting a cached block's parent while keeping the child wastes the child.
- * Both policies evict a child before its parent when a request's blocks are
+ * Every policy evicts a child before its parent when a request's blocks are
  * freed last block first (sequences and kvp_seq_destroy do), claims take a
  * prefix from its first block (kvp_claim_prefix, sequences), and a block's
  * priority is never above its parent's (kvp_seq_raise_priority keeps that).
  */
 typedef enum kvp_policy {
     KVP_POLICY_LRU = 0,
-    KVP_POLICY_SLRU = 1
+    KVP_POLICY_SLRU = 1,
+    KVP_POLICY_LFU = 2
 } kvp_policy;
 
 /* Retention priorities (kvp_set_priority).  A block's priority belongs to its
@@ -235,6 +269,26 @@ typedef enum kvp_hash_alg {
     KVP_HASH_XXH3_128 = 1,
     KVP_HASH_CUSTOM = 2
 } kvp_hash_alg;
+
+/*
+ * Names of the configuration's enumerations, from the library's own tables,
+ * so that command lines, bindings and logs spell them alike:
+ *   reuse orders   "lifo", "lowest", "fifo"
+ *   policies       "lru", "slru", ...  (one per kvp_policy)
+ *   hash algorithms "sha256", "xxh3", "custom"
+ * kvp_X_name returns the name of a value (a static string), or NULL for a
+ * value that is none; the values run from 0 up to the first NULL, so a
+ * caller can list them all.  kvp_X_parse sets *out to the value named
+ * (exact, lower-case match).  Errors: KVP_EINVAL (NULL name or out),
+ * KVP_ENOTFOUND (no such name); *out is set only on success.
+ * Thread-safe; O(1) for names, O(values) for parses.
+ */
+KVP_API const char *kvp_reuse_name(int reuse);
+KVP_API kvp_status kvp_reuse_parse(const char *name, kvp_reuse *out);
+KVP_API const char *kvp_policy_name(int policy);
+KVP_API kvp_status kvp_policy_parse(const char *name, kvp_policy *out);
+KVP_API const char *kvp_hash_alg_name(int alg);
+KVP_API kvp_status kvp_hash_alg_parse(const char *name, kvp_hash_alg *out);
 
 /* A multimodal input: its content hash and the prompt tokens [start, end)
  * it covers (absolute positions). */
@@ -302,7 +356,9 @@ typedef struct kvp_config {
                                    KVP_POLICY_LRU) */
     uint32_t protected_percent; /* KVP_POLICY_SLRU: the most a priority's
                                    protected blocks may be, in percent of the
-                                   stream's blocks, 0..100 (default 50) */
+                                   stream's blocks, 0..100 (default 50);
+                                   KVP_POLICY_LFU: the most its classes
+                                   above 0 may be together */
     uint32_t history_len;       /* stats history ring length (default 64) */
     int history_every_call;     /* snapshot after every changing call
                                    (default 0; costs a copy per call) */
@@ -372,7 +428,8 @@ KVP_API kvp_status kvp_config_default(kvp_config *cfg);
  * O(num_blocks / 64) plus the allocator's cost for zeroed memory.
  * Errors: KVP_EINVAL (NULL argument; block_size 0 or > 65535; num_blocks >
  * max_blocks or > KVP_MAX_BLOCKS; null_block with num_blocks 0; unknown reuse
- * order or policy; KVP_POLICY_SLRU with KVP_REUSE_FIFO; protected_percent
+ * order or policy (one kvp_policy_name does not name); KVP_POLICY_SLRU or
+ * KVP_POLICY_LFU with KVP_REUSE_FIFO; protected_percent
  * above 100; allocator missing a function; with host_arena, a block_bytes[s]
  * above SIZE_MAX / the growth cap; with events, event_capacity UINT32_MAX),
  * KVP_ENOMEM.  *out is set only on success.

@@ -131,7 +131,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             cac[s]++;
             break;
         case KVP_BLOCK_IN_USE: {
-            CHECK(!in_vac && !in_cac && !(k->retain & KVP__R_PROT),
+            CHECK(!in_vac && !in_cac && !(k->retain & KVP__R_SEG),
                   "block %u: in use but in a free set or segment", b);
             uint32_t xn = 0;
             for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->xcap; x = p->xrefs[x].bnext) {
@@ -234,14 +234,13 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
                       l, b);
                 const kvp__block *k = &p->blocks[b];
                 CHECK(k->state == KVP_BLOCK_CACHED && k->stream == s && k->lprev == prev &&
-                          2 * kvp__priority(k) + ((k->retain & KVP__R_PROT) != 0) == l,
+                          kvp__list_of(k) == l && kvp__segment(k) < p->pol.segments,
                       "stream %d: eviction list %u holds block %u wrongly", s, l, b);
             }
             CHECK(st->ltail[l] == prev && ((st->lmask >> l) & 1) == (n > 0) &&
-                      ((l & 1) == 0 || (n == st->nprot[l / 2] &&
-                                        (n == 0 || p->cfg.policy == KVP_POLICY_SLRU))),
-                  "stream %d: eviction list %u: length %u, protected count %u, mask 0x%x", s,
-                  l, n, st->nprot[l / 2], st->lmask);
+                      st->nseg[l] == (l % KVP__SEGS ? n : 0),
+                  "stream %d: eviction list %u: length %u, counted %u, mask 0x%x", s, l, n,
+                  st->nseg[l], st->lmask);
             total += n;
         }
         CHECK(total == st->ncached && st->lmask >> KVP__LISTS == 0,
@@ -388,33 +387,6 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
     return KVP_OK;
 }
 
-/* The ghost list (policy.c): the ring's filled slots are each in the chain
- * of their key's bucket, once, or in none (link UINT32_MAX); chains hold
- * nothing else. */
-static kvp_status check_ghost(kvp_pool *p, ctx *c)
-{
-    uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1;
-    CHECK(p->ghost.cap == (p->cfg.policy == KVP_POLICY_SLRU ? cap : 0) &&
-              p->ghost.used <= p->ghost.cap &&
-              (p->ghost.next == p->ghost.used % (p->ghost.cap ? p->ghost.cap : 1) ||
-               p->ghost.used == p->ghost.cap),
-          "ghost list: cap %u, used %u, next %u", p->ghost.cap, p->ghost.used, p->ghost.next);
-    if (!p->ghost.cap)
-        return KVP_OK;
-    uint32_t chained = 0, live = 0;
-    for (uint32_t i = 0; i <= p->ghost.bmask; i++)
-        for (uint32_t e = p->ghost.bucket[i]; e; e = p->ghost.link[e - 1]) {
-            uint64_t k = p->ghost.key[e - 1];
-            CHECK(e - 1 < p->ghost.used && chained++ < p->ghost.used &&
-                      p->ghost.link[e - 1] != UINT32_MAX && (k & p->ghost.bmask) == i,
-                  "ghost list: bucket %u's chain holds slot %u wrongly", i, e - 1);
-        }
-    for (uint32_t s = 0; s < p->ghost.used; s++)
-        live += p->ghost.link[s] != UINT32_MAX;
-    CHECK(live == chained, "ghost list: %u slots linked, %u in chains", live, chained);
-    return KVP_OK;
-}
-
 kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
 {
     ctx cc = {msg, cap}, *c = &cc;
@@ -425,7 +397,7 @@ kvp_status kvp__check(kvp_pool *p, char *msg, size_t cap)
     if (!rc)
         rc = check_lists(p, c);
     if (!rc)
-        rc = check_ghost(p, c);
+        rc = kvp__policy_check(p, msg, cap);
     if (!rc)
         rc = check_index(p, c);
     if (!rc)

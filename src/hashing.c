@@ -127,19 +127,52 @@ static void write_message(uint8_t *w, const kvp_hash *parent, const uint32_t *to
     }
 }
 
-static kvp_status digest(const kvp_config *cfg, const uint8_t *msg, size_t len, kvp_hash *out)
+/* SHA-256 of the message, all 32 bytes. */
+static void digest_sha256(const uint8_t *msg, size_t len, kvp_hash *out)
 {
-    if (cfg->hash_alg == KVP_HASH_SHA256) {
-        SHA256_CTX c;
-        SHA256_Init(&c);
-        SHA256_Update(&c, msg, len);
-        SHA256_Final(out->b, &c);
-    } else {
-        XXH128_canonical_t canon;
-        XXH128_canonicalFromHash(&canon, XXH3_128bits(msg, len));
-        memset(out->b, 0, 16);
-        memcpy(out->b + 16, canon.digest, 16);
-    }
+    SHA256_CTX c;
+    SHA256_Init(&c);
+    SHA256_Update(&c, msg, len);
+    SHA256_Final(out->b, &c);
+}
+
+/* XXH3-128 of the message, canonical (big-endian) in the last 16 bytes. */
+static void digest_xxh3(const uint8_t *msg, size_t len, kvp_hash *out)
+{
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits(msg, len));
+    memset(out->b, 0, 16);
+    memcpy(out->b + 16, canon.digest, 16);
+}
+
+/* The algorithms, indexed by kvp_hash_alg: each one's name and digest of a
+ * built message (KVP_HASH_CUSTOM has none: kvp_config.hash_fn hashes the
+ * block itself).  A value outside the table is refused at creation. */
+static const struct {
+    const char *name;
+    void (*digest)(const uint8_t *msg, size_t len, kvp_hash *out);
+} algs[] = {
+    [KVP_HASH_SHA256] = {"sha256", digest_sha256},
+    [KVP_HASH_XXH3_128] = {"xxh3", digest_xxh3},
+    [KVP_HASH_CUSTOM] = {"custom", NULL},
+};
+#define NALGS (sizeof algs / sizeof algs[0])
+
+/* See kvpool.h. */
+const char *kvp_hash_alg_name(int alg)
+{
+    return alg >= 0 && (size_t)alg < NALGS ? algs[alg].name : NULL;
+}
+
+/* See kvpool.h. */
+KVP__DEFINE_PARSE(kvp_hash_alg_parse, kvp_hash_alg, kvp_hash_alg_name)
+
+/* The configuration's algorithm is one of the table's, with a function
+ * when it is KVP_HASH_CUSTOM.  KVP_OK or KVP_EINVAL (pool.c's validation). */
+kvp_status kvp__hash_config_valid(const kvp_config *c)
+{
+    if ((unsigned)c->hash_alg >= NALGS || (c->hash_alg == KVP_HASH_CUSTOM && !c->hash_fn))
+        return KVP_EINVAL;
     return KVP_OK;
 }
 
@@ -174,10 +207,10 @@ static kvp_status hash_one(const kvp_pool *p, const kvp_hash *parent, const uint
     if (!msg)
         return KVP_ENOMEM;
     write_message(msg, parent, tokens, n, start, x);
-    kvp_status rc = digest(cfg, msg, len, out);
+    algs[cfg->hash_alg].digest(msg, len, out);
     if (msg != stack)
         kvp__release((kvp_pool *)p, msg, len);
-    return rc;
+    return KVP_OK;
 }
 
 kvp_status kvp_hash_block(const kvp_pool *pool, const kvp_hash *parent, const uint32_t *tokens,

@@ -37,7 +37,7 @@ void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
     p->blocks[b].hnext = 0;
     p->blocks[b].flags |= KVP__F_PUBLISHED;
     p->nindexed++;
-    kvp__ghost_published(p, b);
+    kvp__policy_published(p, b);
     kvp__ev_stored(p, b, info);
 }
 
@@ -76,11 +76,11 @@ uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h)
     return kvp__index_first(p, s, h);
 }
 
-/* Evict b's content: the entry goes, the ghost list and the callback hear
+/* Evict b's content: the entry goes, the policy and the callback hear
  * of it, it counts. */
 void kvp__unindex(kvp_pool *p, uint32_t b)
 {
-    kvp__ghost_evicted(p, b);
+    kvp__policy_evicted(p, b);
     kvp__index_remove(p, b);
     p->ctr.evictions++;
     kvp__notify_evict(p, &p->hashes[b], b);
@@ -134,7 +134,7 @@ void kvp__forget_all(kvp_pool *p)
         p->buckets[i] = 0;
     }
     p->nindexed = 0;
-    kvp__ghost_clear(p);
+    kvp__policy_forget(p);
     kvp__ev_cleared(p);
     kvp__notify_evict(p, NULL, KVP_NO_BLOCK);
 }

@@ -114,12 +114,39 @@
 
 /* Eviction policy bits of a block record (policy.c): its retention
  * priority, whether it was claimed (or its hash found in the ghost list)
- * since its content was published, and, while cached, its segment. */
+ * since its content was published, while cached its segment, and the bits
+ * a policy keeps of its own (KVP_POLICY_LFU's frequency class). */
 #define KVP__R_PRIO 0x3u  /* retention priority XOR KVP_PRIORITY_NORMAL, so
                              that 0 (a vacant block's) reads as NORMAL */
 #define KVP__R_HIT 0x4u   /* claimed since published, or a ghost hit */
-#define KVP__R_PROT 0x8u  /* cached: in its priority's protected segment (SLRU) */
-#define KVP__LISTS (2 * (KVP_PRIORITY_MAX + 1)) /* eviction lists per stream */
+#define KVP__R_SEG 0x18u  /* cached: its segment, 0 (evicted first) to 2 */
+#define KVP__R_SEG_SHIFT 3
+#define KVP__R_FREQ 0x60u /* KVP_POLICY_LFU: frequency class, kept in use */
+#define KVP__R_FREQ_SHIFT 5
+#define KVP__SEGS 3u      /* segments per retention priority */
+#define KVP__LISTS (KVP__SEGS * (KVP_PRIORITY_MAX + 1)) /* eviction lists per stream */
+
+/* An eviction policy: one row of policy.c's table, copied into the pool at
+ * creation (p->pol).  Every cached block sits in a list of its priority's
+ * `segments` (policy.c); the policy decides which, and the victim is always
+ * the least recently put block of the lowest non-empty segment of the
+ * lowest priority.  NULL hooks do nothing. */
+typedef struct kvp__policy {
+    const char *name;       /* kvp_policy_name's */
+    unsigned segments;      /* segments per priority it uses, 1..KVP__SEGS */
+    uint16_t slow;          /* KVP__R_* bits: a block becoming cached with
+                               any of them goes to insert, one with none to
+                               segment 0's most recent end */
+    kvp_status (*valid)(const kvp_config *c); /* its rules: KVP_OK or EINVAL */
+    kvp_status (*create)(kvp_pool *p);        /* all or nothing; ENOMEM */
+    void (*destroy)(kvp_pool *p);             /* also after a failed create */
+    void (*insert)(kvp_pool *p, uint32_t b);  /* b became cached (slow bits) */
+    void (*evicted)(kvp_pool *p, uint32_t b); /* b's content is being evicted */
+    void (*published)(kvp_pool *p, uint32_t b); /* b is being published */
+    void (*forget)(kvp_pool *p);              /* the index was emptied */
+    kvp_status (*check)(const kvp_pool *p, char *msg, size_t cap); /* ECORRUPT */
+} kvp__policy;
+extern const kvp__policy kvp__policy_lru, kvp__policy_slru, kvp__policy_lfu;
 
 /* What a publisher knows about a block being indexed (for events and
  * verified hits): its parent block (NONE if first or unknown) and the hash
@@ -237,10 +264,11 @@ typedef struct kvp__stream {
                                 all free blocks (head = oldest); LOWEST: unused */
     /* cached blocks, in eviction order (policy.c): one list per retention
      * priority and segment, head evicted first; bit i of lmask is set
-     * while list i is not empty; nprot[k]: priority k's protected blocks */
+     * while list i is not empty; nseg[i]: list i's length (segment 0's
+     * lists: 0, not kept) */
     uint32_t lhead[KVP__LISTS], ltail[KVP__LISTS];
     uint32_t lmask;
-    uint32_t nprot[KVP_PRIORITY_MAX + 1];
+    uint32_t nseg[KVP__LISTS];
     uint32_t fresh_lo, fresh_hi; /* never-touched ids of the initial pool */
     uint32_t fresh_mark;     /* LIFO: first never-used block in the q list
                                 (they form its tail, in id order), or NONE */
@@ -259,6 +287,9 @@ typedef struct kvp__stream {
     kvp__idset vacant;       /* vacant ids, fresh ones excluded */
     kvp__idset cached;
 } kvp__stream;
+/* 3 x 128 bytes: &p->st[s] is then two cheap instructions (a three-way add
+ * and a shift) on the take's paths; other sizes cost a third. */
+_Static_assert(sizeof(kvp__stream) == 384, "stream records stay 384 bytes (take's addressing)");
 
 /* One free call's LIFO insertion state, per stream: where the next block
  * goes in the stack's array (NONE: the call has freed none on the stream
@@ -320,7 +351,7 @@ struct kvp_pool {
     uint32_t *vtok;   /* cap x block_size */
     uint32_t *vparent, *vpgen, *gen;
 
-    /* ghost list (policy.c, KVP_POLICY_SLRU): the keys of the last `cap`
+    /* ghost list (policy_slru.c, KVP_POLICY_SLRU): the keys of the last `cap`
      * hashes evicted, in a ring (key, link), next to write at `next`, `used`
      * slots filled; buckets of chains through the ring (slot + 1, 0 ends) */
     struct {
@@ -362,6 +393,8 @@ struct kvp_pool {
     /* history ring */
     kvp_stats *hist;
     uint32_t hist_head, hist_count;
+
+    kvp__policy pol; /* the eviction policy's row (policy.c) */
 };
 
 /* Ask for block b's record ahead of use.  Batch loops over scattered blocks
@@ -608,6 +641,23 @@ static inline uint32_t kvp__index_next(const kvp_pool *p, uint32_t b)
     return kvp__index_next_from(p, kvp__chain_next(p, b), p->blocks[b].stream, &p->hashes[b]);
 }
 
+/* ---- names (status.c) ---- */
+/* The value whose name_of(value) is `name`, trying 0, 1, ... up to the
+ * first NULL: KVP_EINVAL for a NULL name, KVP_ENOTFOUND for none. */
+kvp_status kvp__name_parse(const char *name, const char *(*name_of)(int), int *out);
+/* Define kvpool.h's `kvp_status fn(const char *name, type *out)`: the value
+ * of `type` that name_of names, as kvp__name_parse finds it; *out is set
+ * only on success, KVP_EINVAL for a NULL out. */
+#define KVP__DEFINE_PARSE(fn, type, name_of)                                               \
+    kvp_status fn(const char *name, type *out)                                             \
+    {                                                                                      \
+        int v;                                                                             \
+        kvp_status rc = out ? kvp__name_parse(name, name_of, &v) : KVP_EINVAL;             \
+        if (!rc)                                                                           \
+            *out = (type)v;                                                                \
+        return rc;                                                                         \
+    }
+
 /* ---- memory (mem.c) ---- */
 extern const kvp_allocator kvp__std_allocator;
 void *kvp__alloc(kvp_pool *p, size_t size);
@@ -645,20 +695,33 @@ uint32_t kvp__defer_pending_from(const kvp__owner *o);
 kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap);
 void kvp__defer_uncheck(kvp_pool *p);
 
-/* ---- eviction order (policy.c) ---- */
+/* ---- eviction order (policy.c, and a file per policy) ---- */
+kvp_status kvp__policy_config_valid(const kvp_config *c);
+kvp_status kvp__policy_refuse_fifo(const kvp_config *c);
+kvp_status kvp__policy_create(kvp_pool *p);
+void kvp__policy_destroy(kvp_pool *p);
+void kvp__policy_forget(kvp_pool *p);
+kvp_status kvp__policy_check(const kvp_pool *p, char *msg, size_t cap);
 void kvp__policy_insert(kvp_pool *p, uint32_t b);
 void kvp__policy_remove(kvp_pool *p, uint32_t b);
+void kvp__policy_evicted(kvp_pool *p, uint32_t b);
+void kvp__policy_published(kvp_pool *p, uint32_t b);
 void kvp__policy_reset(kvp__stream *st);
-kvp_status kvp__ghost_create(kvp_pool *p);
-void kvp__ghost_destroy(kvp_pool *p);
-void kvp__ghost_clear(kvp_pool *p);
-void kvp__ghost_evicted(kvp_pool *p, uint32_t b);
-void kvp__ghost_published(kvp_pool *p, uint32_t b);
 void kvp__set_priority(kvp_pool *p, uint32_t b, unsigned prio);
+unsigned kvp__list_of(const kvp__block *blk);
+void kvp__list_unlink(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b);
+void kvp__list_append(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b);
+void kvp__seg_append(kvp_pool *p, uint32_t b, unsigned seg);
+uint32_t kvp__seg_demote(kvp_pool *p, kvp__stream *st, unsigned k, unsigned seg);
 /* The cached block of stream st evicted next, or NONE. */
 static inline uint32_t kvp__policy_victim(const kvp__stream *st)
 {
     return st->lmask ? st->lhead[__builtin_ctz(st->lmask)] : KVP__NONE;
+}
+/* Block record blk's segment (cached) within its priority's lists. */
+static inline unsigned kvp__segment(const kvp__block *blk)
+{
+    return (blk->retain & KVP__R_SEG) >> KVP__R_SEG_SHIFT;
 }
 /* Block record blk's retention priority. */
 static inline unsigned kvp__priority(const kvp__block *blk)
@@ -730,6 +793,7 @@ void kvp__forget_all(kvp_pool *p);
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
 
 /* ---- hashing (hashing.c) ---- */
+kvp_status kvp__hash_config_valid(const kvp_config *c);
 kvp_status kvp__extra_valid(const kvp_extra_keys *x);
 kvp_status kvp__hash_chain(const kvp_pool *p, const uint32_t *tokens, size_t nblocks,
                            const kvp_extra_keys *x, kvp_hash *hashes, size_t known);

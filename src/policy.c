@@ -1,51 +1,142 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * policy.c — the eviction order of cached free blocks (kvp_policy): one list
- * per retention priority and segment in each stream, and the ghost list of
- * KVP_POLICY_SLRU.
+ * policy.c — the eviction order of cached free blocks: the lists every
+ * policy orders blocks in, and the table of policies (kvp_policy) that
+ * decides where a block goes.
  *
- * What it owns: each stream's eviction lists (lhead, ltail, lmask, nprot),
- * the lprev/lnext links of cached blocks, the KVP__R_* bits of the block
- * records (block.c and freelist.c clear them when a block's content goes,
- * and kvp__policy_hit sets KVP__R_HIT on a claim), and p->ghost.
+ * What it owns: each stream's eviction lists (lhead, ltail, lmask, nseg),
+ * the lprev/lnext links of cached blocks and the KVP__R_SEG bits of their
+ * records (block.c and freelist.c clear every KVP__R_* bit when a block's
+ * content goes, and kvp__policy_hit sets KVP__R_HIT on a claim), and the
+ * choice of the pool's policy (p->pol, a copy of its row of the table).
+ * Each policy's file (policy_lru.c, policy_slru.c, policy_lfu.c) owns what
+ * only it keeps.
  *
- * Invariants (checked by check.c):
+ * Invariants (checked by check.c and each policy's check):
  * - A block is in exactly one list iff it is cached: list
- *   2 * priority + segment, segment 1 (protected) only under SLRU.
- *   Bit i of lmask is set iff list i is not empty; nprot[k] is the length
- *   of priority k's protected list.
+ *   KVP__SEGS * priority + segment, the segment in KVP__R_SEG and below the
+ *   policy's `segments`.  Bit i of lmask is set iff list i is not empty;
+ *   nseg[i] is the length of list i when its segment is not 0 (segment 0's
+ *   lengths are not kept: no policy needs them).
  * - Each list runs from the least recently put there (head) to the most
  *   recent; the victim is the head of the first non-empty list, so lower
- *   priorities go first, and within one, probationary blocks before
- *   protected ones.
- * - A vacant block's retain bits are 0; a block in use has no KVP__R_PROT.
- * - Under SLRU, after every insertion into a priority's protected list it
- *   holds at most protected_percent of the stream's blocks.
- * - The ghost list's chains hold each key at most once, at the ring slot of
- *   its latest eviction; a key whose slot the ring reaches again, or that
- *   is published again, leaves them.
+ *   priorities go first, and within one, lower segments first.
+ * - A vacant block's retain bits are 0; a block in use has no KVP__R_SEG.
  *
- * Why this shape: the order lives in the block records' links, so LRU costs
- * no memory beyond the records, and every operation is a list unlink or
- * append plus a count of trailing zeros.  The ghost list remembers evicted
- * hashes by a 64-bit key in a ring the size of the initial pool, which is
- * the recency horizon SLRU needs to recognise content that comes back;
- * finding a key walks one short chain, with no table to probe or shift.
+ * Why this shape: the order lives in the block records' links, so a policy
+ * costs no memory beyond the records unless it keeps history of its own,
+ * and every operation is a list unlink or append plus a count of trailing
+ * zeros.  A policy expresses its order by the segment it puts a block in and
+ * by moving blocks between segments; the victim rule is the same for all,
+ * so reuse and eviction never call through the table.  An insertion whose
+ * block has none of the policy's `slow` bits goes to segment 0's most
+ * recent end without a call (LRU's every insertion, SLRU's of blocks never
+ * claimed), so the common step stays inline.
  */
 #include "kvp_internal.h"
 
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
+/* The table                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The policies, indexed by kvp_policy: one row each, in its own file. */
+static const kvp__policy *const policies[] = {
+    [KVP_POLICY_LRU] = &kvp__policy_lru,
+    [KVP_POLICY_SLRU] = &kvp__policy_slru,
+    [KVP_POLICY_LFU] = &kvp__policy_lfu,
+};
+#define NPOLICIES (sizeof policies / sizeof policies[0])
+
+/* See kvpool.h. */
+const char *kvp_policy_name(int policy)
+{
+    return policy >= 0 && (size_t)policy < NPOLICIES ? policies[policy]->name : NULL;
+}
+
+/* See kvpool.h. */
+KVP__DEFINE_PARSE(kvp_policy_parse, kvp_policy, kvp_policy_name)
+
+/* The configuration names a policy of the table and meets its rules.
+ * KVP_OK or KVP_EINVAL (pool.c's validation). */
+kvp_status kvp__policy_config_valid(const kvp_config *c)
+{
+    if ((unsigned)c->policy >= NPOLICIES || c->protected_percent > 100)
+        return KVP_EINVAL;
+    const kvp__policy *pol = policies[c->policy];
+    return pol->valid ? pol->valid(c) : KVP_OK;
+}
+
+/* A policy's rule for `valid`: refuse FIFO reuse, which reuses free blocks
+ * in the order freed, whatever the policy would say. */
+kvp_status kvp__policy_refuse_fifo(const kvp_config *c)
+{
+    return c->reuse == KVP_REUSE_FIFO ? KVP_EINVAL : KVP_OK;
+}
+
+/* Choose the pool's policy (its configuration was validated) and set up
+ * what the policy keeps.  All or nothing: KVP_OK or KVP_ENOMEM. */
+kvp_status kvp__policy_create(kvp_pool *p)
+{
+    p->pol = *policies[p->cfg.policy];
+    return p->pol.create ? p->pol.create(p) : KVP_OK;
+}
+
+/* Release what the policy keeps (also after a failed create, or none). */
+void kvp__policy_destroy(kvp_pool *p)
+{
+    if (p->pol.destroy)
+        p->pol.destroy(p);
+}
+
+/* The index was emptied: the policy forgets the history it keeps. */
+void kvp__policy_forget(kvp_pool *p)
+{
+    if (p->pol.forget)
+        p->pol.forget(p);
+}
+
+/* The call to a policy's evicted hook, out of line and cold: a call on the
+ * eviction path of a flattened take would otherwise cost every take there
+ * the registers it clobbers. */
+static KVP__COLD void call_evicted(kvp_pool *p, uint32_t b)
+{
+    p->pol.evicted(p, b);
+}
+
+/* Block b's content is being evicted (index.c): the policy hears of it. */
+void kvp__policy_evicted(kvp_pool *p, uint32_t b)
+{
+    if (__builtin_expect(p->pol.evicted != NULL, 0))
+        call_evicted(p, b);
+}
+
+/* Block b is being published (index.c): the policy hears of it. */
+void kvp__policy_published(kvp_pool *p, uint32_t b)
+{
+    if (p->pol.published)
+        p->pol.published(p, b);
+}
+
+/* The policy's own invariants (check.c), KVP_OK when it keeps none. */
+kvp_status kvp__policy_check(const kvp_pool *p, char *msg, size_t cap)
+{
+    return p->pol.check ? p->pol.check(p, msg, cap) : KVP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Lists                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static unsigned list_of(const kvp__block *blk)
+/* The list a cached block's record puts it in. */
+unsigned kvp__list_of(const kvp__block *blk)
 {
-    return 2u * kvp__priority(blk) + ((blk->retain & KVP__R_PROT) != 0);
+    return KVP__SEGS * kvp__priority(blk) + kvp__segment(blk);
 }
 
-static void list_unlink(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
+/* Take block b out of list l of stream st (it is in it). */
+void kvp__list_unlink(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     kvp__assert_internal(st->lmask & (1u << l));
@@ -63,7 +154,8 @@ static void list_unlink(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
     blk->lprev = blk->lnext = KVP__NONE;
 }
 
-static void list_append(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
+/* Put block b at the most recent end of list l of stream st. */
+void kvp__list_append(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
     uint32_t tail = st->ltail[l];
@@ -79,40 +171,53 @@ static void list_append(kvp_pool *p, kvp__stream *st, unsigned l, uint32_t b)
     st->ltail[l] = b;
 }
 
+/* Put cached block b (in no list) at the most recent end of segment seg of
+ * its priority, counted when seg is not 0. */
+void kvp__seg_append(kvp_pool *p, uint32_t b, unsigned seg)
+{
+    kvp__block *blk = &p->blocks[b];
+    kvp__stream *st = &p->st[blk->stream];
+    blk->retain = (uint16_t)((blk->retain & ~KVP__R_SEG) | seg << KVP__R_SEG_SHIFT);
+    unsigned l = kvp__list_of(blk);
+    kvp__list_append(p, st, l, b);
+    if (seg)
+        st->nseg[l]++;
+}
+
+/* Move the least recently put block of segment seg (not 0, not empty) of
+ * priority k in stream st to the most recent end of segment seg - 1: what
+ * a policy does to a segment over its share.  The moved block. */
+uint32_t kvp__seg_demote(kvp_pool *p, kvp__stream *st, unsigned k, unsigned seg)
+{
+    unsigned l = KVP__SEGS * k + seg;
+    uint32_t d = st->lhead[l];
+    kvp__list_unlink(p, st, l, d);
+    st->nseg[l]--;
+    kvp__seg_append(p, d, seg - 1);
+    return d;
+}
+
 /* Empty lists, for a stream being laid out (pool.c). */
 void kvp__policy_reset(kvp__stream *st)
 {
     for (unsigned l = 0; l < KVP__LISTS; l++)
         st->lhead[l] = st->ltail[l] = KVP__NONE;
     st->lmask = 0;
-    memset(st->nprot, 0, sizeof st->nprot);
+    memset(st->nseg, 0, sizeof st->nseg);
 }
 
 /* Block b just became cached: to the most recent end of its priority's
- * list, protected under SLRU when it was claimed since published.  A
- * protected list over its share then hands its least recent blocks to the
- * probationary list's most recent end, O(1) amortized: each block handed on
- * was put there by one insertion (more than one only after a shrink). */
+ * first segment, or where the policy's insert puts it when the block has
+ * one of the policy's slow bits. */
 void kvp__policy_insert(kvp_pool *p, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
-    kvp__stream *st = &p->st[blk->stream];
-    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED && !(blk->retain & KVP__R_PROT));
-    if (p->cfg.policy != KVP_POLICY_SLRU || !(blk->retain & KVP__R_HIT)) {
-        list_append(p, st, list_of(blk), b);
+    kvp__assert_internal(blk->state == KVP_BLOCK_CACHED && !(blk->retain & KVP__R_SEG));
+    if (blk->retain & p->pol.slow) {
+        p->pol.insert(p, b);
         return;
     }
-    blk->retain |= KVP__R_PROT;
-    unsigned l = list_of(blk), k = l / 2;
-    list_append(p, st, l, b);
-    st->nprot[k]++;
-    while ((uint64_t)st->nprot[k] * 100 > (uint64_t)st->nblocks * p->cfg.protected_percent) {
-        uint32_t d = st->lhead[l];
-        list_unlink(p, st, l, d);
-        st->nprot[k]--;
-        p->blocks[d].retain &= (uint16_t)~KVP__R_PROT;
-        list_append(p, st, l - 1, d);
-    }
+    kvp__list_append(p, &p->st[blk->stream], kvp__list_of(blk), b);
 }
 
 /* Block b (cached) leaves its list: claimed, evicted or vacated. */
@@ -121,10 +226,11 @@ void kvp__policy_remove(kvp_pool *p, uint32_t b)
     kvp__block *blk = &p->blocks[b];
     kvp__assert_internal(blk->state == KVP_BLOCK_CACHED);
     kvp__stream *st = &p->st[blk->stream];
-    list_unlink(p, st, list_of(blk), b);
-    if (blk->retain & KVP__R_PROT) {
-        st->nprot[kvp__priority(blk)]--;
-        blk->retain &= (uint16_t)~KVP__R_PROT;
+    unsigned l = kvp__list_of(blk);
+    kvp__list_unlink(p, st, l, b);
+    if (blk->retain & KVP__R_SEG) {
+        st->nseg[l]--;
+        blk->retain &= (uint16_t)~KVP__R_SEG;
     }
 }
 
@@ -139,134 +245,4 @@ void kvp__set_priority(kvp_pool *p, uint32_t b, unsigned prio)
     blk->retain = (uint16_t)((blk->retain & ~KVP__R_PRIO) | (prio ^ KVP_PRIORITY_NORMAL));
     if (cached)
         kvp__policy_insert(p, b);
-}
-
-/* ------------------------------------------------------------------------ */
-/* The ghost list                                                            */
-/* ------------------------------------------------------------------------ */
-
-/* A 64-bit key for stream s's hash h: every byte counts, so hashes that
- * differ anywhere get different keys but with probability 2^-64, and every
- * bit of the key depends on every byte (the words are folded in turn and
- * the result finalized as MurmurHash3's fmix64 does), so its low bits pick
- * a bucket even for hashes that differ in one byte. */
-static uint64_t ghost_key(int s, const kvp_hash *h)
-{
-    uint64_t w[4];
-    memcpy(w, h->b, sizeof w);
-    uint64_t x = (uint64_t)s;
-    for (int i = 0; i < 4; i++)
-        x = (x ^ w[i]) * 0x9e3779b97f4a7c15ull + (x >> 31);
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-/* The ghost list: a ring of `cap` slots, each holding the key of one
- * eviction and a link, and buckets of chains through the ring, as the
- * content index chains through the block records.  Buckets and links name
- * a slot as slot + 1 (0 ends a chain).  A slot is in its key's chain until
- * the ring comes round to it again or its key is published; then its link
- * is GHOST_DEAD.  A key is in at most one chain entry: its latest eviction. */
-#define GHOST_DEAD UINT32_MAX
-
-static uint32_t *ghost_chain(kvp_pool *p, uint64_t key)
-{
-    return &p->ghost.bucket[key & p->ghost.bmask];
-}
-
-/* Take slot s out of the chain that *link starts (s is in it). */
-static void ghost_unlink(kvp_pool *p, uint32_t *link, uint32_t s)
-{
-    while (*link != s + 1)
-        link = &p->ghost.link[*link - 1];
-    *link = p->ghost.link[s];
-    p->ghost.link[s] = GHOST_DEAD;
-}
-
-/* The slot holding key in the chain that `head` starts, or NONE. */
-static uint32_t ghost_find(const kvp_pool *p, uint32_t head, uint64_t key)
-{
-    for (uint32_t e = head; e; e = p->ghost.link[e - 1])
-        if (p->ghost.key[e - 1] == key)
-            return e - 1;
-    return KVP__NONE;
-}
-
-/* The ghost list of an SLRU pool: num_blocks slots (at least one) and a
- * power of two of buckets, at least as many.  All or nothing. */
-kvp_status kvp__ghost_create(kvp_pool *p)
-{
-    if (p->cfg.policy != KVP_POLICY_SLRU)
-        return KVP_OK;
-    uint32_t cap = p->cfg.num_blocks ? p->cfg.num_blocks : 1, nb = 1;
-    while (nb < cap)
-        nb *= 2;
-    p->ghost.cap = cap;
-    p->ghost.bmask = nb - 1;
-    p->ghost.key = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.key);
-    p->ghost.link = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.link);
-    p->ghost.bucket = kvp__zalloc(p, (size_t)nb * sizeof *p->ghost.bucket);
-    if (!p->ghost.key || !p->ghost.link || !p->ghost.bucket) {
-        kvp__ghost_destroy(p);
-        return KVP_ENOMEM;
-    }
-    return KVP_OK;
-}
-
-void kvp__ghost_destroy(kvp_pool *p)
-{
-    size_t cap = p->ghost.cap, nb = p->ghost.cap ? (size_t)p->ghost.bmask + 1 : 0;
-    kvp__release(p, p->ghost.key, cap * sizeof *p->ghost.key);
-    kvp__release(p, p->ghost.link, cap * sizeof *p->ghost.link);
-    kvp__release(p, p->ghost.bucket, nb * sizeof *p->ghost.bucket);
-    memset(&p->ghost, 0, sizeof p->ghost);
-}
-
-/* Forget every evicted hash (the index was cleared).  O(buckets). */
-void kvp__ghost_clear(kvp_pool *p)
-{
-    if (!p->ghost.cap)
-        return;
-    memset(p->ghost.bucket, 0, ((size_t)p->ghost.bmask + 1) * sizeof *p->ghost.bucket);
-    p->ghost.next = p->ghost.used = 0;
-}
-
-/* Block b's hash is being evicted: remember it (its older entry goes),
- * forgetting the oldest remembered when the ring is full.  O(1) expected:
- * chains hold fewer entries than one per bucket. */
-void kvp__ghost_evicted(kvp_pool *p, uint32_t b)
-{
-    if (!p->ghost.cap)
-        return;
-    uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
-    uint32_t s = p->ghost.next;
-    if (p->ghost.used < p->ghost.cap)
-        p->ghost.used++;
-    else if (p->ghost.link[s] != GHOST_DEAD)
-        ghost_unlink(p, ghost_chain(p, p->ghost.key[s]), s);
-    uint32_t *head = ghost_chain(p, key), old = ghost_find(p, *head, key);
-    if (old != KVP__NONE)
-        ghost_unlink(p, head, old);
-    p->ghost.key[s] = key;
-    p->ghost.link[s] = *head;
-    *head = s + 1;
-    p->ghost.next = s + 1 == p->ghost.cap ? 0 : s + 1;
-}
-
-/* Block b is being published: a hash evicted recently comes back as if
- * claimed once (KVP__R_HIT), and leaves the ghost list.  O(1) expected. */
-void kvp__ghost_published(kvp_pool *p, uint32_t b)
-{
-    if (!p->ghost.cap)
-        return;
-    uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
-    uint32_t *head = ghost_chain(p, key), s = ghost_find(p, *head, key);
-    if (s == KVP__NONE)
-        return;
-    ghost_unlink(p, head, s);
-    p->blocks[b].retain |= KVP__R_HIT;
 }

@@ -85,6 +85,24 @@ static void reset_blocks(kvp_pool *p)
     }
 }
 
+/* The reuse orders' names, indexed by kvp_reuse. */
+static const char *const reuse_names[] = {
+    [KVP_REUSE_LIFO] = "lifo",
+    [KVP_REUSE_LOWEST] = "lowest",
+    [KVP_REUSE_FIFO] = "fifo",
+};
+
+/* See kvpool.h. */
+const char *kvp_reuse_name(int reuse)
+{
+    return reuse >= 0 && (size_t)reuse < sizeof reuse_names / sizeof reuse_names[0]
+               ? reuse_names[reuse]
+               : NULL;
+}
+
+/* See kvpool.h. */
+KVP__DEFINE_PARSE(kvp_reuse_parse, kvp_reuse, kvp_reuse_name)
+
 static kvp_status validate_config(const kvp_config *c)
 {
     if (c->block_size == 0 || c->block_size > 65535)
@@ -95,15 +113,13 @@ static kvp_status validate_config(const kvp_config *c)
         return KVP_EINVAL;
     if (c->null_block && c->num_blocks == 0)
         return KVP_EINVAL;
-    if ((unsigned)c->reuse > KVP_REUSE_FIFO || (unsigned)c->policy > KVP_POLICY_SLRU ||
-        (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO) ||
-        c->protected_percent > 100)
+    if (!kvp_reuse_name((int)c->reuse) || kvp__policy_config_valid(c))
         return KVP_EINVAL;
     if (c->allocator && (!c->allocator->alloc || !c->allocator->release))
         return KVP_EINVAL;
     if (c->history_len > (1u << 20))
         return KVP_EINVAL;
-    if ((unsigned)c->hash_alg > KVP_HASH_CUSTOM || (c->hash_alg == KVP_HASH_CUSTOM && !c->hash_fn))
+    if (kvp__hash_config_valid(c))
         return KVP_EINVAL;
     if (c->host_arena && !c->block_bytes[0] && !c->block_bytes[1])
         return KVP_EINVAL;
@@ -139,7 +155,7 @@ static void free_arrays(kvp_pool *p)
     kvp__release(p, p->vparent, (size_t)p->cap * sizeof *p->vparent);
     kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
     kvp__release(p, p->gen, (size_t)p->cap * sizeof *p->gen);
-    kvp__ghost_destroy(p);
+    kvp__policy_destroy(p);
     kvp__storage_free(p);
     kvp__events_free(p);
 }
@@ -185,7 +201,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     if (!rc && cfg->verify_hits)
         rc = kvp__verify_reserve(p, cap, &p->vtok, &p->vparent, &p->vpgen, &p->gen);
     if (!rc)
-        rc = kvp__ghost_create(p);
+        rc = kvp__policy_create(p);
     if (!rc)
         rc = kvp__storage_init(p);
     if (!rc)
@@ -239,7 +255,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
     memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
     reset_blocks(pool);
-    kvp__ghost_clear(pool);
+    kvp__policy_forget(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
     pool->hist_head = pool->hist_count = 0;
     /* Queued events stay (a subscriber may already know their hashes); the

@@ -1,30 +1,50 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * status.c — the one table of status messages.
+ * status.c — the names and messages of the status codes.
  *
- * Every code in kvp_status has exactly one entry here, indexed by its value,
- * so kvp_strerror is a bounds check and an array read.
+ * Both tables are expansions of KVP_STATUS_MAP (kvpool.h), the one list of
+ * codes, indexed by value: a code has exactly one entry in each, so
+ * kvp_strerror and kvp_status_name are a bounds check and an array read.
+ * Also the lookup by name that every parse call of kvpool.h shares.
  */
 #include "kvp_internal.h"
 
-static const char *const messages[] = {
-    [KVP_OK] = "success",
-    [KVP_EINVAL] = "invalid argument",
-    [KVP_EEXHAUSTED] = "not enough free blocks",
-    [KVP_ENOTFOUND] = "not found",
-    [KVP_ENOTOWNER] = "the owner holds no such reference",
-    [KVP_EDOUBLEFREE] = "block is already free",
-    [KVP_EOWNERACTIVE] = "owner is already active",
-    [KVP_EBUSY] = "busy: in use, or called from a callback",
-    [KVP_ENOMEM] = "out of memory",
-    [KVP_ERANGE] = "no such block (out of range or retired)",
-    [KVP_ESPACE] = "output buffer too small",
-    [KVP_ECORRUPT] = "pool invariant broken",
-};
+#define MESSAGE(name, value, word, msg) [value] = msg,
+static const char *const messages[] = {KVP_STATUS_MAP(MESSAGE)};
+#undef MESSAGE
 
+#define NAME(name, value, word, msg) [value] = "KVP_" #name,
+static const char *const names[] = {KVP_STATUS_MAP(NAME)};
+#undef NAME
+
+_Static_assert(sizeof messages / sizeof messages[0] == KVP_STATUS_COUNT,
+               "status values run from 0 without gaps");
+
+/* See kvpool.h. */
 const char *kvp_strerror(int status)
 {
-    if (status < 0 || (size_t)status >= sizeof messages / sizeof messages[0])
+    if (status < 0 || status >= KVP_STATUS_COUNT)
         return "unknown status";
     return messages[status];
+}
+
+/* See kvpool.h. */
+const char *kvp_status_name(int status)
+{
+    if (status < 0 || status >= KVP_STATUS_COUNT)
+        return NULL;
+    return names[status];
+}
+
+/* See kvp_internal.h.  O(values). */
+kvp_status kvp__name_parse(const char *name, const char *(*name_of)(int), int *out)
+{
+    if (!name)
+        return KVP_EINVAL;
+    for (int v = 0; name_of(v); v++)
+        if (strcmp(name_of(v), name) == 0) {
+            *out = v;
+            return KVP_OK;
+        }
+    return KVP_ENOTFOUND;
 }

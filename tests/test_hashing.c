@@ -637,6 +637,51 @@ static void test_tenant_isolation(void **state)
     }
 }
 
+/* The algorithms by name, and a value the table does not hold refused at
+ * creation with KVP_EINVAL, the output untouched. */
+static void test_alg_table(void **state)
+{
+    (void)state;
+    assert_string_equal(kvp_hash_alg_name(KVP_HASH_SHA256), "sha256");
+    assert_string_equal(kvp_hash_alg_name(KVP_HASH_XXH3_128), "xxh3");
+    assert_string_equal(kvp_hash_alg_name(KVP_HASH_CUSTOM), "custom");
+    int n = 0;
+    for (; kvp_hash_alg_name(n); n++) {
+        kvp_hash_alg a = (kvp_hash_alg)-1;
+        KVP_ASSERT_OK(kvp_hash_alg_parse(kvp_hash_alg_name(n), &a));
+        KVP_ASSERT_EQ(a, n);
+    }
+    KVP_ASSERT_EQ(n, 3);
+    assert_null(kvp_hash_alg_name(-1));
+    kvp_hash_alg a = KVP_HASH_XXH3_128;
+    const char *bad[] = {"SHA256", "xxh3_64", "sha", "", "sha256 "};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        KVP_ASSERT_STATUS(kvp_hash_alg_parse(bad[i], &a), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_hash_alg_parse(NULL, &a), KVP_EINVAL);
+    KVP_ASSERT_EQ(a, KVP_HASH_XXH3_128); /* untouched by every refusal */
+    KVP_ASSERT_STATUS(kvp_hash_alg_parse("sha256", NULL), KVP_EINVAL);
+
+    const int unknown[] = {n, n + 1, 255, -1, 1 << 30};
+    for (size_t i = 0; i < ARRAY_LEN(unknown); i++) {
+        kvp_config cfg = kvptest_config(8);
+        cfg.hash_alg = (kvp_hash_alg)unknown[i];
+        kvp_config before = cfg;
+        kvp_pool *pool = (kvp_pool *)&before;
+        KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
+        assert_ptr_equal(pool, (kvp_pool *)&before);
+        assert_memory_equal(&cfg, &before, sizeof cfg);
+    }
+    /* every algorithm with a digest hashes; the two differ */
+    uint32_t toks[4] = {1, 2, 3, 4};
+    kvp_hash h[2];
+    for (int i = 0; i < 2; i++) {
+        kvp_pool *pool = hash_pool((kvp_hash_alg)i, 4, NULL);
+        KVP_ASSERT_OK(kvp_hash_block(pool, NULL, toks, 4, 0, NULL, &h[i]));
+        kvptest_done(pool);
+    }
+    assert_memory_not_equal(h[0].b, h[1].b, 32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -650,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_hash_args),
         cmocka_unit_test(test_random_root),
         cmocka_unit_test(test_tenant_isolation),
+        cmocka_unit_test(test_alg_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1244,6 +1244,16 @@ static const mcfg g_cfgs[] = {
      KVP_POLICY_SLRU, 5},
     {"lifo-slru-unhooked",     KVP_REUSE_LIFO,   0, 1, 1, 1, 16, 32, 64, 0x6004, 0, 1, 0, 0,
      KVP_POLICY_SLRU, 100},
+    /* LFU: frequency classes and their aging, with priorities, in the LIFO
+     * and LOWEST orders (FIFO refuses it). */
+    {"lifo-lfu",               KVP_REUSE_LIFO,   0, 0, 0, 1, 16, 32, 64, 0x7001, 0, 0, 0, 1,
+     KVP_POLICY_LFU, 20},
+    {"lifo-kv-null-grow-lfu",  KVP_REUSE_LIFO,   1, 1, 1, 1, 8, 40, 96, 0x7002, 0, 0, 0, 0,
+     KVP_POLICY_LFU, 50},
+    {"lowest-shared-grow-lfu", KVP_REUSE_LOWEST, 0, 0, 1, 1, 16, 24, 64, 0x7003, 0, 0, 0, 0,
+     KVP_POLICY_LFU, 5},
+    {"lifo-lfu-unhooked",      KVP_REUSE_LIFO,   0, 1, 1, 1, 16, 32, 64, 0x7004, 0, 1, 0, 0,
+     KVP_POLICY_LFU, 100},
 };
 
 #define NCFG (sizeof g_cfgs / sizeof g_cfgs[0])
@@ -1259,7 +1269,7 @@ static void run_index(size_t i, size_t weight)
     run_config(&c);
 }
 
-/* 20 configurations, weights 1 or 2: 26 x BASE_STEPS steps in all. */
+/* 24 configurations, weights 1 or 2: 31 x BASE_STEPS steps in all. */
 static void test_lifo_shared(void **s) { (void)s; run_index(0, 1); }
 static void test_lifo_shared_null_grow(void **s) { (void)s; run_index(1, 2); }
 static void test_lifo_kv_null_grow(void **s) { (void)s; run_index(2, 2); }
@@ -1280,6 +1290,10 @@ static void test_lifo_slru(void **s) { (void)s; run_index(16, 2); }
 static void test_lifo_kv_null_grow_slru(void **s) { (void)s; run_index(17, 1); }
 static void test_lowest_shared_grow_slru(void **s) { (void)s; run_index(18, 1); }
 static void test_lifo_slru_unhooked(void **s) { (void)s; run_index(19, 1); }
+static void test_lifo_lfu(void **s) { (void)s; run_index(20, 2); }
+static void test_lifo_kv_null_grow_lfu(void **s) { (void)s; run_index(21, 1); }
+static void test_lowest_shared_grow_lfu(void **s) { (void)s; run_index(22, 1); }
+static void test_lifo_lfu_unhooked(void **s) { (void)s; run_index(23, 1); }
 
 static void test_total(void **s)
 {
@@ -1313,6 +1327,10 @@ int main(void)
         cmocka_unit_test(test_lifo_kv_null_grow_slru),
         cmocka_unit_test(test_lowest_shared_grow_slru),
         cmocka_unit_test(test_lifo_slru_unhooked),
+        cmocka_unit_test(test_lifo_lfu),
+        cmocka_unit_test(test_lifo_kv_null_grow_lfu),
+        cmocka_unit_test(test_lowest_shared_grow_lfu),
+        cmocka_unit_test(test_lifo_lfu_unhooked),
         cmocka_unit_test(test_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,11 +4,12 @@
  * kvp_set_priority, kvp_seq_raise_priority; src/policy.c).
  *
  * Covers: the configuration's refusals; priorities before recency under
- * both policies; SLRU's protected segment, its share and its ghost list,
- * each against what LRU does on the same calls; every refusal of the two
+ * every policy; SLRU's protected segment, its share and its ghost list,
+ * each against what LRU does on the same calls; LFU's frequency classes and
+ * their aging; every refusal of the two
  * priority calls with the pool unchanged; and the prefix rule (a cached
  * block's parent is never evicted while the block stays cached) over random
- * prefix-tree traffic served as an engine serves it, for both policies with
+ * prefix-tree traffic served as an engine serves it, for every policy with
  * priorities raised on prefixes, plus the counter-case that shows the check
  * can fail: a child given a higher priority than its parent.
  * test_model and fuzz_pool compare the exact eviction order with a reference
@@ -72,8 +73,15 @@ static void test_config(void **state)
     (void)state;
     kvp_config cfg = kvptest_config(8);
     kvp_pool *pool = NULL;
-    cfg.policy = (kvp_policy)2;
-    KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
+    int npolicies = 0;
+    while (kvp_policy_name(npolicies))
+        npolicies++;
+    const int unknown[] = {npolicies, npolicies + 1, -1, 1 << 30};
+    for (size_t i = 0; i < ARRAY_LEN(unknown); i++) {
+        cfg.policy = (kvp_policy)unknown[i];
+        KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
+        assert_null(pool);
+    }
     cfg.policy = KVP_POLICY_SLRU;
     cfg.reuse = KVP_REUSE_FIFO;
     KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
@@ -88,14 +96,40 @@ static void test_config(void **state)
     }
 }
 
+/* Policies by name: each value of the table round-trips, anything else is
+ * refused and leaves the output alone. */
+static void test_policy_names(void **state)
+{
+    (void)state;
+    assert_string_equal(kvp_policy_name(KVP_POLICY_LRU), "lru");
+    assert_string_equal(kvp_policy_name(KVP_POLICY_SLRU), "slru");
+    assert_null(kvp_policy_name(-1));
+    int n = 0;
+    for (; kvp_policy_name(n); n++) {
+        kvp_policy v = (kvp_policy)-1;
+        KVP_ASSERT_OK(kvp_policy_parse(kvp_policy_name(n), &v));
+        KVP_ASSERT_EQ(v, n);
+        kvp_config cfg = kvptest_config(8);
+        cfg.policy = v;
+        kvptest_done(kvptest_create(&cfg));
+    }
+    assert_true(n >= 2);
+    kvp_policy v = KVP_POLICY_SLRU;
+    KVP_ASSERT_STATUS(kvp_policy_parse("LRU", &v), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_policy_parse("slru:50", &v), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_policy_parse(NULL, &v), KVP_EINVAL);
+    KVP_ASSERT_STATUS(kvp_policy_parse("lru", NULL), KVP_EINVAL);
+    KVP_ASSERT_EQ(v, KVP_POLICY_SLRU);
+}
+
 /* ---- priorities ---------------------------------------------------------- */
 
-/* Lower priorities go first under both policies; within one, the policy's
+/* Lower priorities go first under every policy; within one, the policy's
  * order.  A priority lasts while the block holds its content. */
 static void test_priority_order(void **state)
 {
     (void)state;
-    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_SLRU; pol++) {
+    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_LFU; pol++) {
         kvp_pool *pool = policy_pool(4, pol);
         for (uint64_t v = 1; v <= 4; v++) /* cached, freed in order 1, 2, 3, 4 */
             serve(pool, &v, 1, 0, 0);
@@ -356,6 +390,88 @@ static void test_slru_ghost(void **state)
     }
 }
 
+/* ---- LFU ------------------------------------------------------------------ */
+
+/* Blocks leave by frequency class, each class least recently freed first:
+ * freed after two claims (class 2), after one (class 1), never claimed
+ * (class 0), where LRU goes by recency alone.  A block claimed once since
+ * published outlives a scan of blocks used once. */
+static void test_lfu_classes(void **state)
+{
+    (void)state;
+    uint64_t keys[3] = {1, 2, 3}, order[3];
+    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_LFU; pol += 2) {
+        kvp_config cfg = kvptest_config(8);
+        cfg.block_size = 1;
+        cfg.policy = pol;
+        cfg.protected_percent = 100; /* classes 1 and 2 may hold 4 blocks each */
+        kvp_pool *pool = kvptest_create(&cfg);
+        for (int i = 0; i < 3; i++)
+            serve(pool, &keys[0], 1, 0, 0); /* claimed twice: class 2 */
+        for (int i = 0; i < 2; i++)
+            serve(pool, &keys[1], 1, 0, 0); /* claimed once: class 1 */
+        serve(pool, &keys[2], 1, 0, 0);     /* never claimed: class 0 */
+        eviction_order(pool, keys, 3, order);
+        for (int i = 0; i < 3; i++)
+            KVP_ASSERT_EQ(order[i], pol == KVP_POLICY_LFU ? keys[2 - i] : keys[i]);
+        kvptest_done(pool);
+    }
+    kvp_pool *pool = policy_pool(8, KVP_POLICY_LFU);
+    uint64_t hot = 1000;
+    serve(pool, &hot, 1, 0, 0);
+    KVP_ASSERT_EQ(serve(pool, &hot, 1, 0, 0), 1);
+    kvp_block b = kvptest_lookup(pool, hot);
+    for (uint64_t v = 1; v <= 20; v++) {
+        serve(pool, &v, 1, 0, 0);
+        kvptest_check(pool);
+    }
+    KVP_ASSERT_EQ(kvptest_lookup(pool, hot), b);
+    for (uint64_t v = 1; v <= 20; v++)
+        KVP_ASSERT_EQ(cached(pool, v), v > 13u);
+    kvptest_done(pool);
+}
+
+/* Aging: a class above 0 holds at most protected_percent / 2 of the
+ * stream's blocks; one freed beyond that moves the class's least recently
+ * freed block a class down, to that class's most recent end. */
+static void test_lfu_aging(void **state)
+{
+    (void)state;
+    kvp_config cfg = kvptest_config(8);
+    cfg.block_size = 1;
+    cfg.policy = KVP_POLICY_LFU;
+    cfg.protected_percent = 50; /* 2 of 8 blocks per class */
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint64_t keys[4] = {1, 2, 3, 100}, order[4];
+    for (int i = 0; i < 3; i++) {
+        serve(pool, &keys[i], 1, 0, 0);
+        serve(pool, &keys[i], 1, 0, 0); /* class 1 when freed */
+        kvptest_check(pool);
+    }
+    serve(pool, &keys[3], 1, 0, 0); /* class 0, freed after 1 went down */
+    /* 3 pushed 1 to class 0 before 100 came; then class 1: 2, 3 */
+    uint64_t want[4] = {1, 100, 2, 3};
+    eviction_order(pool, keys, 4, order);
+    for (int i = 0; i < 4; i++)
+        KVP_ASSERT_EQ(order[i], want[i]);
+    kvptest_done(pool);
+
+    /* a class-2 block pushed down lands in class 1, behind its blocks */
+    cfg.protected_percent = 50;
+    pool = kvptest_create(&cfg);
+    uint64_t k2[4] = {10, 11, 12, 13}, o2[4];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            serve(pool, &k2[i], 1, 0, 0); /* class 2: 10 goes down to 1 */
+    serve(pool, &k2[3], 1, 0, 0);
+    serve(pool, &k2[3], 1, 0, 0); /* class 1, after 10 */
+    uint64_t w2[4] = {10, 13, 11, 12};
+    eviction_order(pool, k2, 4, o2);
+    for (int i = 0; i < 4; i++)
+        KVP_ASSERT_EQ(o2[i], w2[i]);
+    kvptest_done(pool);
+}
+
 /* ---- the prefix rule -------------------------------------------------------- */
 
 /* Random prefix-tree traffic: node v's parent is parent[v]; a request is the
@@ -400,7 +516,7 @@ static size_t prefix_rule_run(kvp_policy pol, uint32_t blocks, uint64_t seed, in
 static void test_prefix_rule(void **state)
 {
     (void)state;
-    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_SLRU; pol++)
+    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_LFU; pol++)
         for (uint32_t blocks = 16; blocks <= 256; blocks *= 4) {
             size_t v = prefix_rule_run(pol, blocks, 0x5eed + blocks, 0);
             if (v)
@@ -409,7 +525,7 @@ static void test_prefix_rule(void **state)
             KVP_ASSERT_EQ(v, 0);
         }
     /* The check can fail: a caller who ranks a child above its parent. */
-    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_SLRU; pol++) {
+    for (kvp_policy pol = KVP_POLICY_LRU; pol <= KVP_POLICY_LFU; pol++) {
         size_t v = prefix_rule_run(pol, 64, 0xbad, 1);
         fprintf(stderr, "policy %d, child above parent: %zu cached blocks without a parent\n",
                 pol, v);
@@ -420,10 +536,12 @@ static void test_prefix_rule(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config),          cmocka_unit_test(test_priority_order),
+        cmocka_unit_test(test_config),          cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_priority_order),
         cmocka_unit_test(test_priority_refusals), cmocka_unit_test(test_seq_raise),
         cmocka_unit_test(test_slru_scan),       cmocka_unit_test(test_slru_share),
-        cmocka_unit_test(test_slru_ghost),      cmocka_unit_test(test_prefix_rule),
+        cmocka_unit_test(test_slru_ghost),      cmocka_unit_test(test_lfu_classes),
+        cmocka_unit_test(test_lfu_aging),       cmocka_unit_test(test_prefix_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,20 +71,73 @@ static void test_config_defaults(void **state)
 static void test_strerror(void **state)
 {
     (void)state;
-    const char *seen[12];
-    for (int i = 0; i <= 11; i++) {
+    /* the codes keep their numbers; KVP_STATUS_COUNT is one past the last */
+    KVP_ASSERT_EQ(KVP_EINVAL, 1);
+    KVP_ASSERT_EQ(KVP_ENOMEM, 8);
+    KVP_ASSERT_EQ(KVP_ECORRUPT, 11);
+    KVP_ASSERT_EQ(KVP_STATUS_COUNT, 12);
+    const char *seen[KVP_STATUS_COUNT];
+    for (int i = 0; i < KVP_STATUS_COUNT; i++) {
         const char *m = kvp_strerror(i);
         assert_non_null(m);
-        if (m[0] == '\0')
-            fail_msg("kvp_strerror(%d) is empty", i);
+        if (m[0] == '\0' || strcmp(m, kvp_strerror(-1)) == 0)
+            fail_msg("kvp_strerror(%d) is \"%s\"", i, m);
         for (int j = 0; j < i; j++)
             if (strcmp(seen[j], m) == 0)
                 fail_msg("kvp_strerror(%d) == kvp_strerror(%d) == \"%s\"", i, j, m);
         seen[i] = m;
     }
-    const int unknown[] = {-1, 12, 99, 1 << 30, -2147483647 - 1};
-    for (size_t i = 0; i < ARRAY_LEN(unknown); i++)
-        assert_non_null(kvp_strerror(unknown[i]));
+    const int unknown[] = {-1, KVP_STATUS_COUNT, 99, 1 << 30, -2147483647 - 1};
+    for (size_t i = 0; i < ARRAY_LEN(unknown); i++) {
+        assert_string_equal(kvp_strerror(unknown[i]), "unknown status");
+        assert_null(kvp_status_name(unknown[i]));
+    }
+}
+
+/* Each code's name is its enumerator's, from the same list as its message. */
+static void test_status_names(void **state)
+{
+    (void)state;
+    assert_string_equal(kvp_status_name(KVP_OK), "KVP_OK");
+    assert_string_equal(kvp_status_name(KVP_EINVAL), "KVP_EINVAL");
+    assert_string_equal(kvp_status_name(KVP_ESPACE), "KVP_ESPACE");
+    assert_string_equal(kvp_status_name(KVP_ECORRUPT), "KVP_ECORRUPT");
+#define EXPECT(name, value, word, msg)                                                     \
+    assert_string_equal(kvp_status_name(value), "KVP_" #name);                              \
+    assert_string_equal(kvp_strerror(value), msg);                                          \
+    KVP_ASSERT_EQ(KVP_##name, value);
+    KVP_STATUS_MAP(EXPECT)
+#undef EXPECT
+}
+
+/* Reuse orders by name: every value round-trips, anything else is refused
+ * and leaves the output alone. */
+static void test_reuse_names(void **state)
+{
+    (void)state;
+    assert_string_equal(kvp_reuse_name(KVP_REUSE_LIFO), "lifo");
+    assert_string_equal(kvp_reuse_name(KVP_REUSE_LOWEST), "lowest");
+    assert_string_equal(kvp_reuse_name(KVP_REUSE_FIFO), "fifo");
+    assert_null(kvp_reuse_name(3));
+    assert_null(kvp_reuse_name(-1));
+    for (int v = 0; kvp_reuse_name(v); v++) {
+        kvp_reuse r = (kvp_reuse)-1;
+        KVP_ASSERT_OK(kvp_reuse_parse(kvp_reuse_name(v), &r));
+        KVP_ASSERT_EQ(r, v);
+    }
+    kvp_reuse r = KVP_REUSE_FIFO;
+    KVP_ASSERT_STATUS(kvp_reuse_parse("LIFO", &r), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_reuse_parse("lif", &r), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_reuse_parse("", &r), KVP_ENOTFOUND);
+    KVP_ASSERT_STATUS(kvp_reuse_parse(NULL, &r), KVP_EINVAL);
+    KVP_ASSERT_EQ(r, KVP_REUSE_FIFO);
+    KVP_ASSERT_STATUS(kvp_reuse_parse("lifo", NULL), KVP_EINVAL);
+    /* a value with no name is refused at creation */
+    kvp_config cfg = kvptest_config(4);
+    kvp_pool *pool = (kvp_pool *)&cfg;
+    cfg.reuse = (kvp_reuse)3;
+    KVP_ASSERT_STATUS(kvp_pool_create(&cfg, &pool), KVP_EINVAL);
+    assert_ptr_equal(pool, (kvp_pool *)&cfg);
 }
 
 /* ---- counting / failing allocator -------------------------------------- */
@@ -1199,6 +1252,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_defaults),
         cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_reuse_names),
         cmocka_unit_test(test_allocator_hook),
         cmocka_unit_test(test_create_enomem),
         cmocka_unit_test(test_growth_enomem),

@@ -48,7 +48,7 @@ def test_policy_names_and_refusals():
     assert p.block_info(p.take())["priority"] == kvpool.PRIORITY_NORMAL
     assert kvpool.Pool(num_blocks=4, policy="lru")
     assert kvpool.Pool(num_blocks=4, policy=1)
-    with pytest.raises(kvpool.InvalidArgumentError, match="'lru' or 'slru'"):
+    with pytest.raises(kvpool.InvalidArgumentError, match="'lru', 'slru' or 'lfu'"):
         kvpool.Pool(num_blocks=4, policy="arc")
     with pytest.raises(kvpool.InvalidArgumentError):
         kvpool.Pool(num_blocks=4, policy="slru", reuse="fifo")
@@ -131,3 +131,22 @@ def test_sequence_raise_priority():
     p.close()
     with pytest.raises(kvpool.InvalidArgumentError, match="the pool is closed"):
         p.set_priority(0, 2)
+
+
+def test_names_from_the_library():
+    """The names Pool accepts are the library's tables, in value order, and
+    every status code but success has its exception class."""
+    assert kvpool.POLICY_NAMES == ("lru", "slru", "lfu")
+    assert kvpool.REUSE_NAMES == ("lifo", "lowest", "fifo")
+    assert kvpool.HASH_ALG_NAMES[:2] == ("sha256", "xxh3")
+    for value, name in enumerate(kvpool.POLICY_NAMES):
+        assert getattr(kvpool, "POLICY_" + name.upper()) == value
+        assert kvpool.Pool(num_blocks=4, policy=name, reuse="lowest")
+    classes = {c.status: c for c in vars(kvpool).values()
+               if isinstance(c, type) and issubclass(c, kvpool.Error) and c is not kvpool.Error}
+    assert sorted(classes) == list(range(1, 12))
+    for status, cls in classes.items():
+        assert cls.__doc__.startswith("KVP_E")
+        assert kvpool.strerror(status) != kvpool.strerror(99)
+    with pytest.raises(kvpool.InvalidArgumentError, match="'lifo', 'lowest' or 'fifo'"):
+        kvpool.Pool(num_blocks=4, reuse="LIFO")

@@ -281,10 +281,7 @@ static int prefix_run(bench_out *out, prefix *p, const char *hash_name, int use_
 /* See bench.h: both hashes, both library paths. */
 int bench_prefix(bench_out *out, unsigned scale)
 {
-    static const struct {
-        const char *name;
-        kvp_hash_alg alg;
-    } hashes[] = {{"sha256", KVP_HASH_SHA256}, {"xxh3", KVP_HASH_XXH3_128}};
+    static const kvp_hash_alg hashes[] = {KVP_HASH_SHA256, KVP_HASH_XXH3_128};
     prefix *p = calloc(1, sizeof *p);
     int ret = -1;
     if (!p) {
@@ -305,13 +302,14 @@ int bench_prefix(bench_out *out, unsigned scale)
         cfg.block_size = BENCH_BLOCK_TOKENS;
         cfg.num_blocks = PREFIX_BLOCKS;
         cfg.max_blocks = PREFIX_BLOCKS;
-        cfg.hash_alg = hashes[h].alg;
+        cfg.hash_alg = hashes[h];
         kvp_status rc = kvp_pool_create(&cfg, &p->pool);
         if (rc != KVP_OK) {
             kvpt_lib_error("kvp_pool_create", rc);
             goto out;
         }
-        int failed = prefix_run(out, p, hashes[h].name, 0) || prefix_run(out, p, hashes[h].name, 1);
+        const char *name = kvp_hash_alg_name(hashes[h]); /* the library's: "sha256", "xxh3" */
+        int failed = prefix_run(out, p, name, 0) || prefix_run(out, p, name, 1);
         kvp_pool_destroy(p->pool);
         p->pool = NULL;
         if (failed)

@@ -27,7 +27,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"replay", "TRACE --capacity BLOCKS [--policy lru|slru] [--priority-prefix N] [--json]",
+    {"replay", "TRACE --capacity BLOCKS [--policy lru|slru|lfu] [--priority-prefix N] [--json]",
      "replay a Mooncake trace through a prefix-caching pool", kvpt_cmd_replay},
     {"sweep", "TRACE [TRACE...] --capacities A,B,C [--policy P,Q] [--csv FILE] [--plot FILE]",
      "replay at several capacities and policies: hit-rate table, CSV, plot", kvpt_cmd_sweep},

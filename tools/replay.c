@@ -27,23 +27,39 @@
 #include <string.h>
 
 /* See replay.h. */
+const char *kvpt_policy_words(void)
+{
+    static char words[256];
+    if (words[0])
+        return words;
+    size_t n = 0;
+    for (int v = 0; kvp_policy_name(v); v++)
+        n += (size_t)snprintf(words + n, sizeof words - n, "%s, ", kvp_policy_name(v));
+    snprintf(words + n, sizeof words - n,
+             "or NAME:PERCENT for all but lru (the protected share, 0-100; NAME is NAME:50)");
+    return words;
+}
+
+/* See replay.h. */
 int kvpt_policy_parse(const char *s, kvpt_replay_opts *o)
 {
-    if (strcmp(s, "lru") == 0) {
-        o->policy = KVP_POLICY_LRU;
-        o->protected_percent = 50;
-        return 0;
-    }
-    if (strncmp(s, "slru", 4) != 0 || (s[4] && s[4] != ':'))
+    char name[32];
+    size_t len = strcspn(s, ":");
+    if (len >= sizeof name)
+        return -1;
+    memcpy(name, s, len);
+    name[len] = '\0';
+    kvp_policy pol;
+    if (kvp_policy_parse(name, &pol) != KVP_OK || (s[len] && pol == KVP_POLICY_LRU))
         return -1;
     unsigned pct = 50;
-    if (s[4]) {
-        const char *d = s + 5;
+    if (s[len]) {
+        const char *d = s + len + 1;
         size_t n = strspn(d, "0123456789");
         if (n == 0 || n > 3 || d[n] || (pct = (unsigned)atoi(d)) > 100)
             return -1;
     }
-    o->policy = KVP_POLICY_SLRU;
+    o->policy = pol;
     o->protected_percent = pct;
     return 0;
 }
@@ -51,12 +67,10 @@ int kvpt_policy_parse(const char *s, kvpt_replay_opts *o)
 /* See replay.h. */
 void kvpt_policy_label(const kvpt_replay_opts *o, char *buf, size_t cap)
 {
-    if (o->policy == KVP_POLICY_LRU)
-        snprintf(buf, cap, "lru");
-    else if (o->protected_percent == 50)
-        snprintf(buf, cap, "slru");
+    if (o->policy == KVP_POLICY_LRU || o->protected_percent == 50)
+        snprintf(buf, cap, "%s", kvp_policy_name(o->policy));
     else
-        snprintf(buf, cap, "slru:%u", (unsigned)o->protected_percent);
+        snprintf(buf, cap, "%s:%u", kvp_policy_name(o->policy), (unsigned)o->protected_percent);
 }
 
 /* The block hash of hash id `id`: id + 1, big-endian, in the last 8 bytes,
@@ -290,7 +304,7 @@ static int print_replay_json(const kvpt_trace *t, const kvpt_replay_opts *opts,
 }
 
 static const char usage_replay[] =
-    "usage: kvpool replay TRACE --capacity BLOCKS [--policy lru|slru[:PERCENT]]\n"
+    "usage: kvpool replay TRACE --capacity BLOCKS [--policy lru|slru|lfu[:PERCENT]]\n"
     "                     [--priority-prefix N] [--json]\n"
     "                     [--events ENDPOINT [--events-connect] [--topic T]\n"
     "                      [--events-wait S]]\n"
@@ -318,7 +332,11 @@ static const char usage_replay[] =
     "                     published, or whose hash was evicted recently, is\n"
     "                     protected, and probationary blocks go before it;\n"
     "                     slru:PERCENT caps the protected blocks at PERCENT of\n"
-    "                     the pool (0-100; slru alone is slru:50)\n"
+    "                     the pool (0-100; slru alone is slru:50); or lfu,\n"
+    "                     least frequently claimed first, with aging: a block\n"
+    "                     freed after one claim, or two and more, outlives\n"
+    "                     those claimed less, and lfu:PERCENT caps those two\n"
+    "                     classes at PERCENT / 2 of the pool each\n"
     "  --priority-prefix N  the first N blocks of every request get retention\n"
     "                     priority high (kvp_set_priority after claim or\n"
     "                     allocation), so cached blocks of normal priority are\n"
@@ -369,7 +387,7 @@ int kvpt_cmd_replay(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if (kvpt_policy_parse(policy, &ro))
-        return kvpt_usage_error("replay", "--policy: expected " KVPT_POLICY_WORDS ", got '%s'",
+        return kvpt_usage_error("replay", "--policy: expected %s, got '%s'", kvpt_policy_words(),
                                 policy);
 
     if (events_ep && (rc = kvpt_events_check("replay", events_ep, events_connect)))

@@ -26,11 +26,13 @@ typedef struct kvpt_replay_opts {
 /* The default: LRU, no priorities. */
 #define KVPT_REPLAY_OPTS_DEFAULT {KVP_POLICY_LRU, 50, 0}
 
-/* What --policy accepts, for messages. */
-#define KVPT_POLICY_WORDS "lru, slru or slru:PERCENT (its protected share, 0-100; slru is slru:50)"
+/* What --policy accepts, for messages: the library's policy names, and
+ * NAME:PERCENT for those with a protected share (a static string). */
+const char *kvpt_policy_words(void);
 
-/* The policy written `s` ("lru", "slru", "slru:PERCENT") into o->policy and
- * o->protected_percent.  Returns 0, or -1 when `s` is none of them. */
+/* The policy written `s` (a name of kvp_policy_name, or NAME:PERCENT for a
+ * policy other than lru) into o->policy and o->protected_percent.  Returns
+ * 0, or -1 when `s` is none of them. */
 int kvpt_policy_parse(const char *s, kvpt_replay_opts *o);
 
 /* o's policy as --policy writes it ("lru", "slru", "slru:20"), into buf. */

@@ -43,7 +43,8 @@ static const char usage_sweep[] =
     "  --capacities A,B,C  block counts from 0 to 2147483647, comma-separated, each\n"
     "                      once (0 = the whole trace); sorted ascending, 0 last\n"
     "  --policy P,Q        eviction policies, comma-separated, each once: lru (the\n"
-    "                      default), slru, slru:PERCENT (`kvpool replay --help`);\n"
+    "                      default), slru, lfu, NAME:PERCENT (`kvpool replay\n"
+    "                      --help`);\n"
     "                      when given, the table and CSV have a policy column\n"
     "  --priority-prefix N,M  block counts, comma-separated, each once, sorted\n"
     "                      ascending: the first N blocks of every request get\n"
@@ -156,8 +157,8 @@ static size_t parse_policies(const char *list, kvpt_replay_opts *out, size_t max
         if (len < sizeof field)
             memcpy(field, p, len);
         if (n == max || len >= sizeof field || kvpt_policy_parse(field, &out[n])) {
-            kvpt_usage_error("sweep", "--policy: expected " KVPT_POLICY_WORDS ", several "
-                                      "separated by commas, got '%s'", list);
+            kvpt_usage_error("sweep", "--policy: expected %s, several separated by commas, "
+                                      "got '%s'", kvpt_policy_words(), list);
             return 0;
         }
         for (size_t k = 0; k < n; k++)

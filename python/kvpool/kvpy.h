@@ -65,7 +65,7 @@
 /* ---- module.c: exceptions ----------------------------------------------- */
 
 extern PyObject *kvpy_error;      /* kvpool.Error, the base of every class */
-extern PyObject *kvpy_exc[12];    /* kvpool.XxxError, indexed by kvp_status */
+extern PyObject *kvpy_exc[KVP_STATUS_COUNT]; /* kvpool.XxxError, indexed by kvp_status */
 
 /* Raise the exception of `st` with its message; returns NULL. */
 PyObject *kvpy_raise(kvp_status st);

@@ -20,7 +20,7 @@
 #include <stdio.h>
 
 PyObject *kvpy_error;
-PyObject *kvpy_exc[12]; /* indexed by kvp_status; [0] unused */
+PyObject *kvpy_exc[KVP_STATUS_COUNT]; /* indexed by kvp_status; [KVP_OK] unused */
 
 /* The message for `st`: the library's, except that KVP_EBUSY drops its
  * "or called from a callback": the binding never calls the library from
@@ -34,7 +34,7 @@ static const char *status_message(kvp_status st)
 /* Raise the exception for `st` with its message. */
 PyObject *kvpy_raise(kvp_status st)
 {
-    PyObject *cls = ((int)st > 0 && (int)st < 12) ? kvpy_exc[st] : kvpy_error;
+    PyObject *cls = ((int)st > 0 && (int)st < KVP_STATUS_COUNT) ? kvpy_exc[st] : kvpy_error;
     PyErr_SetString(cls, status_message(st));
     return NULL;
 }
@@ -43,7 +43,7 @@ PyObject *kvpy_raise(kvp_status st)
  * message is appended). */
 PyObject *kvpy_raise_msg(kvp_status st, const char *msg)
 {
-    PyObject *cls = ((int)st > 0 && (int)st < 12) ? kvpy_exc[st] : kvpy_error;
+    PyObject *cls = ((int)st > 0 && (int)st < KVP_STATUS_COUNT) ? kvpy_exc[st] : kvpy_error;
     PyErr_Format(cls, "%s (%s)", msg, status_message(st));
     return NULL;
 }
@@ -141,6 +141,45 @@ static int add_exc(PyObject *m, int status, const char *name, PyObject *extra_ba
     return PyModule_AddObject(m, name, cls);
 }
 
+/* The built-in exception a status's class also derives from, or NULL. */
+static PyObject *exc_base(int status)
+{
+    switch (status) {
+    case KVP_EINVAL:
+        return PyExc_ValueError;
+    case KVP_ENOMEM:
+        return PyExc_MemoryError;
+    case KVP_ERANGE:
+        return PyExc_IndexError;
+    default:
+        return NULL;
+    }
+}
+
+/* Add kvpool.<attr>: the tuple of the library's names of an enumeration
+ * (name_of: kvp_policy_name, ...), in value order.  0, or -1 with the
+ * exception set. */
+static int add_names(PyObject *m, const char *attr, const char *(*name_of)(int))
+{
+    Py_ssize_t n = 0;
+    while (name_of((int)n))
+        n++;
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(name_of((int)i));
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    if (!t || PyModule_AddObject(m, attr, t) < 0) {
+        Py_XDECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__kvpool(void);
 
 /* The module's init: types readied, exception classes and constants added.
@@ -163,17 +202,16 @@ PyMODINIT_FUNC PyInit__kvpool(void)
     Py_INCREF(kvpy_error);
     if (PyModule_AddObject(m, "Error", kvpy_error) < 0)
         goto fail;
-    if (add_exc(m, KVP_EINVAL, "InvalidArgumentError", PyExc_ValueError, "KVP_EINVAL") ||
-        add_exc(m, KVP_EEXHAUSTED, "ExhaustedError", NULL, "KVP_EEXHAUSTED") ||
-        add_exc(m, KVP_ENOTFOUND, "NotFoundError", NULL, "KVP_ENOTFOUND") ||
-        add_exc(m, KVP_ENOTOWNER, "NotOwnerError", NULL, "KVP_ENOTOWNER") ||
-        add_exc(m, KVP_EDOUBLEFREE, "DoubleFreeError", NULL, "KVP_EDOUBLEFREE") ||
-        add_exc(m, KVP_EOWNERACTIVE, "OwnerActiveError", NULL, "KVP_EOWNERACTIVE") ||
-        add_exc(m, KVP_EBUSY, "BusyError", NULL, "KVP_EBUSY") ||
-        add_exc(m, KVP_ENOMEM, "NoMemoryError", PyExc_MemoryError, "KVP_ENOMEM") ||
-        add_exc(m, KVP_ERANGE, "RangeError", PyExc_IndexError, "KVP_ERANGE") ||
-        add_exc(m, KVP_ESPACE, "SpaceError", NULL, "KVP_ESPACE") ||
-        add_exc(m, KVP_ECORRUPT, "CorruptError", NULL, "KVP_ECORRUPT"))
+    /* one class per code but KVP_OK, named Word + "Error" from the
+     * library's KVP_STATUS_MAP, documented by the code's name */
+#define ADD_EXC(name, value, word, msg)                                                    \
+    if (value != KVP_OK && add_exc(m, value, #word "Error", exc_base(value), "KVP_" #name)) \
+        goto fail;
+    KVP_STATUS_MAP(ADD_EXC)
+#undef ADD_EXC
+    if (add_names(m, "POLICY_NAMES", kvp_policy_name) ||
+        add_names(m, "REUSE_NAMES", kvp_reuse_name) ||
+        add_names(m, "HASH_ALG_NAMES", kvp_hash_alg_name))
         goto fail;
     Py_INCREF(&kvpy_pool_type);
     Py_INCREF(&kvpy_seq_type);
@@ -208,6 +246,7 @@ PyMODINIT_FUNC PyInit__kvpool(void)
     IC("REUSE_FIFO", KVP_REUSE_FIFO)
     IC("POLICY_LRU", KVP_POLICY_LRU)
     IC("POLICY_SLRU", KVP_POLICY_SLRU)
+    IC("POLICY_LFU", KVP_POLICY_LFU)
     IC("PRIORITY_LOW", KVP_PRIORITY_LOW)
     IC("PRIORITY_NORMAL", KVP_PRIORITY_NORMAL)
     IC("PRIORITY_HIGH", KVP_PRIORITY_HIGH)

@@ -23,27 +23,27 @@
 
 #include <stdlib.h>
 
-/* A name a keyword accepts, and the value it stands for. */
-typedef struct named {
-    const char *name;
-    uint32_t value;
-} named;
-
-/* Keyword `what` (o, absent: *out unchanged) as one of the names in
- * names[] (NULL-terminated; `usage` says which in the error) or as an
- * integer.  0, or -1 with the exception set. */
-static int parse_named(PyObject *o, const char *what, const named *names, const char *usage,
+/* Keyword `what` (o, absent: *out unchanged) as one of the library's names
+ * for the enumeration name_of names (kvp_policy_name, ...), or as an
+ * integer.  0, or -1 with the exception set, its message listing the names. */
+static int parse_named(PyObject *o, const char *what, const char *(*name_of)(int),
                        uint32_t *out)
 {
     if (!o)
         return 0;
     if (!PyUnicode_Check(o))
         return kvpy_get_u32(o, 0, out, what);
-    for (const named *n = names; n->name; n++)
-        if (!PyUnicode_CompareWithASCIIString(o, n->name)) {
-            *out = n->value;
+    int v = 0;
+    for (; name_of(v); v++)
+        if (!PyUnicode_CompareWithASCIIString(o, name_of(v))) {
+            *out = (uint32_t)v;
             return 0;
         }
+    char usage[160];
+    size_t n = 0;
+    for (int i = 0; i < v && n < sizeof usage; i++)
+        n += (size_t)snprintf(usage + n, sizeof usage - n, "%s'%s'",
+                              i == 0 ? "" : i + 1 == v ? " or " : ", ", name_of(i));
     PyErr_Format(kvpy_exc[KVP_EINVAL], "%s must be %s", what, usage);
     return -1;
 }
@@ -74,13 +74,14 @@ static int get_ranged(PyObject *o, uint32_t lo, uint32_t hi, const char *what, u
  * each with a message naming them: 0, or -1 with InvalidArgumentError. */
 static int config_combination(const kvp_config *c)
 {
-    const char *msg = NULL;
-    if (c->policy == KVP_POLICY_SLRU && c->reuse == KVP_REUSE_FIFO)
-        msg = "policy 'slru' cannot be combined with reuse 'fifo' (use 'lifo' or 'lowest')";
-    else if (c->null_block && c->num_blocks == 0)
-        msg = "null_block needs num_blocks >= 1";
-    if (msg) {
-        PyErr_SetString(kvpy_exc[KVP_EINVAL], msg);
+    if (c->policy != KVP_POLICY_LRU && c->reuse == KVP_REUSE_FIFO) {
+        PyErr_Format(kvpy_exc[KVP_EINVAL],
+                     "policy '%s' cannot be combined with reuse 'fifo' (use 'lifo' or 'lowest')",
+                     kvp_policy_name(c->policy));
+        return -1;
+    }
+    if (c->null_block && c->num_blocks == 0) {
+        PyErr_SetString(kvpy_exc[KVP_EINVAL], "null_block needs num_blocks >= 1");
         return -1;
     }
     if (c->num_blocks > KVP_MAX_BLOCKS || c->max_blocks > KVP_MAX_BLOCKS) {
@@ -98,20 +99,17 @@ static int config_combination(const kvp_config *c)
     return 0;
 }
 
-/* reuse=, policy= and hash_alg= into cfg (hash_alg refuses KVP_HASH_CUSTOM:
- * there is no function to give it).  0, or -1 with the exception set. */
+/* reuse=, policy= and hash_alg= into cfg (hash_alg also takes "xxh3_128"
+ * and refuses KVP_HASH_CUSTOM: there is no function to give it).  0, or -1
+ * with the exception set. */
 static int parse_names(PyObject *reuse, PyObject *policy, PyObject *alg, kvp_config *cfg)
 {
-    static const named reuses[] = {{"lifo", KVP_REUSE_LIFO}, {"lowest", KVP_REUSE_LOWEST},
-                                   {"fifo", KVP_REUSE_FIFO}, {NULL, 0}};
-    static const named policies[] = {{"lru", KVP_POLICY_LRU}, {"slru", KVP_POLICY_SLRU},
-                                     {NULL, 0}};
-    static const named algs[] = {{"sha256", KVP_HASH_SHA256}, {"xxh3", KVP_HASH_XXH3_128},
-                                 {"xxh3_128", KVP_HASH_XXH3_128}, {NULL, 0}};
     uint32_t r = (uint32_t)cfg->reuse, pol = (uint32_t)cfg->policy, a = (uint32_t)cfg->hash_alg;
-    if (parse_named(reuse, "reuse", reuses, "'lifo', 'lowest' or 'fifo'", &r) ||
-        parse_named(policy, "policy", policies, "'lru' or 'slru'", &pol) ||
-        parse_named(alg, "hash_alg", algs, "'sha256' or 'xxh3'", &a))
+    if (alg && PyUnicode_Check(alg) && !PyUnicode_CompareWithASCIIString(alg, "xxh3_128"))
+        alg = NULL, a = KVP_HASH_XXH3_128;
+    if (parse_named(reuse, "reuse", kvp_reuse_name, &r) ||
+        parse_named(policy, "policy", kvp_policy_name, &pol) ||
+        parse_named(alg, "hash_alg", kvp_hash_alg_name, &a))
         return -1;
     if (a == KVP_HASH_CUSTOM) {
         PyErr_SetString(kvpy_exc[KVP_EINVAL],

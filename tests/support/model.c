@@ -183,7 +183,7 @@ static void record_ev(model *m, int hash, kvp_block b)
 static void reset_policy(mblk *k)
 {
     k->prio = KVP_PRIORITY_NORMAL;
-    k->hit = k->prot = 0;
+    k->hit = k->prot = k->freq = 0;
 }
 
 /* Drop b's index entry: one eviction (callback, counted).  SLRU's ghost list
@@ -265,21 +265,57 @@ static kvp_block next_pick(const model *m, int L)
     return mdl_victim(m, L);
 }
 
+/* LFU (kvpool.h): cached block b counts a claim since it was last freed
+ * (up to class 2) and joins its class as if freed now; then, from its class
+ * down to class 1, while a class holds more than protected_percent / 2 of
+ * the list's managed blocks, its oldest goes one class down, as if freed
+ * now. */
+static void lfu_insert(model *m, kvp_block b, uint32_t managed)
+{
+    mblk *k = &m->b[b];
+    if (k->hit && k->freq < 2)
+        k->freq++;
+    k->hit = 0;
+    k->prot = k->freq;
+    k->stamp = ++m->clock;
+    for (int c = k->freq; c >= 1; c--)
+        for (;;) {
+            uint32_t n = 0;
+            kvp_block oldest = KVP_NO_BLOCK;
+            for (uint32_t i = 0; i < m->cac[k->list].n; i++) {
+                const mblk *o = &m->b[m->cac[k->list].v[i]];
+                if (o->prio != k->prio || o->freq != c)
+                    continue;
+                n++;
+                if (oldest == KVP_NO_BLOCK || o->stamp < m->b[oldest].stamp)
+                    oldest = m->cac[k->list].v[i];
+            }
+            if ((uint64_t)n * 200 <= (uint64_t)managed * m->c.protected_percent)
+                break;
+            m->b[oldest].freq = m->b[oldest].prot = c - 1;
+            m->b[oldest].stamp = ++m->clock;
+        }
+}
+
 /* Cached block b joins its priority's eviction order as if freed now:
  * protected under SLRU when it was hit since published; while the
  * priority's protected group is above protected_percent of the list's
  * managed blocks, its oldest goes back to the probationary group, as if
- * freed now. */
+ * freed now.  LFU: lfu_insert. */
 static void policy_insert(model *m, kvp_block b)
 {
     mblk *k = &m->b[b];
+    uint32_t managed = 0;
+    for (uint32_t i = 0; i < m->top; i++)
+        managed += mdl_is_managed(&m->b[i]) && m->b[i].list == k->list;
+    if (m->c.policy == KVP_POLICY_LFU) {
+        lfu_insert(m, b, managed);
+        return;
+    }
     k->prot = m->c.policy == KVP_POLICY_SLRU && k->hit;
     k->stamp = ++m->clock;
     if (!k->prot)
         return;
-    uint32_t managed = 0;
-    for (uint32_t i = 0; i < m->top; i++)
-        managed += mdl_is_managed(&m->b[i]) && m->b[i].list == k->list;
     for (;;) {
         uint32_t prot = 0;
         kvp_block oldest = KVP_NO_BLOCK;

@@ -67,7 +67,9 @@ typedef struct mblk {
     uint32_t seqref;  /* references held by model sequences (apart from anon) */
     unsigned prio;    /* retention priority (KVP_PRIORITY_NORMAL while vacant) */
     int hit;          /* claimed since published, or a ghost hit (SLRU) */
-    int prot;         /* cached: protected segment (SLRU) */
+    int prot;         /* cached: its segment, evicted lowest first: SLRU's
+                         protected one (1), LFU's frequency class */
+    int freq;         /* LFU: frequency class (0..2), kept while in use */
     uint64_t stamp;   /* cached: when it joined its eviction group */
 } mblk;
 
@@ -92,7 +94,7 @@ typedef struct mcfg {
     int events;   /* KV events on (the model ignores them; the tests check
                      what a subscriber sees against the index) */
     kvp_policy policy;
-    uint32_t protected_percent; /* SLRU */
+    uint32_t protected_percent; /* SLRU, LFU */
 } mcfg;
 
 typedef struct mctr {

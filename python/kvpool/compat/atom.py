@@ -182,8 +182,9 @@ class BlockPool(_kvpool._AtomBlockPool):
         if not 0 <= num_blocks <= self.max_blocks:
             raise ValueError(f"{num_blocks} blocks outside 0..{self.max_blocks}")
         policy = str(cache_policy).lower()
-        if policy not in ("lru", "slru"):
-            raise ValueError(f"cache_policy must be 'lru' or 'slru', not {cache_policy!r}")
+        if policy not in _kvpool.POLICY_NAMES:
+            raise ValueError(f"cache_policy must be one of {', '.join(_kvpool.POLICY_NAMES)}, "
+                             f"not {cache_policy!r}")
         if not 0.0 <= protected_ratio <= 1.0:
             raise ValueError(f"protected_ratio {protected_ratio} outside 0..1")
         self.cache_policy: str = policy
