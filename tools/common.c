@@ -13,9 +13,11 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <kvpool.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,13 +229,17 @@ int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
 
 /* ---- files -------------------------------------------------------------- */
 
-/* See common.h.  mkstemp in the target's own directory, so that the final
- * rename stays within one file system and is atomic. */
-int kvpt_temp_beside(const char *path, char *tmp, size_t cap)
+/* mkstemp "DIR/.BASE.XXXXXX" into tmp[cap]: beside `path` for a file that
+ * is renamed over it (one file system, so the rename is atomic), or under
+ * $TMPDIR when `dir` is given.  Returns the descriptor, or -1 with errno
+ * set (ENAMETOOLONG when the name does not fit). */
+static int temp_file(const char *path, const char *dir, char *tmp, size_t cap)
 {
     const char *slash = strrchr(path, '/');
-    int dir_len = slash ? (int)(slash - path + 1) : 0;
-    int n = snprintf(tmp, cap, "%.*s.%s.XXXXXX", dir_len, path, slash ? slash + 1 : path);
+    const char *base = slash ? slash + 1 : path;
+    int n = dir ? snprintf(tmp, cap, "%s/.%s.XXXXXX", dir, base)
+                : snprintf(tmp, cap, "%.*s.%s.XXXXXX", slash ? (int)(slash - path + 1) : 0,
+                           path, base);
     if (n < 0 || (size_t)n >= cap) {
         errno = ENAMETOOLONG;
         return -1;
@@ -241,72 +247,185 @@ int kvpt_temp_beside(const char *path, char *tmp, size_t cap)
     return mkstemp(tmp);
 }
 
+/* The directory for the contents of a device or FIFO while they are
+ * collected. */
+static const char *spool_dir(void)
+{
+    const char *dir = getenv("TMPDIR");
+    return dir && *dir ? dir : "/tmp";
+}
+
+/* Whether `in` (a trace path, "-" for standard input) is the file `st`. */
+static int same_file(const char *in, const struct stat *st)
+{
+    struct stat is;
+    int ok = strcmp(in, "-") == 0 ? fstat(STDIN_FILENO, &is) : stat(in, &is);
+    return ok == 0 && is.st_dev == st->st_dev && is.st_ino == st->st_ino;
+}
+
 /* See common.h.  Creating a file beside `path` is the one test that answers
  * for a missing directory, permissions, a read-only file system and quota
  * alike. */
-int kvpt_check_writable(const char *what, const char *path)
+int kvpt_output_check(kvpt_output *o, const char *what, const char *path,
+                      char *const *inputs, size_t n_inputs)
 {
     struct stat st;
+    *o = (kvpt_output){.what = what, .path = path};
     if (!*path) {
         kvpt_error("%s: the file name is empty", what);
         return -1;
     }
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        kvpt_error("%s %s: is a directory", what, path);
+    if (strlen(path) >= sizeof o->dest) {
+        kvpt_error("%s: %s", what, strerror(ENAMETOOLONG));
         return -1;
     }
-    char tmp[4096];
-    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
+    strcpy(o->dest, path);
+    struct stat link;
+    int exists = stat(path, &st) == 0;
+    if (lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
+        /* a regular file is replaced where the link points; a device or
+         * FIFO (also /dev/stdout's links into /proc) is opened through it */
+        char *real = exists && S_ISREG(st.st_mode) ? realpath(path, NULL) : NULL;
+        if (!exists || (S_ISREG(st.st_mode) && (!real || strlen(real) >= sizeof o->dest))) {
+            kvpt_error("%s %s: a symbolic link to a file that cannot be reached: %s", what,
+                       path, strerror(!exists || !real ? errno : ENAMETOOLONG));
+            free(real);
+            return -1;
+        }
+        if (real)
+            strcpy(o->dest, real);
+        free(real);
+    }
+    const char *why = !exists ? NULL
+                      : S_ISDIR(st.st_mode) ? "is a directory"
+                      : S_ISBLK(st.st_mode) ? "is a block device"
+                      : S_ISSOCK(st.st_mode) ? "is a socket"
+                                             : NULL;
+    for (size_t i = 0; exists && !why && i < n_inputs; i++)
+        if (same_file(inputs[i], &st))
+            why = "is also a trace read by this command; write to another file";
+    if (why) {
+        kvpt_error("%s %s: %s", what, path, why);
+        return -1;
+    }
+    struct stat out;
+    o->in_place = exists && fstat(STDOUT_FILENO, &out) == 0 && out.st_dev == st.st_dev &&
+                          out.st_ino == st.st_ino
+                      ? KVPT_OUT_STDOUT
+                  : exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) ? KVPT_OUT_DEVICE
+                                                                           : KVPT_OUT_REPLACE;
+    if (o->in_place == KVPT_OUT_DEVICE) {
+        if (access(o->dest, W_OK) != 0) {
+            kvpt_error("%s %s: %s", what, path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    int fd = temp_file(o->dest, NULL, o->tmp, sizeof o->tmp);
     if (fd < 0) {
-        const char *slash = strrchr(path, '/');
+        const char *slash = strrchr(o->dest, '/');
         kvpt_error("%s %s: cannot create a file in %.*s: %s", what, path,
-                   slash ? (int)(slash - path + 1) : 2, slash ? path : "./", strerror(errno));
+                   slash ? (int)(slash - o->dest + 1) : 2, slash ? o->dest : "./",
+                   strerror(errno));
         return -1;
     }
     close(fd);
-    unlink(tmp);
+    unlink(o->tmp);
+    o->tmp[0] = 0;
     return 0;
 }
 
 /* See common.h. */
-int kvpt_replace_file(const char *tmp, const char *path)
+int kvpt_output_temp(kvpt_output *o)
 {
-    mode_t mask = umask(0);
-    umask(mask);
-    if (chmod(tmp, 0666 & ~mask) != 0 || rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        errno = err;
-        return -1;
+    return temp_file(o->dest, o->in_place != KVPT_OUT_REPLACE ? spool_dir() : NULL, o->tmp, sizeof o->tmp);
+}
+
+/* Copy the file `from` into the device or FIFO `to`, opened for writing
+ * only (never truncated, never created), or into standard output when `to`
+ * is NULL.  Returns 0, or -1 with errno set. */
+static int copy_into(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    int out = in < 0 ? -1 : to ? open(to, O_WRONLY | O_CLOEXEC | O_NOCTTY) : STDOUT_FILENO;
+    int err = 0;
+    char buf[65536];
+    while (out >= 0 && !err) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            err = n < 0 ? errno : 0;
+            break;
+        }
+        for (ssize_t done = 0; done < n && !err;) {
+            ssize_t w = write(out, buf + done, (size_t)(n - done));
+            if (w < 0 && errno != EINTR)
+                err = errno;
+            done += w > 0 ? w : 0;
+        }
     }
-    return 0;
+    if (in < 0 || out < 0)
+        err = errno;
+    if (to && out >= 0 && close(out) != 0 && !err)
+        err = errno;
+    if (in >= 0)
+        close(in);
+    errno = err;
+    return err ? -1 : 0;
+}
+
+/* See common.h.  SIGPIPE is ignored while a FIFO or a pipe is written, so
+ * a reader that goes away is an error to report (EPIPE), not the end of
+ * the tool. */
+int kvpt_output_commit(kvpt_output *o)
+{
+    int rc;
+    if (o->in_place != KVPT_OUT_REPLACE) {
+        struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+        sigaction(SIGPIPE, &ign, &old);
+        fflush(stdout); /* what the command printed comes first */
+        rc = copy_into(o->tmp, o->in_place == KVPT_OUT_DEVICE ? o->dest : NULL);
+        sigaction(SIGPIPE, &old, NULL);
+    } else {
+        mode_t mask = umask(0);
+        umask(mask);
+        rc = chmod(o->tmp, 0666 & ~mask) != 0 || rename(o->tmp, o->dest) != 0 ? -1 : 0;
+    }
+    int err = errno;
+    unlink(o->tmp);
+    o->tmp[0] = 0;
+    errno = err;
+    return rc;
 }
 
 /* See common.h. */
-FILE *kvpt_open_beside(const char *path, char *tmp, size_t cap)
+FILE *kvpt_output_open(kvpt_output *o)
 {
-    int fd = kvpt_temp_beside(path, tmp, cap);
+    int fd = kvpt_output_temp(o);
     FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
     if (!f) {
         int err = errno;
         if (fd >= 0) {
             close(fd);
-            unlink(tmp);
+            unlink(o->tmp);
         }
-        kvpt_error("%s: %s", path, strerror(err));
+        kvpt_error("%s: %s", o->path, strerror(err));
     }
     return f;
 }
 
 /* See common.h. */
-int kvpt_close_beside(FILE *f, const char *tmp, const char *path)
+int kvpt_output_close(kvpt_output *o, FILE *f)
 {
     int failed = ferror(f);
-    if (fclose(f) != 0 || failed || kvpt_replace_file(tmp, path) != 0) {
+    if (fclose(f) != 0 || failed) {
         int err = failed ? EIO : errno;
-        unlink(tmp);
-        return kvpt_error("%s: %s", path, strerror(err));
+        unlink(o->tmp);
+        return kvpt_error("%s: %s", o->path, strerror(err));
     }
+    if (kvpt_output_commit(o) != 0)
+        return kvpt_error("%s: %s", o->path, strerror(errno));
     return KVPT_EXIT_OK;
 }
 

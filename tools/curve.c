@@ -393,6 +393,7 @@ out:
 /* Options of one `kvpool curve` run. */
 typedef struct opts {
     const char *csv, *plot;
+    kvpt_output csv_out, plot_out; /* checked before any work */
     int json, optimal, all, sample_check;
     uint32_t threshold;     /* sampling: SAMPLE_ALL = exact */
     double target_share, target_rate; /* < 0: not asked */
@@ -793,12 +794,10 @@ static int print_json(const result *r, const opts *o)
 }
 
 /* Write every capacity of every trace as CSV (a trace column first when
- * there are several), through a temporary file renamed over `path` once
- * complete. */
-static int write_csv(const result *rs, size_t n, const char *path)
+ * there are several) into `out`, which sees it only once complete. */
+static int write_csv(const result *rs, size_t n, kvpt_output *out)
 {
-    char tmp[4096];
-    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    FILE *f = kvpt_output_open(out);
     if (!f)
         return KVPT_EXIT_ERROR;
     fputs(n > 1 ? "trace," : "", f);
@@ -815,7 +814,7 @@ static int write_csv(const result *rs, size_t n, const char *path)
                     (unsigned long long)r->tokens[c], rate(r->tokens[c], r->tokens_requested));
         }
     }
-    return kvpt_close_beside(f, tmp, path);
+    return kvpt_output_close(out, f);
 }
 
 /* Points of the LRU line per trace: log-spaced capacities. */
@@ -823,7 +822,7 @@ static int write_csv(const result *rs, size_t n, const char *path)
 
 /* Draw every trace's LRU curve with its unlimited ceiling, the optimal
  * points and the marks.  Returns an exit code. */
-static int plot_curves(const result *rs, size_t n, const opts *o)
+static int plot_curves(const result *rs, size_t n, opts *o)
 {
     size_t per = PLOT_POINTS + 1 + 64 + 64;
     kvpt_chart ch;
@@ -886,7 +885,7 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
                                          "points pt 7 ps 1.6", 0};
         }
     }
-    return kvpt_chart_hit_rate(&ch, o->plot, "LRU prefix-cache hit rate at every capacity", ns);
+    return kvpt_chart_hit_rate(&ch, &o->plot_out, "LRU prefix-cache hit rate at every capacity", ns);
 }
 
 /* ---- command -------------------------------------------------------------- */
@@ -975,19 +974,22 @@ static const char usage_curve[] =
     "  --sample-check    with --sample, also run the exact pass and report the\n"
     "                    largest and mean absolute error of the block hit rate\n"
     "\n"
-    "Each option may be given once.\n";
+    "Each option may be given once.  CSV and plot files appear complete or not at\n"
+    "all: a regular FILE is replaced, a device or FIFO is written in place, a\n"
+    "symbolic link is followed (its target is written), and a FILE that is one of\n"
+    "the TRACEs is refused.\n";
 
 /* Refuse what can be refused before any work: a trace that cannot be
  * opened, standard input named twice, output files that cannot be created,
  * a plot without gnuplot.  Returns an exit code, or -1 to go on. */
-static int check_before(char **paths, size_t n, const opts *o)
+static int check_before(char **paths, size_t n, opts *o)
 {
     int rc = kvpt_check_traces("curve", paths, n);
     if (rc >= 0)
         return rc;
-    if (o->plot && kvpt_plot_check(o->plot))
+    if (o->plot && kvpt_plot_check(&o->plot_out, o->plot, paths, n))
         return KVPT_EXIT_ERROR;
-    if (o->csv && kvpt_check_writable("--csv", o->csv))
+    if (o->csv && kvpt_output_check(&o->csv_out, "--csv", o->csv, paths, n))
         return KVPT_EXIT_ERROR;
     return -1;
 }
@@ -1063,7 +1065,7 @@ int kvpt_cmd_curve(int argc, char **argv)
     if (done_n == n) {
         rc = KVPT_EXIT_OK;
         if (o.csv)
-            rc = write_csv(rs, n, o.csv);
+            rc = write_csv(rs, n, &o.csv_out);
         if (rc == KVPT_EXIT_OK && o.plot)
             rc = plot_curves(rs, n, &o);
     }

@@ -5,9 +5,9 @@
  * The script and the data go to gnuplot's standard input, the data inline
  * ('-' files); gnuplot's own output (warnings, errors) goes to an unnamed
  * temporary file and never reaches the terminal: a failure is reported as
- * one line of ours.  gnuplot draws into a temporary file beside the target,
- * renamed over it only once complete, so the target is never empty or
- * partial.  Axes are fitted here rather than left to gnuplot, so that every
+ * one line of ours.  gnuplot draws into the output's temporary file
+ * (kvpt_output), moved to the target only once complete, so the target is
+ * never empty or partial.  Axes are fitted here rather than left to gnuplot, so that every
  * chart frames its data the same way: a margin on each side, no point on
  * the frame, tick labels in one format.  Titles are written as
  * single-quoted gnuplot strings with the terminal in noenhanced mode, so
@@ -88,14 +88,14 @@ static void gp_string(FILE *gp, const char *s)
 }
 
 /* See plot.h. */
-int kvpt_plot_check(const char *path)
+int kvpt_plot_check(kvpt_output *o, const char *path, char *const *inputs, size_t n_inputs)
 {
     if (!on_path("gnuplot")) {
         kvpt_error("--plot needs gnuplot, which is not on PATH: install it with "
                    "`apt-get install gnuplot-nox`, or leave out --plot");
         return -1;
     }
-    return kvpt_check_writable("--plot", path);
+    return kvpt_output_check(o, "--plot", path, inputs, n_inputs);
 }
 
 /* ---- axes --------------------------------------------------------------- */
@@ -358,9 +358,10 @@ static int write_script(FILE *gp, const char *out, const char *path, const char 
 }
 
 /* See plot.h. */
-int kvpt_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
+int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char *ylabel,
               const kvpt_series *series, size_t n_series)
 {
+    const char *path = o->path;
     if (!kvpt_plot_terminal(path)) {
         kvpt_error("%s: a plot's file name must end in .png or .svg", path);
         return -1;
@@ -370,8 +371,8 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
                         "with `apt-get install gnuplot-nox` and run again\n");
         return 1;
     }
-    char tmp[4096], why[256] = "";
-    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
+    char why[256] = "";
+    int fd = kvpt_output_temp(o);
     if (fd < 0) {
         kvpt_error("%s: cannot create the plot: %s", path, strerror(errno));
         return -1;
@@ -384,7 +385,7 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
     if (!gp) {
         snprintf(why, sizeof why, "out of memory");
     } else {
-        int nothing = write_script(gp, tmp, path, title, xlabel, ylabel, series, n_series);
+        int nothing = write_script(gp, o->tmp, path, title, xlabel, ylabel, series, n_series);
         if (fclose(gp) != 0)
             snprintf(why, sizeof why, "out of memory");
         else if (nothing)
@@ -394,16 +395,17 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
     }
     free(script);
     struct stat st;
-    if (rc == 0 && (stat(tmp, &st) != 0 || st.st_size == 0)) {
+    if (rc == 0 && (stat(o->tmp, &st) != 0 || st.st_size == 0)) {
         snprintf(why, sizeof why, "gnuplot wrote nothing");
         rc = -1;
     }
-    if (rc == 0 && kvpt_replace_file(tmp, path) != 0) {
+    if (rc == 0 && kvpt_output_commit(o) != 0) {
         snprintf(why, sizeof why, "%s", strerror(errno));
         rc = -1;
     }
     if (rc != 0) {
-        unlink(tmp);
+        if (o->tmp[0])
+            unlink(o->tmp);
         kvpt_error("%s: no plot drawn: %s", path, why);
     }
     return rc;
@@ -427,9 +429,9 @@ int kvpt_chart_init(kvpt_chart *c, size_t n_points, size_t n_series, size_t titl
 }
 
 /* See plot.h. */
-int kvpt_chart_hit_rate(kvpt_chart *c, const char *path, const char *title, size_t n_series)
+int kvpt_chart_hit_rate(kvpt_chart *c, kvpt_output *o, const char *title, size_t n_series)
 {
-    int rc = kvpt_plot(path, title, "capacity (blocks of 512 tokens, log scale)",
+    int rc = kvpt_plot(o, title, "capacity (blocks of 512 tokens, log scale)",
                        "block hit rate", c->series, n_series) == 0
                  ? KVPT_EXIT_OK
                  : KVPT_EXIT_ERROR;

@@ -11,7 +11,7 @@
  * be checked without replaying is checked first (the lists, the plot's
  * extension, gnuplot, that the output files can be created), so a sweep
  * that cannot finish is refused before its work, not after.  Output files
- * are written beside their targets and renamed over them complete.  The
+ * appear complete (kvpt_output, common.h).  The
  * plot also draws each trace's ceiling: its hit rate with unlimited
  * capacity (no eviction, so the same under every policy), from the replay
  * at capacity 0, run for the plot when the sweep has no capacity that large.
@@ -70,7 +70,9 @@ static const char usage_sweep[] =
     "\n"
     "Each option may be given once.  The command line, gnuplot and the output\n"
     "directories are checked before the first replay; CSV and plot files appear\n"
-    "complete or not at all.\n";
+    "complete or not at all.  A regular FILE is replaced, a device or FIFO is\n"
+    "written in place, a symbolic link is followed (its target is written), and\n"
+    "a FILE that is one of the TRACEs is refused.\n";
 
 /* Results of a sweep: n_traces x n_cfgs x n_caps replays, row-major by trace
  * then setting; each trace's hit rate with unlimited capacity (for the
@@ -187,12 +189,11 @@ static void cfg_label(const kvpt_replay_opts *c, char *buf, size_t cap)
                  (unsigned long long)c->priority_prefix);
 }
 
-/* Write the sweep as CSV with the documented header, through a temporary
- * file renamed over `path` once complete. */
-static int write_csv(const sweep *s, const char *path)
+/* Write the sweep as CSV with the documented header into `out`, which
+ * sees it only once complete. */
+static int write_csv(const sweep *s, kvpt_output *out)
 {
-    char tmp[4096];
-    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    FILE *f = kvpt_output_open(out);
     if (!f)
         return KVPT_EXIT_ERROR;
     fprintf(f, "trace%s%s,capacity,requests,blocks_requested,blocks_hit,hit_rate,"
@@ -224,7 +225,7 @@ static int write_csv(const sweep *s, const char *path)
             }
         }
     }
-    return kvpt_close_beside(f, tmp, path);
+    return kvpt_output_close(out, f);
 }
 
 /* Print the sweep as an aligned table. */
@@ -337,7 +338,7 @@ static const int trace_point[] = {7, 5, 9, 11, 13}; /* filled: circle, square, t
  * named by what their file names do not share.  Without --policy,
  * --priority-prefix and --optimal: one line per trace in gnuplot's colours,
  * titled by the file name.  Returns an exit code. */
-static int plot_sweep(const sweep *s, const char *path)
+static int plot_sweep(const sweep *s, kvpt_output *out)
 {
     enum { NAME = 64, TITLE = 192, STYLE = 64 };
     size_t lines = s->n_traces * s->n_cfgs, n_series = lines + (s->optimal ? s->n_traces : 0);
@@ -419,7 +420,7 @@ static int plot_sweep(const sweep *s, const char *path)
         snprintf(chart, sizeof chart, "Prefix-cache hit rate by capacity: %.*s*%s",
                  (int)(pre < NAME ? pre : NAME), first, first + strlen(first) - suf);
     }
-    rc = kvpt_plot(path, chart, "capacity (blocks of 512 tokens, log scale)", "block hit rate",
+    rc = kvpt_plot(out, chart, "capacity (blocks of 512 tokens, log scale)", "block hit rate",
                    series, ns) == 0
              ? KVPT_EXIT_OK
              : KVPT_EXIT_ERROR;
@@ -435,14 +436,15 @@ out:
 /* Refuse what can be refused before the first replay: a trace that cannot
  * be opened, standard input named twice, output files that cannot be
  * created, a plot without gnuplot.  Returns an exit code, or -1 to go on. */
-static int check_before(const sweep *s, const char *csv, const char *plot)
+static int check_before(const sweep *s, const char *csv, const char *plot,
+                        kvpt_output *csv_out, kvpt_output *plot_out)
 {
     int rc = kvpt_check_traces("sweep", s->paths, s->n_traces);
     if (rc >= 0)
         return rc;
-    if (plot && kvpt_plot_check(plot))
+    if (plot && kvpt_plot_check(plot_out, plot, s->paths, s->n_traces))
         return KVPT_EXIT_ERROR;
-    if (csv && kvpt_check_writable("--csv", csv))
+    if (csv && kvpt_output_check(csv_out, "--csv", csv, s->paths, s->n_traces))
         return KVPT_EXIT_ERROR;
     return -1;
 }
@@ -570,7 +572,8 @@ int kvpt_cmd_sweep(int argc, char **argv)
                                        "whole trace, is drawn as the dashed ceiling)");
         goto out;
     }
-    if ((rc = check_before(&s, csv, plot)) >= 0)
+    kvpt_output csv_out, plot_out;
+    if ((rc = check_before(&s, csv, plot, &csv_out, &plot_out)) >= 0)
         goto out;
     rc = KVPT_EXIT_ERROR;
     s.res = calloc(s.n_traces * s.n_cfgs * s.n_caps, sizeof *s.res);
@@ -586,9 +589,9 @@ int kvpt_cmd_sweep(int argc, char **argv)
     print_sweep_table(&s);
     rc = KVPT_EXIT_OK;
     if (csv)
-        rc = write_csv(&s, csv);
+        rc = write_csv(&s, &csv_out);
     if (rc == KVPT_EXIT_OK && plot)
-        rc = plot_sweep(&s, plot);
+        rc = plot_sweep(&s, &plot_out);
 out:
     free(s.caps);
     free(s.cfgs);
