@@ -160,6 +160,34 @@ def test_replay_capacity_zero_holds_everything(tmp_path):
     assert r["capacity"] == 9
 
 
+def limited_memory():
+    """For preexec_fn: at most 1 GiB of address space, so a pool sized to an
+    unreachable capacity (2^31 blocks: over 8 GB) cannot be created."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.parametrize("command", ["replay", "sweep"])
+def test_pool_is_no_larger_than_the_trace(tmp_path, command):
+    reqs = [(1536, [0, 1, 2]), (1536, [0, 1, 3]), (1024, [0, 4]), (512, [7])]
+    trace = write_trace(tmp_path / "t.jsonl", reqs)
+    flag = "--capacity" if command == "replay" else "--capacities"
+    extra = ("--json",) if command == "replay" else ("--csv", tmp_path / "s.csv")
+    p = subprocess.run([str(KVPOOL), command, str(trace), flag, "2147483647", *map(str, extra)],
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=limited_memory)
+    assert p.returncode == 0, p.stderr
+    if command == "replay":
+        r = json.loads(p.stdout)
+        assert r["capacity"] == 2147483647
+        whole = replay_json(trace, 0)
+        for key in ("blocks_hit", "evictions", "rejected", "peak_in_use", "tokens_hit"):
+            assert r[key] == whole[key]
+    else:
+        row = next(csv.DictReader((tmp_path / "s.csv").read_text().splitlines()))
+        assert (row["capacity"], row["blocks_hit"], row["evictions"]) == ("2147483647", "3", "0")
+
+
 def test_tokens_hit_capped_at_input_length(tmp_path):
     reqs = [(700, [0, 1]), (700, [0, 1])]
     r = replay_json(write_trace(tmp_path / "t.jsonl", reqs), 10)

@@ -122,17 +122,21 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, const kvpt_replay_opts *
     if (!opts)
         opts = &lru;
     memset(r, 0, sizeof *r);
+    uint64_t whole = t->total_blocks ? t->total_blocks : 1;
     if (capacity == 0)
-        capacity = t->total_blocks ? t->total_blocks : 1;
-    if (capacity > KVP_MAX_BLOCKS)
-        capacity = KVP_MAX_BLOCKS;
+        capacity = whole;
     r->capacity = capacity;
+    /* every block the replay allocates is one of the trace's, so a pool of
+     * `whole` blocks never evicts: any larger one gives the same figures */
+    uint64_t pool_blocks = capacity < whole ? capacity : whole;
+    if (pool_blocks > KVP_MAX_BLOCKS)
+        pool_blocks = KVP_MAX_BLOCKS;
 
     kvp_config cfg;
     kvp_config_default(&cfg);
     cfg.block_size = KVPT_TRACE_BLOCK_TOKENS;
-    cfg.num_blocks = (uint32_t)capacity;
-    cfg.max_blocks = (uint32_t)capacity;
+    cfg.num_blocks = (uint32_t)pool_blocks;
+    cfg.max_blocks = (uint32_t)pool_blocks;
     cfg.prefix_caching = 1;
     cfg.reuse = KVP_REUSE_LIFO;
     cfg.policy = opts->policy;
@@ -311,7 +315,10 @@ static const char usage_replay[] =
     "stream) or a line breaking a rule is refused as \"FILE:LINE: what is wrong\".\n"
     "\n"
     "  --capacity BLOCKS  pool size in blocks, 0 to 2147483647; 0 = large enough\n"
-    "                     for the whole trace\n"
+    "                     for the whole trace.  A pool larger than the trace's\n"
+    "                     block count (the sum of its requests' hash ids) never\n"
+    "                     evicts and gives the same figures, so the pool is\n"
+    "                     created no larger than that\n"
     "  --policy P         which cached block is evicted first: lru (the default),\n"
     "                     the least recently freed; or slru, segmented LRU with\n"
     "                     a ghost list: a block claimed again since it was\n"
