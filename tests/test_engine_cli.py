@@ -137,6 +137,20 @@ def test_checkpoint(tmp_path):
     assert "header says" in r.stderr
 
 
+def test_checkpoint_size_is_checked_before_allocating(tmp_path):
+    """A 28-byte header claiming about 3.6e9 weights (14 GB) is refused for its
+    size, under a 1 GiB address-space limit that the weights could not fit."""
+    import resource
+    ckpt = tmp_path / "huge.bin"
+    ckpt.write_bytes(array.array("i", [8192, 16384, 6, 64, 8, 32000, 4096]).tobytes())
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    r = subprocess.run([str(ENGINE), "--trace", str(BUNDLED), "--model", str(ckpt)],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert r.returncode == 1
+    assert "28 bytes, its header says" in r.stderr
+    assert "out of memory" not in r.stderr
+
+
 @pytest.mark.parametrize("args", [
     [],
     ["--trace"],
