@@ -51,6 +51,7 @@ typedef struct slot {
     uint64_t value;  /* pass: last touch time (0: none); dense: the new id */
     uint64_t parent; /* pass: the id before it in its first request, + 1; 0
                         for a first block */
+    uint64_t misses; /* pass: its uses that miss at capacity pass.miss_at */
 } slot;
 
 typedef struct idmap {
@@ -175,6 +176,10 @@ void kvpt_dense_free(kvpt_dense *d)
 
 /* ---- the reuse-distance pass ---------------------------------------------- */
 
+/* The fewest distinct ids a sample may track: with fewer, reuse distances
+ * rest on too few ids for the bounds below to hold. */
+#define SAMPLE_MIN_IDS 1000
+
 /* Sampling threshold scale: an id is sampled when mix(id) mod 2^24 is below
  * rate x 2^24. */
 #define SAMPLE_BITS 24
@@ -252,6 +257,8 @@ typedef struct pass {
     uint64_t sampled, sampled_tokens; /* of those, tracked */
     int tree;               /* no tracked id had two parents */
     size_t bad_request;     /* the first request giving one a second parent */
+    uint64_t miss_at;       /* the capacity slot.misses counts misses at */
+    double miss_sq;         /* the sum over tracked ids of misses squared */
 } pass;
 
 /* Count `blocks` blocks and `tokens` tokens in bucket b.  Returns -1 when
@@ -307,6 +314,7 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
 {
     memset(p, 0, sizeof *p);
     p->tree = 1;
+    p->miss_at = max_len < t->max_blocks ? max_len : t->max_blocks;
     idmap m = {0};
     timeline c = {0};
     slot **slots = malloc((t->max_blocks ? t->max_blocks : 1) * sizeof *slots);
@@ -356,6 +364,10 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
                 d = (uint64_t)((double)d * SAMPLE_ALL / threshold);
             if (k == 0 || d > deepest)
                 deepest = d;
+            if (deepest >= p->miss_at) { /* (m + 1)^2 - m^2 */
+                p->miss_sq += 2.0 * (double)s->misses + 1;
+                s->misses++;
+            }
             uint64_t tok = block_tokens(t, q, i, n);
             p->sampled++;
             p->sampled_tokens += tok;
@@ -413,6 +425,9 @@ typedef struct result {
     size_t bad_request;
     double load_seconds, seconds, optimal_seconds;
     double err_max, err_mean;   /* --sample-check */
+    uint64_t sample_ids;        /* --sample: the distinct ids tracked */
+    double sample_bound;        /* --sample: the hit rate's error bound */
+    uint64_t resolved;          /* --sample: the smallest capacity resolved */
     /* the table's capacities, with their hits; optimal only at C >= lo */
     uint64_t *grid, *grid_blocks, *grid_tokens, *opt_blocks, *opt_tokens;
     size_t n_grid;
@@ -610,6 +625,53 @@ static int sample_check(result *r, const kvpt_trace *t)
     return 0;
 }
 
+/*
+ * The error bounds of a sampled pass p into r, or a refusal when it tracked
+ * fewer than SAMPLE_MIN_IDS ids (returns -1, printed).  Ids fall in the
+ * sample independently with probability q, and the estimate of the hits at
+ * a capacity C is the uses less the tracked ids' misses over q: its
+ * variance over the sample is (1 - q) / q^2 times the sum of their squared
+ * misses, largest at the smallest capacity, so two standard errors there
+ * bound the hit rate's at every capacity.  A tracked reuse distance d
+ * stands for d / q blocks, counted from about q x d ids: its relative
+ * standard error is 1 / sqrt(q x d), within 10% at two standard errors
+ * from d = 400 / q up, the smallest capacity the sample resolves.  The
+ * bound is completed by band_of once the curve is known.
+ */
+static int sample_bounds(result *r, const pass *p, const opts *o)
+{
+    double q = (double)o->threshold / SAMPLE_ALL;
+    r->sample_ids = p->distinct;
+    if (p->distinct < SAMPLE_MIN_IDS) {
+        /* none tracked: the trace has no more distinct blocks than blocks */
+        double need = p->distinct ? q * SAMPLE_MIN_IDS / (double)p->distinct
+                                  : SAMPLE_MIN_IDS / (double)(p->uses ? p->uses : 1);
+        kvpt_error("%s: --sample %.3g tracks %llu distinct blocks, fewer than the %d an error "
+                   "bound needs: use --sample %.2g or more, or leave out --sample",
+                   r->path, q, (unsigned long long)p->distinct, SAMPLE_MIN_IDS,
+                   need < 1 ? ceil(need * 1.2 * 1000) / 1000 : 1.0);
+        return -1;
+    }
+    r->sample_bound = p->uses ? 2 * sqrt((1 - q) * p->miss_sq) / (q * (double)p->uses) : 0;
+    r->resolved = (uint64_t)ceil(400 / q);
+    return 0;
+}
+
+/* The most the estimated block hit rate changes between capacities C / 1.1
+ * and 1.1 C, for C from r->resolved (or the largest request) up: what a
+ * capacity known within 10% adds to the hit rate's error. */
+static double band_of(const result *r)
+{
+    uint64_t worst = 0;
+    uint64_t c0 = r->resolved > r->lo ? r->resolved : r->lo;
+    for (uint64_t c = c0; c <= r->hi; c++) {
+        uint64_t a = (uint64_t)floor((double)c / 1.1), b = (uint64_t)ceil((double)c * 1.1);
+        uint64_t d = r->blocks[b < r->hi ? b : r->hi] - r->blocks[a > r->lo ? a : r->lo];
+        worst = d > worst ? d : worst;
+    }
+    return r->blocks_requested ? (double)worst / (double)r->blocks_requested : 0;
+}
+
 /* Load one trace and compute everything the options ask for into *r.
  * Returns 0, or -1 with the error printed. */
 static int curve_one(const char *path, const opts *o, result *r)
@@ -632,6 +694,10 @@ static int curve_one(const char *path, const opts *o, result *r)
         goto out;
     r->tree = p.tree;
     r->bad_request = p.bad_request;
+    if (o->threshold != SAMPLE_ALL && sample_bounds(r, &p, o)) {
+        pass_free(&p);
+        goto out;
+    }
     r->distinct = o->threshold == SAMPLE_ALL
                       ? p.distinct
                       : (uint64_t)llround((double)p.distinct * SAMPLE_ALL / o->threshold);
@@ -648,6 +714,8 @@ static int curve_one(const char *path, const opts *o, result *r)
     }
     fill_from_pass(r, &p, r->lo, r->hi, o->threshold);
     pass_free(&p);
+    if (o->threshold != SAMPLE_ALL)
+        r->sample_bound += band_of(r);
     r->unl_blocks = r->blocks[r->hi];
     r->unl_tokens = r->tokens[r->hi];
     if (o->all && fill_below(r, &t, o->threshold))
@@ -705,6 +773,11 @@ static void print_text(const result *r, const opts *o)
     if (!r->tree)
         printf("warning: request %zu gives a hash id a second parent: a replay may differ "
                "from this curve\n", r->bad_request + 1);
+    if (o->threshold != SAMPLE_ALL)
+        printf("sample: %llu distinct blocks (rate %.3g); hit rates within +-%.4f, capacities "
+               "within 10%% from %llu up (2 standard errors)\n",
+               (unsigned long long)r->sample_ids, (double)o->threshold / SAMPLE_ALL,
+               r->sample_bound, (unsigned long long)r->resolved);
     if (o->sample_check && o->threshold != SAMPLE_ALL)
         printf("sampling error against the exact curve: max %.5f, mean %.5f (block hit "
                "rate)\n", r->err_max, r->err_mean);
@@ -737,6 +810,11 @@ static void print_text(const result *r, const opts *o)
                    need / (double)r->blocks_requested,
                    o->target_share >= 0 ? "share of unlimited" : "asked",
                    (unsigned long long)c, rate(r->blocks[c], r->blocks_requested));
+        if (c && o->threshold != SAMPLE_ALL)
+            printf("  estimated: hit rate +-%.4f; %s\n", r->sample_bound,
+                   c >= r->resolved ? "capacity within 10%"
+                                    : "capacity below what the sample resolves (use a larger "
+                                      "--sample)");
         else
             printf("target %.4f hit rate: not reached at any capacity\n",
                    need / (double)r->blocks_requested);
@@ -780,15 +858,22 @@ static int print_json(const result *r, const opts *o)
         return kvpt_error("cannot render JSON");
     if (o->optimal)
         json_object_set_new(obj, "optimal_seconds", json_real(r->optimal_seconds));
+    if (o->threshold != SAMPLE_ALL)
+        json_object_set_new(obj, "sample", json_pack("{s:I, s:f, s:I}", "distinct_blocks",
+                                                     (json_int_t)r->sample_ids, "hit_rate_bound",
+                                                     r->sample_bound, "resolved_from",
+                                                     (json_int_t)r->resolved));
     if (o->sample_check && o->threshold != SAMPLE_ALL)
         json_object_set_new(obj, "sample_error", json_pack("{s:f, s:f}", "max_abs",
                                                            r->err_max, "mean_abs", r->err_mean));
     double need = target_blocks(r, o);
     if (need >= 0) {
         uint64_t c = smallest_reaching(r, need);
-        json_object_set_new(obj, "target", json_pack("{s:f, s:o}", "hit_rate",
-            need / (double)r->blocks_requested, "capacity",
-            c ? json_integer((json_int_t)c) : json_null()));
+        json_t *tg = json_pack("{s:f, s:o}", "hit_rate", need / (double)r->blocks_requested,
+                               "capacity", c ? json_integer((json_int_t)c) : json_null());
+        if (tg && o->threshold != SAMPLE_ALL)
+            json_object_set_new(tg, "capacity_resolved", json_boolean(c && c >= r->resolved));
+        json_object_set_new(obj, "target", tg);
     }
     return kvpt_json_line(obj) ? kvpt_error("cannot render JSON") : KVPT_EXIT_OK;
 }
@@ -955,7 +1040,7 @@ static const char usage_curve[] =
     "                    tokens_hit_rate}, seconds (the passes), load_seconds, points\n"
     "                    (the table's rows: capacity, blocks_hit, hit_rate,\n"
     "                    tokens_hit, tokens_hit_rate, optimal {same four}), and\n"
-    "                    optimal_seconds, sample_error, target when asked\n"
+    "                    optimal_seconds, sample, sample_error, target when asked\n"
     "  --plot FILE       hit rate against capacity (log scale) with the unlimited\n"
     "                    ceiling, the marks and the optimal points; PNG or SVG\n"
     "  --mark A,B,C      capacities to show in the table and on the plot (exact at\n"
@@ -970,7 +1055,14 @@ static const char usage_curve[] =
     "  --all-capacities  the CSV and the target search start at capacity 1\n"
     "  --sample RATE     track only the blocks whose hash falls in a RATE share\n"
     "                    (SHARDS): memory and time shrink by about RATE, figures are\n"
-    "                    estimates\n"
+    "                    estimates.  Refused when fewer than 1000 distinct blocks\n"
+    "                    fall in the sample.  Printed with every sampled result:\n"
+    "                    the sample's size, a bound on the error of every hit rate\n"
+    "                    (two standard errors over which ids are sampled, plus what\n"
+    "                    a capacity off by 10% changes) and the capacity from which\n"
+    "                    the sample resolves capacities within 10% (400 / RATE);\n"
+    "                    JSON: sample {distinct_blocks, hit_rate_bound,\n"
+    "                    resolved_from}, and target.capacity_resolved\n"
     "  --sample-check    with --sample, also run the exact pass and report the\n"
     "                    largest and mean absolute error of the block hit rate\n"
     "\n"
