@@ -181,7 +181,7 @@ def fake_gnuplot(tmp_path, body):
 # gnuplot's shape of failing: it echoes the line, points at it, and says why,
 # after opening (so creating, empty) its output file.
 NOISY_FAILURE = r"""
-out=$(sed -n "s/^set output '\(.*\)'$/\1/p")
+out=$(sed -n 's/^set output "\(.*\)"$/\1/p')
 : > "$out"
 echo "gnuplot> plot '-' using 1:2" >&2
 echo "                ^" >&2
@@ -234,3 +234,18 @@ def test_rates_of_zero_sit_above_the_frame_without_negative_ticks(tmp_path):
     assert all(y0 < y < y1 - 5 for _, y in points), (points, (y0, y1))
     _, ys = tick_labels(text)
     assert ys and all(float(v) >= 0 for v in ys), ys
+
+
+@need_gnuplot
+@pytest.mark.parametrize("name", ["it''s", "a'b", 'say "hi"', "back\\slash", "%s%d"])
+@pytest.mark.parametrize("command", ["sweep", "curve"])
+def test_plot_titles_keep_quotes_and_backslashes(tmp_path, name, command):
+    import html
+    trace = write_trace(tmp_path / f"{name}.jsonl", TAIL_FIRST)
+    other = write_trace(tmp_path / "other.jsonl", TAIL_FIRST)
+    out = tmp_path / "p.svg"
+    args = ("--capacities", "2,4") if command == "sweep" else ()
+    p = run(command, trace, other, *args, "--plot", out)
+    assert p.returncode == 0, p.stderr
+    texts = [html.unescape(t) for t in re.findall(r"<text>([^<]*)</text>", out.read_text())]
+    assert any(f"{name}.jsonl" in t for t in texts), texts

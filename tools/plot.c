@@ -10,8 +10,9 @@
  * never empty or partial.  Axes are fitted here rather than left to gnuplot, so that every
  * chart frames its data the same way: a margin on each side, no point on
  * the frame, tick labels in one format.  Titles are written as
- * single-quoted gnuplot strings with the terminal in noenhanced mode, so
- * file names with underscores or quotes print as they are.
+ * double-quoted gnuplot strings (backslash escapes) with the terminal in
+ * noenhanced mode, so file names with underscores, quotes or backslashes
+ * print as they are.
  */
 #define _GNU_SOURCE /* pipe2, environ */
 
@@ -74,17 +75,19 @@ const char *kvpt_plot_terminal(const char *path)
     return NULL;
 }
 
-/* Write `s` as a single-quoted gnuplot string ('' stands for a quote). */
+/* Write `s` as a double-quoted gnuplot string: a backslash before each
+ * '"' and '\\', line breaks left out.  (Single quotes would need '' for a
+ * quote, and gnuplot 5.4 misreads two of those in a row.) */
 static void gp_string(FILE *gp, const char *s)
 {
-    fputc('\'', gp);
+    fputc('"', gp);
     for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', gp);
+        if (*s == '"' || *s == '\\')
+            fputc('\\', gp);
         if (*s != '\n' && *s != '\r')
             fputc(*s, gp);
     }
-    fputc('\'', gp);
+    fputc('"', gp);
 }
 
 /* See plot.h. */
