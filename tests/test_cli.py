@@ -507,3 +507,34 @@ def test_bundled_trace_matches_python_model(bundled_head, capacity):
     if capacity == 0:
         assert r["evictions"] == 0
     assert not math.isnan(r["hit_rate"])
+
+
+CONTROL_NAME = b"e\x1b[31mred\tx\xc2\x85y\xff\x7f.jsonl"
+CONTROL_SHOWN = b"e\\x1b[31mred\\x09x\\xc2\\x85y\\xff\\x7f.jsonl"
+
+
+def no_controls(out):
+    """No control byte (but line ends), no C1 control, nothing invalid as UTF-8."""
+    text = out.decode("utf-8")  # raises on invalid UTF-8
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f for c in text)
+
+
+@pytest.mark.parametrize("args", [
+    ("replay", "--capacity", "2"),
+    ("sweep", "--capacities", "2"),
+    ("curve",),
+])
+def test_control_characters_in_trace_names_are_escaped(tmp_path, args):
+    name = os.fsencode(tmp_path) + b"/" + CONTROL_NAME
+    write_trace(Path(os.fsdecode(name)), TAIL_FIRST)
+    p = subprocess.run([os.fsencode(KVPOOL), args[0].encode(), name, *map(str.encode, args[1:])],
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    no_controls(p.stdout)
+    assert CONTROL_SHOWN in p.stdout
+    bad = name[:-6] + b".missing"
+    p = subprocess.run([os.fsencode(KVPOOL), args[0].encode(), bad, *map(str.encode, args[1:])],
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 1
+    no_controls(p.stderr)
+    assert CONTROL_SHOWN[:-6] + b".missing" in p.stderr

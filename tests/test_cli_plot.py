@@ -248,4 +248,5 @@ def test_plot_titles_keep_quotes_and_backslashes(tmp_path, name, command):
     p = run(command, trace, other, *args, "--plot", out)
     assert p.returncode == 0, p.stderr
     texts = [html.unescape(t) for t in re.findall(r"<text>([^<]*)</text>", out.read_text())]
-    assert any(f"{name}.jsonl" in t for t in texts), texts
+    shown = name.replace("\\", "\\\\")  # as in tables: a backslash doubled
+    assert any(f"{shown}.jsonl" in t for t in texts), texts

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common.c — error reporting, the command-line parser, the monotonic clock,
- * number parsing and safe file replacement for the command-line tool (see
- * common.h).
+ * number parsing, printable file names and safe file replacement for the
+ * command-line tool (see common.h).
  *
  * The parser is the one place that reads options: every subcommand states
  * its options as a kvpt_opt table, so each rule (ranges in messages, an
@@ -81,6 +81,69 @@ int kvpt_parse_u64(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* The length of the UTF-8 sequence at s[0..n) (its first byte >= 0x80) and
+ * its code point into *cp, or 0 when it is not valid UTF-8 (overlong,
+ * surrogate, above U+10FFFF, truncated). */
+static size_t utf8_len(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    size_t k = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
+    if (!k || k > n || s[0] > 0xf4)
+        return 0;
+    uint32_t c = s[0] & (0x7f >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (s[i] & 0x3f);
+    }
+    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < least[k] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return k;
+}
+
+/* See common.h. */
+char *kvpt_safe_copy(char *out, size_t cap, const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t n = strlen(str), len = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = s[i];
+        size_t k = s[i] < 0x80 ? 1 : utf8_len(s + i, n - i, &cp);
+        char piece[16];
+        if (k == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f)) {
+            k = k ? k : 1; /* C1 controls: each byte of their two */
+            size_t w = 0;
+            for (size_t j = 0; j < k; j++)
+                w += (size_t)snprintf(piece + w, sizeof piece - w, "\\x%02x", s[i + j]);
+            piece[w] = 0;
+        } else if (s[i] == '\\') {
+            strcpy(piece, "\\\\");
+        } else {
+            memcpy(piece, s + i, k);
+            piece[k] = 0;
+        }
+        size_t w = strlen(piece);
+        if (len + w + 4 > cap && (i + k < n || len + w + 1 > cap)) {
+            strcpy(out + len, "...");
+            return out;
+        }
+        memcpy(out + len, piece, w);
+        len += w;
+        i += k;
+    }
+    out[len] = 0;
+    return out;
+}
+
+/* See common.h. */
+const char *kvpt_safe_text(const char *s)
+{
+    static char bufs[8][KVPT_SAFE_MAX];
+    static unsigned next;
+    return kvpt_safe_copy(bufs[next++ % 8], sizeof bufs[0], s);
+}
+
 /* ---- command lines ------------------------------------------------------ */
 
 /* getopt_long's code for table entry i: above every character, so no entry
@@ -103,7 +166,8 @@ static int choice_error(const kvpt_cli *cli, const kvpt_opt *o, const char *arg)
         w += k + (w[k] != 0);
     }
     list[len] = 0;
-    return kvpt_usage_error(cli->cmd, "--%s: expected %s, got '%s'", o->name, list, arg);
+    return kvpt_usage_error(cli->cmd, "--%s: expected %s, got '%s'", o->name, list,
+                            kvpt_safe_text(arg));
 }
 
 /* Whether `arg` is one of the '|'-separated words of `words`. */
@@ -137,7 +201,7 @@ static int store_value(const kvpt_cli *cli, const kvpt_opt *o, const char *arg)
         if (kvpt_parse_u64(arg, o->max, &v) || v < o->min) {
             kvpt_usage_error(cli->cmd, "--%s: expected %s from %llu to %llu, got '%s'", o->name,
                              o->what, (unsigned long long)o->min, (unsigned long long)o->max,
-                             arg);
+                             kvpt_safe_text(arg));
             return -1;
         }
         *(uint64_t *)o->dest = v;
@@ -149,7 +213,7 @@ static int store_value(const kvpt_cli *cli, const kvpt_opt *o, const char *arg)
         if (!*arg || strspn(arg, "0123456789.") != strlen(arg) || *end || !isfinite(v) ||
             v > (double)o->max) {
             kvpt_usage_error(cli->cmd, "--%s: expected seconds from 0 to %llu, got '%s'",
-                             o->name, (unsigned long long)o->max, arg);
+                             o->name, (unsigned long long)o->max, kvpt_safe_text(arg));
             return -1;
         }
         *(double *)o->dest = v;
@@ -170,7 +234,8 @@ static int store_value(const kvpt_cli *cli, const kvpt_opt *o, const char *arg)
 static int check_args(const kvpt_cli *cli, int n, char **args)
 {
     if (cli->max_args == 0 && n > 0)
-        return kvpt_usage_error(cli->cmd, "unexpected argument '%s'", args[0]);
+        return kvpt_usage_error(cli->cmd, "unexpected argument '%s'",
+                                kvpt_safe_text(args[0]));
     if (n >= cli->min_args && (cli->max_args < 0 || n <= cli->max_args))
         return 0;
     if (cli->min_args == cli->max_args && cli->min_args == 1)
@@ -208,7 +273,8 @@ int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
         if (c == ':')
             return kvpt_usage_error(cli->cmd, "option '%s' needs a value", argv[optind - 1]);
         if (c < OPT_VAL_BASE || c >= OPT_VAL_BASE + (int)n)
-            return kvpt_usage_error(cli->cmd, "unknown option '%s'", argv[optind - 1]);
+            return kvpt_usage_error(cli->cmd, "unknown option '%s'",
+                                    kvpt_safe_text(argv[optind - 1]));
         size_t i = (size_t)(c - OPT_VAL_BASE);
         if (seen[i])
             return kvpt_usage_error(cli->cmd, "--%s given twice; give each option once",
@@ -288,7 +354,7 @@ int kvpt_output_check(kvpt_output *o, const char *what, const char *path,
         char *real = exists && S_ISREG(st.st_mode) ? realpath(path, NULL) : NULL;
         if (!exists || (S_ISREG(st.st_mode) && (!real || strlen(real) >= sizeof o->dest))) {
             kvpt_error("%s %s: a symbolic link to a file that cannot be reached: %s", what,
-                       path, strerror(!exists || !real ? errno : ENAMETOOLONG));
+                       kvpt_safe_text(path), strerror(!exists || !real ? errno : ENAMETOOLONG));
             free(real);
             return -1;
         }
@@ -305,7 +371,7 @@ int kvpt_output_check(kvpt_output *o, const char *what, const char *path,
         if (same_file(inputs[i], &st))
             why = "is also a trace read by this command; write to another file";
     if (why) {
-        kvpt_error("%s %s: %s", what, path, why);
+        kvpt_error("%s %s: %s", what, kvpt_safe_text(path), why);
         return -1;
     }
     struct stat out;
@@ -316,17 +382,20 @@ int kvpt_output_check(kvpt_output *o, const char *what, const char *path,
                                                                            : KVPT_OUT_REPLACE;
     if (o->in_place == KVPT_OUT_DEVICE) {
         if (access(o->dest, W_OK) != 0) {
-            kvpt_error("%s %s: %s", what, path, strerror(errno));
+            kvpt_error("%s %s: %s", what, kvpt_safe_text(path), strerror(errno));
             return -1;
         }
         return 0;
     }
     int fd = temp_file(o->dest, NULL, o->tmp, sizeof o->tmp);
     if (fd < 0) {
+        int err = errno;
         const char *slash = strrchr(o->dest, '/');
-        kvpt_error("%s %s: cannot create a file in %.*s: %s", what, path,
-                   slash ? (int)(slash - o->dest + 1) : 2, slash ? o->dest : "./",
-                   strerror(errno));
+        char dir[sizeof o->dest];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - o->dest + 1) : 2,
+                 slash ? o->dest : "./");
+        kvpt_error("%s %s: cannot create a file in %s: %s", what, kvpt_safe_text(path),
+                   kvpt_safe_text(dir), strerror(err));
         return -1;
     }
     close(fd);
@@ -410,7 +479,7 @@ FILE *kvpt_output_open(kvpt_output *o)
             close(fd);
             unlink(o->tmp);
         }
-        kvpt_error("%s: %s", o->path, strerror(err));
+        kvpt_error("%s: %s", kvpt_safe_text(o->path), strerror(err));
     }
     return f;
 }
@@ -422,10 +491,10 @@ int kvpt_output_close(kvpt_output *o, FILE *f)
     if (fclose(f) != 0 || failed) {
         int err = failed ? EIO : errno;
         unlink(o->tmp);
-        return kvpt_error("%s: %s", o->path, strerror(err));
+        return kvpt_error("%s: %s", kvpt_safe_text(o->path), strerror(err));
     }
     if (kvpt_output_commit(o) != 0)
-        return kvpt_error("%s: %s", o->path, strerror(errno));
+        return kvpt_error("%s: %s", kvpt_safe_text(o->path), strerror(errno));
     return KVPT_EXIT_OK;
 }
 
@@ -441,9 +510,9 @@ int kvpt_check_traces(const char *cmd, char *const *paths, size_t n)
             continue;
         }
         if (stat(paths[i], &st) != 0 || access(paths[i], R_OK) != 0)
-            return kvpt_error("%s: %s", paths[i], strerror(errno));
+            return kvpt_error("%s: %s", kvpt_safe_text(paths[i]), strerror(errno));
         if (S_ISDIR(st.st_mode))
-            return kvpt_error("%s: %s", paths[i], strerror(EISDIR));
+            return kvpt_error("%s: %s", kvpt_safe_text(paths[i]), strerror(EISDIR));
     }
     return -1;
 }

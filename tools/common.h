@@ -40,6 +40,21 @@ double kvpt_now(void);
  * Returns 0 on success, -1 on anything else (empty, sign, junk, overflow). */
 int kvpt_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
+/* The longest text kvpt_safe_copy writes, with its NUL: four bytes out for
+ * each of 4095 bytes in ("\\xNN"), then "..." when cut. */
+#define KVPT_SAFE_MAX (4 * 4095 + 4)
+
+/* Copy `s` into out[cap] (cap >= 5) for a terminal: every control
+ * character (C0, DEL, C1) and every byte of invalid UTF-8 as \xNN, a
+ * backslash doubled, the rest as it is; cut at a character boundary with
+ * "..." when it does not fit.  Returns out. */
+char *kvpt_safe_copy(char *out, size_t cap, const char *s);
+
+/* kvpt_safe_copy into one of eight static buffers of KVPT_SAFE_MAX bytes,
+ * used in turn: for a file name in a message or a table, valid until eight
+ * more calls.  Main thread only. */
+const char *kvpt_safe_text(const char *s);
+
 /* ---- command lines ------------------------------------------------------ */
 
 /* How an option's value is read into kvpt_opt.dest. */

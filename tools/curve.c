@@ -648,7 +648,7 @@ static int sample_bounds(result *r, const pass *p, const opts *o)
                                   : SAMPLE_MIN_IDS / (double)(p->uses ? p->uses : 1);
         kvpt_error("%s: --sample %.3g tracks %llu distinct blocks, fewer than the %d an error "
                    "bound needs: use --sample %.2g or more, or leave out --sample",
-                   r->path, q, (unsigned long long)p->distinct, SAMPLE_MIN_IDS,
+                   kvpt_safe_text(r->path), q, (unsigned long long)p->distinct, SAMPLE_MIN_IDS,
                    need < 1 ? ceil(need * 1.2 * 1000) / 1000 : 1.0);
         return -1;
     }
@@ -761,7 +761,8 @@ static double rate(uint64_t hit, uint64_t of)
 static void print_text(const result *r, const opts *o)
 {
     printf("%s: %llu requests, %llu blocks, %llu distinct, largest request %llu blocks\n",
-           r->path, (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
+           kvpt_safe_text(r->path), (unsigned long long)r->requests,
+           (unsigned long long)r->blocks_requested,
            (unsigned long long)r->distinct, (unsigned long long)r->largest);
     printf("LRU curve for capacities %llu..%llu %s in %.3f s (load %.3f s)%s\n",
            (unsigned long long)r->from, (unsigned long long)r->hi,

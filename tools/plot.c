@@ -75,17 +75,17 @@ const char *kvpt_plot_terminal(const char *path)
     return NULL;
 }
 
-/* Write `s` as a double-quoted gnuplot string: a backslash before each
- * '"' and '\\', line breaks left out.  (Single quotes would need '' for a
- * quote, and gnuplot 5.4 misreads two of those in a row.) */
-static void gp_string(FILE *gp, const char *s)
+/* Write `text`, made printable (kvpt_safe_text), as a double-quoted gnuplot
+ * string: a backslash before each '"' and '\\'.  (Single quotes would
+ * need '' for a quote, and gnuplot 5.4 misreads two of those in a row.) */
+static void gp_string(FILE *gp, const char *text)
 {
+    const char *s = kvpt_safe_text(text);
     fputc('"', gp);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
             fputc('\\', gp);
-        if (*s != '\n' && *s != '\r')
-            fputc(*s, gp);
+        fputc(*s, gp);
     }
     fputc('"', gp);
 }
@@ -366,7 +366,7 @@ int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char 
 {
     const char *path = o->path;
     if (!kvpt_plot_terminal(path)) {
-        kvpt_error("%s: a plot's file name must end in .png or .svg", path);
+        kvpt_error("%s: a plot's file name must end in .png or .svg", kvpt_safe_text(path));
         return -1;
     }
     if (!on_path("gnuplot")) {
@@ -377,7 +377,7 @@ int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char 
     char why[256] = "";
     int fd = kvpt_output_temp(o);
     if (fd < 0) {
-        kvpt_error("%s: cannot create the plot: %s", path, strerror(errno));
+        kvpt_error("%s: cannot create the plot: %s", kvpt_safe_text(path), strerror(errno));
         return -1;
     }
     close(fd);
@@ -409,7 +409,7 @@ int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char 
     if (rc != 0) {
         if (o->tmp[0])
             unlink(o->tmp);
-        kvpt_error("%s: no plot drawn: %s", path, why);
+        kvpt_error("%s: no plot drawn: %s", kvpt_safe_text(path), why);
     }
     return rc;
 }

@@ -225,7 +225,7 @@ static void print_replay_table(const kvpt_trace *t, const kvpt_replay_opts *o,
         return;
     double bps = r->seconds > 0 ? (double)r->blocks_requested / r->seconds : 0.0;
     kvpt_table_cell(tab, "trace");
-    kvpt_table_cell(tab, "%s", t->path);
+    kvpt_table_cell(tab, "%s", kvpt_safe_text(t->path));
     kvpt_table_cell(tab, "capacity (blocks)");
     kvpt_table_cell(tab, "%llu", (unsigned long long)r->capacity);
     char label[16];

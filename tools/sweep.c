@@ -257,7 +257,7 @@ static void print_sweep_table(const sweep *s)
         for (size_t k = 0; k < s->n_cfgs; k++) {
             for (size_t j = 0; j < s->n_caps; j++) {
                 const kvpt_replay_result *r = &s->res[(i * s->n_cfgs + k) * s->n_caps + j];
-                kvpt_table_cell(tab, "%s", kvpt_base_name(s->paths[i]));
+                kvpt_table_cell(tab, "%s", kvpt_safe_text(kvpt_base_name(s->paths[i])));
                 char label[16];
                 kvpt_policy_label(&s->cfgs[k], label, sizeof label);
                 if (s->show_policy)
@@ -492,7 +492,8 @@ static int sweep_trace(sweep *s, size_t i, int want_ceiling)
     int more = want_ceiling && !unlimited;
     size_t runs = s->n_cfgs * s->n_caps;
     kvpt_progress prog;
-    kvpt_progress_start(&prog, kvpt_base_name(s->paths[i]), t.n_requests * (runs + more));
+    kvpt_progress_start(&prog, kvpt_safe_text(kvpt_base_name(s->paths[i])),
+                        t.n_requests * (runs + more));
     int failed = 0;
     for (size_t k = 0; k < s->n_cfgs && !failed; k++)
         for (size_t j = 0; j < s->n_caps && !failed; j++)

@@ -73,6 +73,7 @@ typedef struct fill {
  * input bytes inflate has used, so it is the offset of the next one. */
 typedef struct reader {
     const char *name;       /* for messages: the path, or "standard input" */
+    char name_buf[KVPT_SAFE_MAX]; /* the path made printable (kvpt_safe_copy) */
     int fd, own_fd;         /* own_fd: close it at the end */
     int eof;                /* read() returned 0 */
     int gzip;               /* the input starts with the gzip magic */
@@ -190,10 +191,10 @@ static int reader_open(reader *r, const char *path)
 {
     memset(r, 0, sizeof *r);
     int is_stdin = strcmp(path, "-") == 0;
-    r->name = is_stdin ? "standard input" : path;
+    r->name = is_stdin ? "standard input" : kvpt_safe_copy(r->name_buf, sizeof r->name_buf, path);
     r->fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0) {
-        kvpt_error("%s: %s", path, strerror(errno));
+        kvpt_error("%s: %s", kvpt_safe_text(path), strerror(errno));
         return -1;
     }
     r->own_fd = !is_stdin;
