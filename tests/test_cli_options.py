@@ -7,9 +7,12 @@ option) instead of the last one silently winning, and a value out of range
 is refused with a message that states the range.  Every refusal prints
 nothing on stdout, so nothing ran.
 """
+import json
+import subprocess
+
 import pytest
 
-from test_cli import KVPOOL, TAIL_FIRST, binaries, run, write_trace
+from test_cli import BUNDLED, KVPOOL, TAIL_FIRST, binaries, run, write_trace
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
 
@@ -142,3 +145,29 @@ def test_help_for_each_command_comes_from_the_command():
         assert direct.stdout == via_help.stdout
         assert direct.stdout.startswith(f"usage: kvpool {cmd}")
         assert "may be given once" in direct.stdout
+
+
+@pytest.mark.parametrize("spelled, plain", [("slru:050", "slru:50"), ("slru:0100", "slru:100"),
+                                            ("slru:000", "slru:0")])
+def test_policy_percent_takes_leading_zeros_like_every_count(spelled, plain):
+    a = run("replay", BUNDLED, "--capacity", "2000", "--policy", spelled, "--json")
+    b = run("replay", BUNDLED, "--capacity", "2000", "--policy", plain, "--json")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr
+    keep = lambda out: {k: v for k, v in json.loads(out).items() if "second" not in k}
+    assert keep(a.stdout) == keep(b.stdout)
+
+
+def test_a_byte_order_mark_is_named(tmp_path):
+    trace = tmp_path / "bom.jsonl"
+    trace.write_bytes(b"\xef\xbb\xbf" + write_trace(tmp_path / "t.jsonl", TAIL_FIRST).read_bytes())
+    p = run("replay", trace, "--capacity", "4")
+    assert p.returncode == 1 and p.stdout == ""
+    assert f"{trace}:1: starts with a UTF-8 byte-order mark" in p.stderr
+
+
+def test_standard_input_twice_by_two_names_is_refused(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", TAIL_FIRST)
+    p = subprocess.run(f"cat '{trace}' | '{KVPOOL}' sweep - /dev/stdin --capacities 4",
+                       shell=True, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert "'-' and '/dev/stdin' are the same input (standard input)" in p.stderr

@@ -25,24 +25,26 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Print "kvpool <cmd>: message" and the --help hint; usage errors are the
+const char *kvpt_program = "kvpool";
+
+/* Print "PROGRAM CMD: message" and the --help hint; usage errors are the
  * caller's fault, so they say how to find the right spelling. */
 int kvpt_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "kvpool %s: ", cmd);
+    fprintf(stderr, "%s%s%s: ", kvpt_program, cmd ? " " : "", cmd ? cmd : "");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nTry 'kvpool %s --help'.\n", cmd);
+    fprintf(stderr, "\nTry '%s%s%s --help'.\n", kvpt_program, cmd ? " " : "", cmd ? cmd : "");
     return KVPT_EXIT_USAGE;
 }
 
-/* Print "kvpool: message" on stderr. */
+/* Print "PROGRAM: message" on stderr. */
 int kvpt_error(const char *fmt, ...)
 {
     va_list ap;
-    fputs("kvpool: ", stderr);
+    fprintf(stderr, "%s: ", kvpt_program);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -255,7 +257,7 @@ int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
     size_t n = 0;
     for (; cli->opts[n].name; n++) {
         if (n == KVPT_OPTS_MAX)
-            return kvpt_error("%s: more than %d options", cli->cmd, KVPT_OPTS_MAX);
+            return kvpt_error("more than %d options", KVPT_OPTS_MAX);
         int has_arg = cli->opts[n].kind == KVPT_OPT_FLAG ? no_argument : required_argument;
         longopts[n] = (struct option){cli->opts[n].name, has_arg, NULL, OPT_VAL_BASE + (int)n};
     }
@@ -513,6 +515,14 @@ int kvpt_check_traces(const char *cmd, char *const *paths, size_t n)
             return kvpt_error("%s: %s", kvpt_safe_text(paths[i]), strerror(errno));
         if (S_ISDIR(st.st_mode))
             return kvpt_error("%s: %s", kvpt_safe_text(paths[i]), strerror(EISDIR));
+        /* a pipe or FIFO read once cannot be read again under another name */
+        for (size_t j = 0; j < i && !S_ISREG(st.st_mode); j++)
+            if (same_file(paths[j], &st))
+                return kvpt_usage_error(cmd, "'%s' and '%s' are the same %s, which can be read "
+                                        "only once", kvpt_safe_text(paths[j]),
+                                        kvpt_safe_text(paths[i]),
+                                        strcmp(paths[j], "-") == 0 ? "input (standard input)"
+                                                                   : "pipe or device");
     }
     return -1;
 }

@@ -21,15 +21,21 @@ enum {
     KVPT_EXIT_USAGE = 2    /* bad command line */
 };
 
-/* Report a command-line error for `cmd` on stderr, followed by a hint to run
- * --help; returns KVPT_EXIT_USAGE so callers can `return kvpt_usage_error(..)`. */
+/* The program's name in messages: "kvpool" unless a program sets it (the
+ * engine example: "kvpool-engine"). */
+extern const char *kvpt_program;
+
+/* Report a command-line error for `cmd` ("replay"; NULL: the program has no
+ * subcommands) on stderr as "PROGRAM CMD: message", followed by a hint to
+ * run --help; returns KVPT_EXIT_USAGE so callers can
+ * `return kvpt_usage_error(..)`. */
 int kvpt_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Report an error on stderr as "kvpool: message"; returns KVPT_EXIT_ERROR. */
+/* Report an error on stderr as "PROGRAM: message"; returns KVPT_EXIT_ERROR. */
 int kvpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Report a failed library call as "kvpool: what: message"; returns -1 so
+/* Report a failed library call as "PROGRAM: what: message"; returns -1 so
  * internal routines can `return kvpt_lib_error(..)`. */
 int kvpt_lib_error(const char *what, int status);
 
@@ -80,7 +86,8 @@ typedef struct kvpt_opt {
 
 /* A subcommand's command line: its options and its positional arguments. */
 typedef struct kvpt_cli {
-    const char *cmd;        /* "replay": names the command in messages */
+    const char *cmd;        /* "replay": names the command in messages (NULL:
+                               the program has no subcommands) */
     const char *usage;      /* the whole --help text */
     const kvpt_opt *opts;   /* ended by an entry whose name is NULL */
     const char *arg_name;   /* positional arguments, e.g. "TRACE" */
@@ -166,7 +173,8 @@ int kvpt_output_close(kvpt_output *o, FILE *f);
 
 /* Check before any work that each of the n trace paths can be read: it
  * exists, is readable and is not a directory; "-" (standard input) at most
- * once.  Returns -1 when all can, else the exit code to return with the
+ * once, and no pipe, FIFO or device twice under two names ("-" and
+ * /dev/stdin).  Returns -1 when all can, else the exit code to return with the
  * refusal printed (KVPT_EXIT_USAGE for "-" twice, KVPT_EXIT_ERROR
  * otherwise). */
 int kvpt_check_traces(const char *cmd, char *const *paths, size_t n);

@@ -36,15 +36,11 @@ int kvpt_policy_parse(const char *s, kvpt_replay_opts *o)
     }
     if (strncmp(s, "slru", 4) != 0 || (s[4] && s[4] != ':'))
         return -1;
-    unsigned pct = 50;
-    if (s[4]) {
-        const char *d = s + 5;
-        size_t n = strspn(d, "0123456789");
-        if (n == 0 || n > 3 || d[n] || (pct = (unsigned)atoi(d)) > 100)
-            return -1;
-    }
+    uint64_t pct = 50; /* digits as every count of the tool: leading zeros allowed */
+    if (s[4] && kvpt_parse_u64(s + 5, 100, &pct))
+        return -1;
     o->policy = KVP_POLICY_SLRU;
-    o->protected_percent = pct;
+    o->protected_percent = (uint32_t)pct;
     return 0;
 }
 
