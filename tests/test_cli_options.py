@@ -171,3 +171,20 @@ def test_standard_input_twice_by_two_names_is_refused(tmp_path):
                        shell=True, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout == ""
     assert "'-' and '/dev/stdin' are the same input (standard input)" in p.stderr
+
+
+@pytest.mark.parametrize("content, says", [
+    ("timestamp,input_length,output_length,hash_ids\n0,600,5,0 1\n", "is not a JSON object"),
+    ('[{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}]\n',
+     "is a JSON array"),
+])
+def test_a_file_that_is_not_json_lines_says_what_a_trace_is(tmp_path, content, says):
+    trace = tmp_path / "t.csv"
+    trace.write_text(content)
+    p = run("replay", trace, "--capacity", "4")
+    assert p.returncode == 1 and p.stdout == ""
+    assert f"{trace}:1: not a trace: the line {says}" in p.stderr
+    for word in ("JSON Lines", "timestamp", "input_length", "output_length", "hash_ids",
+                 "kvpool replay --help"):
+        assert word in p.stderr
+    assert "Problem while parsing" not in p.stderr
