@@ -34,8 +34,8 @@ BLOCK = 512
 
 REPLAY_KEYS = {"requests", "rejected", "blocks_requested", "blocks_hit", "hit_rate",
                "tokens_hit_rate", "evictions", "peak_in_use", "seconds", "load_seconds"}
-CSV_HEADER = ("trace,capacity,requests,blocks_requested,blocks_hit,hit_rate,"
-              "tokens_hit_rate,evictions")
+CSV_HEADER = ("trace,capacity,requests,rejected,blocks_requested,blocks_hit,hit_rate,"
+              "tokens_hit_rate,evictions,seconds")
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
 
@@ -404,14 +404,19 @@ def test_sweep_csv(tmp_path):
         (str(t), c) for t in (a, b) for c in ("2", "4", "0")]
     for row in rows:
         single = replay_json(Path(row["trace"]), int(row["capacity"]))
-        for key in ("requests", "blocks_requested", "blocks_hit", "evictions"):
+        for key in ("requests", "rejected", "blocks_requested", "blocks_hit", "evictions"):
             assert int(row[key]) == single[key]
         for key in ("hit_rate", "tokens_hit_rate"):
             assert float(row[key]) == pytest.approx(single[key], abs=1e-6)
-    # the table on stdout: a header, a rule, one line per row
+    assert {r["rejected"] for r in rows} == {"3", "1", "0"}  # capacity 2 rejects 3-block requests
+    # the table on stdout: a header, a rule, one line per row, the CSV's columns
     lines = p.stdout.splitlines()
-    assert lines[0].split()[:2] == ["trace", "capacity"]
+    assert lines[0].split() == CSV_HEADER.split(",")
     assert len(lines) == 2 + len(rows)
+    for line, row in zip(lines[2:], rows):
+        cells = line.split()
+        assert cells[1:4] == [row["capacity"], row["requests"], row["rejected"]]
+        assert float(cells[-1]) == pytest.approx(float(row["seconds"]), abs=6e-4)
 
 
 @pytest.mark.skipif(shutil.which("gnuplot") is None, reason="gnuplot not installed")

@@ -56,12 +56,12 @@ static const char usage_sweep[] =
     "                      curve --optimal`: clairvoyant, the most any policy can\n"
     "                      hit) at each capacity from the trace's largest request\n"
     "                      up: an optimal_hit_rate column, and points on the plot\n"
-    "  --csv FILE          write trace,capacity,requests,blocks_requested,blocks_hit,\n"
-    "                      hit_rate,tokens_hit_rate,evictions (trace = the path as\n"
-    "                      given on the command line), with policy and\n"
-    "                      priority_prefix after trace and optimal_hit_rate last\n"
-    "                      when those options are given (empty below the largest\n"
-    "                      request)\n"
+    "  --csv FILE          the table's columns: trace,capacity,requests,rejected,\n"
+    "                      blocks_requested,blocks_hit,hit_rate,tokens_hit_rate,\n"
+    "                      evictions,seconds (trace = the path as given on the\n"
+    "                      command line), with policy and priority_prefix after\n"
+    "                      trace and optimal_hit_rate before seconds when those\n"
+    "                      options are given (empty below the largest request)\n"
     "  --plot FILE         draw hit rate against capacity (log scale), one line per\n"
     "                      trace and setting (titled by the trace's file name and\n"
     "                      the setting) and, dashed, each trace's hit rate with\n"
@@ -198,8 +198,8 @@ static int write_csv(const sweep *s, kvpt_output *out)
     FILE *f = kvpt_output_open(out);
     if (!f)
         return KVPT_EXIT_ERROR;
-    fprintf(f, "trace%s%s,capacity,requests,blocks_requested,blocks_hit,hit_rate,"
-               "tokens_hit_rate,evictions%s\n",
+    fprintf(f, "trace%s%s,capacity,requests,rejected,blocks_requested,blocks_hit,hit_rate,"
+               "tokens_hit_rate,evictions%s,seconds\n",
             s->show_policy ? ",policy" : "", s->show_prefix ? ",priority_prefix" : "",
             s->optimal ? ",optimal_hit_rate" : "");
     for (size_t i = 0; i < s->n_traces; i++) {
@@ -213,8 +213,9 @@ static int write_csv(const sweep *s, kvpt_output *out)
                     fprintf(f, ",%s", label);
                 if (s->show_prefix)
                     fprintf(f, ",%llu", (unsigned long long)s->cfgs[k].priority_prefix);
-                fprintf(f, ",%llu,%llu,%llu,%llu,%.6f,%.6f,%llu", (unsigned long long)s->caps[j],
-                        (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
+                fprintf(f, ",%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%llu",
+                        (unsigned long long)s->caps[j], (unsigned long long)r->requests,
+                        (unsigned long long)r->rejected, (unsigned long long)r->blocks_requested,
                         (unsigned long long)r->blocks_hit, kvpt_hit_rate(r),
                         kvpt_tokens_hit_rate(r), (unsigned long long)r->evictions);
                 if (s->optimal) {
@@ -223,7 +224,7 @@ static int write_csv(const sweep *s, kvpt_output *out)
                     if (!isnan(o))
                         fprintf(f, "%.6f", o);
                 }
-                fputc('\n', f);
+                fprintf(f, ",%.6f\n", r->seconds);
             }
         }
     }
