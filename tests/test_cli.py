@@ -63,10 +63,15 @@ def replay_json(trace, capacity, binary=KVPOOL):
     """`kvpool replay --json` as a dict (asserting success and a quiet stderr)."""
     p = run("replay", trace, "--capacity", capacity, "--json", binary=binary)
     assert p.returncode == 0, p.stderr
-    assert p.stderr == ""  # no progress bar when stderr is not a terminal
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1
-    return json.loads(lines[0])
+    r = json.loads(lines[0])
+    # no progress bar when stderr is not a terminal; a warning only for rejections
+    if r["rejected"]:
+        assert p.stderr.startswith("kvpool replay: warning: ") and p.stderr.count("\n") == 1
+    else:
+        assert p.stderr == ""
+    return r
 
 
 def model(requests, capacity):
@@ -150,6 +155,15 @@ def test_replay_rejects_requests_larger_than_pool(tmp_path):
     assert (r["requests"], r["rejected"], r["blocks_requested"], r["blocks_hit"],
             r["evictions"]) == (3, 1, 7, 2, 0)
     assert r["tokens_hit_rate"] == pytest.approx(1024 / 3584)
+
+
+def test_replay_warns_when_it_rejects_requests(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", TAIL_FIRST)
+    p = run("replay", trace, "--capacity", 1)
+    assert p.returncode == 0
+    assert p.stderr == ("kvpool replay: warning: 3 of 6 requests rejected (more blocks than "
+                        "--capacity 1); capacity 3, the longest request, admits them all\n")
+    assert run("replay", trace, "--capacity", 3).stderr == ""
 
 
 def test_replay_capacity_zero_holds_everything(tmp_path):

@@ -188,3 +188,21 @@ def test_a_file_that_is_not_json_lines_says_what_a_trace_is(tmp_path, content, s
                  "kvpool replay --help"):
         assert word in p.stderr
     assert "Problem while parsing" not in p.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["sweep", "t", "--capacity", "4"], "unknown option '--capacity'; did you mean --capacities?"),
+    (["replay", "t", "--capcity", "4"], "did you mean --capacity?"),
+    (["swep", "t"], "unknown command 'swep'; did you mean 'sweep'?"),
+    (["bench", "--trace", "t"], "--trace is the trace of the load workload"),
+])
+def test_misspellings_get_the_closest_name(args, says):
+    p = run(*args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert says in p.stderr.splitlines()[0], p.stderr
+
+
+def test_an_unknown_command_far_from_every_name_lists_them():
+    p = run("zzz")
+    assert p.returncode == 2
+    assert "replay, sweep, curve, bench" in p.stderr and len(p.stderr.splitlines()) == 2

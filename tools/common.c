@@ -148,6 +148,45 @@ const char *kvpt_safe_text(const char *s)
 
 /* ---- command lines ------------------------------------------------------ */
 
+/* The edit distance of a and b, words of at most 63 bytes (longer: a
+ * distance too large to matter), by the classic two-row table. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63)
+        return SIZE_MAX;
+    size_t prev[64], cur[64];
+    for (size_t j = 0; j <= m; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (m + 1) * sizeof *prev);
+    }
+    return prev[m];
+}
+
+/* See common.h. */
+const char *kvpt_closest(const char *word, const char *const *words, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX, len = strlen(word);
+    for (size_t i = 0; i < n; i++) {
+        size_t d = edit_distance(word, words[i]), wl = strlen(words[i]);
+        size_t limit = (len > wl ? len : wl) / 3;
+        int prefix = len >= 2 && strncmp(word, words[i], len) == 0;
+        if ((d <= (limit ? limit : 1) || prefix) && d < best_d) {
+            best = words[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
 /* getopt_long's code for table entry i: above every character, so no entry
  * can be mistaken for 'h', '?' or ':'. */
 #define OPT_VAL_BASE 256
@@ -248,6 +287,23 @@ static int check_args(const kvpt_cli *cli, int n, char **args)
                             cli->max_args, cli->arg_name, n);
 }
 
+/* Refuse the unknown option `arg` of cli (n options), naming the closest
+ * option when one is close (kvpt_closest). */
+static int unknown_option(const kvpt_cli *cli, size_t n, const char *arg)
+{
+    const char *names[KVPT_OPTS_MAX];
+    for (size_t i = 0; i < n; i++)
+        names[i] = cli->opts[i].name;
+    char word[64];
+    size_t dashes = strspn(arg, "-");
+    snprintf(word, sizeof word, "%.*s", (int)strcspn(arg + dashes, "="), arg + dashes);
+    const char *near = kvpt_closest(word, names, n);
+    if (near)
+        return kvpt_usage_error(cli->cmd, "unknown option '%s'; did you mean --%s?",
+                                kvpt_safe_text(arg), near);
+    return kvpt_usage_error(cli->cmd, "unknown option '%s'", kvpt_safe_text(arg));
+}
+
 /* See common.h.  The getopt_long table is built from cli->opts, with --help
  * added; `seen` records which entries were given, whatever their spelling. */
 int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
@@ -275,8 +331,7 @@ int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first)
         if (c == ':')
             return kvpt_usage_error(cli->cmd, "option '%s' needs a value", argv[optind - 1]);
         if (c < OPT_VAL_BASE || c >= OPT_VAL_BASE + (int)n)
-            return kvpt_usage_error(cli->cmd, "unknown option '%s'",
-                                    kvpt_safe_text(argv[optind - 1]));
+            return unknown_option(cli, n, argv[optind - 1]);
         size_t i = (size_t)(c - OPT_VAL_BASE);
         if (seen[i])
             return kvpt_usage_error(cli->cmd, "--%s given twice; give each option once",

@@ -63,6 +63,14 @@ const char *kvpt_safe_text(const char *s);
 
 /* ---- command lines ------------------------------------------------------ */
 
+/* The word of words[0..n) closest to `word` by edit distance (insertions,
+ * deletions, substitutions of bytes), when it is close enough to be a
+ * misspelling (at most a third of the longer word, at least 1) or `word`
+ * is a prefix of it; else NULL.  Ties go to the earlier word.  For "did
+ * you mean" hints.  O(n x length^2). */
+const char *kvpt_closest(const char *word, const char *const *words, size_t n);
+
+
 /* How an option's value is read into kvpt_opt.dest. */
 typedef enum kvpt_opt_kind {
     KVPT_OPT_FLAG,    /* no value; int *dest becomes 1 */

@@ -300,7 +300,8 @@ static const char usage_replay[] =
     "prefix caching.  Per request, in file order: claim the longest cached prefix of\n"
     "its hash_ids, allocate the rest (evicting cached blocks as --policy says),\n"
     "publish them, then free all of them tail first so they stay cached.  A request\n"
-    "with more hash ids than BLOCKS is rejected (counted, no hits).  The pool is\n"
+    "with more hash ids than BLOCKS is rejected (counted, no hits, and a warning\n"
+    "on stderr names the capacity that admits every request).  The pool is\n"
     "created with prefault, as a server would at start-up, so its page faults fall\n"
     "before the timed loop.\n"
     "\n"
@@ -394,6 +395,12 @@ int kvpt_cmd_replay(int argc, char **argv)
         else
             print_replay_table(&t, &ro, &r);
     }
+    if (rc == 0 && r.rejected)
+        fprintf(stderr, "kvpool replay: warning: %llu of %llu requests rejected (more blocks "
+                        "than --capacity %llu); capacity %llu, the longest request, admits "
+                        "them all\n",
+                (unsigned long long)r.rejected, (unsigned long long)r.requests,
+                (unsigned long long)r.capacity, (unsigned long long)t.max_blocks);
     kvpt_trace_free(&t);
     return rc ? KVPT_EXIT_ERROR : KVPT_EXIT_OK;
 }
