@@ -806,19 +806,22 @@ static void print_text(const result *r, const opts *o)
     double need = target_blocks(r, o);
     if (need >= 0) {
         uint64_t c = smallest_reaching(r, need);
+        char asked[96];
+        if (o->target_share >= 0)
+            snprintf(asked, sizeof asked, "%g of the unlimited hit rate (hit rate %.4f)",
+                     o->target_share, need / (double)r->blocks_requested);
+        else
+            snprintf(asked, sizeof asked, "hit rate %g", o->target_rate);
         if (c)
-            printf("target %.4f hit rate (%s): reached at capacity %llu (hit rate %.4f)\n",
-                   need / (double)r->blocks_requested,
-                   o->target_share >= 0 ? "share of unlimited" : "asked",
+            printf("target %s: reached at capacity %llu (hit rate %.4f)\n", asked,
                    (unsigned long long)c, rate(r->blocks[c], r->blocks_requested));
+        else
+            printf("target %s: not reached at any capacity\n", asked);
         if (c && o->threshold != SAMPLE_ALL)
             printf("  estimated: hit rate +-%.4f; %s\n", r->sample_bound,
                    c >= r->resolved ? "capacity within 10%"
                                     : "capacity below what the sample resolves (use a larger "
                                       "--sample)");
-        else
-            printf("target %.4f hit rate: not reached at any capacity\n",
-                   need / (double)r->blocks_requested);
     }
     fputc('\n', stdout);
 }
@@ -907,12 +910,18 @@ static int write_csv(const result *rs, size_t n, kvpt_output *out)
 #define PLOT_POINTS 600
 
 /* Draw every trace's LRU curve with its unlimited ceiling, the optimal
- * points and the marks.  Returns an exit code. */
-static int plot_curves(const result *rs, size_t n, opts *o)
+ * points, the marks and the capacity a --target reached, each line named
+ * by its trace when there are several (the one trace in the title
+ * otherwise).  Returns an exit code. */
+static int plot_curves(const result *rs, char *const *paths, size_t n, opts *o)
 {
-    size_t per = PLOT_POINTS + 1 + 64 + 64;
+    /* a colour per trace: gnuplot's defaults without yellow (5) */
+    static const int colour[] = {1, 2, 3, 4, 6, 7, 8};
+    size_t pre, suf;
+    kvpt_name_affixes(paths, n, &pre, &suf);
+    size_t per = PLOT_POINTS + 1 + 64 + 64 + 1;
     kvpt_chart ch;
-    if (kvpt_chart_init(&ch, n * per, 3 * n, 4 * n * 160))
+    if (kvpt_chart_init(&ch, n * per, 4 * n, 5 * n * 160))
         return KVPT_EXIT_ERROR;
     double *x = ch.x, *y = ch.y;
     kvpt_series *series = ch.series;
@@ -932,13 +941,18 @@ static int plot_curves(const result *rs, size_t n, opts *o)
             py[k++] = rate(r->blocks[c], r->blocks_requested);
             last = c;
         }
-        const char *name = kvpt_base_name(r->path);
+        const char *base = kvpt_base_name(r->path);
+        char name[64] = "";
+        if (n > 1)
+            snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - pre - suf), base + pre);
         const char *sep = n > 1 ? ": " : "";
+        int lc = colour[i % (sizeof colour / sizeof colour[0])];
         double unl = rate(r->unl_blocks, r->blocks_requested);
-        snprintf(titles[nt], sizeof titles[nt], "LRU%s%s", sep, n > 1 ? name : "");
-        snprintf(titles[nt + 1], sizeof titles[nt + 1], "unlimited capacity: %.4f", unl);
+        snprintf(titles[nt], sizeof titles[nt], "LRU%s%s", sep, name);
+        snprintf(titles[nt + 1], sizeof titles[nt + 1], "%s%sunlimited capacity: %.4f", name,
+                 n > 1 ? ", " : "", unl);
         series[ns++] =
-            (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2", 0};
+            (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2", lc};
         nt += 2;
         px += k;
         py += k;
@@ -949,10 +963,10 @@ static int plot_curves(const result *rs, size_t n, opts *o)
                 py[m++] = rate(r->opt_blocks[g], r->blocks_requested);
             }
         if (m) {
-            snprintf(titles[nt], sizeof titles[nt], "optimal (Belady, prefix-respecting)%s%s",
-                     sep, n > 1 ? name : "");
+            snprintf(titles[nt], sizeof titles[nt], "%s%s", n > 1 ? "optimal: " :
+                     "optimal (Belady, prefix-respecting)", name);
             series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
-                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2", 0};
+                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2", lc};
         }
         px += m;
         py += m;
@@ -965,13 +979,28 @@ static int plot_curves(const result *rs, size_t n, opts *o)
                     break;
                 }
         if (m) {
-            snprintf(titles[nt], sizeof titles[nt], "marked capacities%s%s", sep,
-                     n > 1 ? name : "");
+            snprintf(titles[nt], sizeof titles[nt], "%s%s", n > 1 ? "marks: " :
+                     "marked capacities", name);
             series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
-                                         "points pt 7 ps 1.6", 0};
+                                         "points pt 7 ps 1.6", lc};
+        }
+        px += m;
+        py += m;
+        double need = target_blocks(r, o);
+        uint64_t c = need >= 0 ? smallest_reaching(r, need) : 0;
+        if (c) {
+            px[0] = (double)c;
+            py[0] = rate(r->blocks[c], r->blocks_requested);
+            snprintf(titles[nt], sizeof titles[nt], "target reached at %llu%s%s",
+                     (unsigned long long)c, sep, name);
+            series[ns++] = (kvpt_series){titles[nt++], 1, px, py, NULL, 0,
+                                         "points pt 5 ps 2", lc};
         }
     }
-    return kvpt_chart_hit_rate(&ch, &o->plot_out, "LRU prefix-cache hit rate at every capacity", ns);
+    char title[200];
+    snprintf(title, sizeof title, "LRU prefix-cache hit rate at every capacity%s%s",
+             n == 1 ? ": " : "", n == 1 ? kvpt_base_name(rs[0].path) : "");
+    return kvpt_chart_hit_rate(&ch, &o->plot_out, title, ns);
 }
 
 /* ---- command -------------------------------------------------------------- */
@@ -1042,8 +1071,9 @@ static const char usage_curve[] =
     "                    (the table's rows: capacity, blocks_hit, hit_rate,\n"
     "                    tokens_hit, tokens_hit_rate, optimal {same four}), and\n"
     "                    optimal_seconds, sample, sample_error, target when asked\n"
-    "  --plot FILE       hit rate against capacity (log scale) with the unlimited\n"
-    "                    ceiling, the marks and the optimal points; PNG or SVG\n"
+    "  --plot FILE       hit rate against capacity (log scale, hit rate from 0) with\n"
+    "                    the unlimited ceiling, the marks, the optimal points and\n"
+    "                    the capacity a target reaches; PNG or SVG\n"
     "  --mark A,B,C      capacities to show in the table and on the plot (exact at\n"
     "                    any capacity, by their own pass below the largest request)\n"
     "  --target S        the smallest capacity reaching share S of the unlimited hit\n"
@@ -1160,7 +1190,7 @@ int kvpt_cmd_curve(int argc, char **argv)
         if (o.csv)
             rc = write_csv(rs, n, &o.csv_out);
         if (rc == KVPT_EXIT_OK && o.plot)
-            rc = plot_curves(rs, n, &o);
+            rc = plot_curves(rs, paths, n, &o);
     }
     for (size_t i = 0; i < n; i++)
         result_free(&rs[i]);

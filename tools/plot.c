@@ -19,6 +19,7 @@
 #include "plot.h"
 
 #include "common.h"
+#include "output.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -118,16 +119,18 @@ static double nice_step(double raw)
 
 /* The y range [*lo, *hi] grown by a margin, so no point touches the frame;
  * a flat set of values gets a band around it.  Values that are all >= 0
- * (rates, counts) dip below 0 by at most 4% of the axis, too little for a
- * negative tick. */
+ * (rates, counts) are drawn from 0, so heights compare as ratios: the axis
+ * dips below 0 by at most 4% of it, too little for a negative tick. */
 static void fit_y(double *lo, double *hi)
 {
+    int non_negative = *lo >= 0;
+    if (non_negative)
+        *lo = 0;
     double span = *hi - *lo;
     double pad = span > 0 ? span * 0.08 : fabs(*hi) > 0 ? fabs(*hi) * 0.1 : 0.05;
-    int non_negative = *lo >= 0;
     *lo -= pad;
     *hi += pad;
-    if (non_negative && *lo < 0)
+    if (non_negative)
         *lo = -fmin(pad, *hi * 0.04);
 }
 
@@ -412,6 +415,41 @@ int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char 
         kvpt_error("%s: no plot drawn: %s", kvpt_safe_text(path), why);
     }
     return rc;
+}
+
+/* Whether `c` separates the words of a file name. */
+static int is_sep(char c)
+{
+    return c == '_' || c == '-' || c == '.';
+}
+
+/* See plot.h. */
+void kvpt_name_affixes(char *const *paths, size_t n, size_t *pre, size_t *suf)
+{
+    *pre = *suf = 0;
+    if (n < 2)
+        return;
+    const char *first = kvpt_base_name(paths[0]);
+    size_t len0 = strlen(first), p = len0, q = len0;
+    for (size_t i = 1; i < n; i++) {
+        const char *name = kvpt_base_name(paths[i]);
+        size_t len = strlen(name), k = 0;
+        while (k < p && k < len && name[k] == first[k])
+            k++;
+        p = k;
+        for (k = 0; k < q && k < len && name[len - 1 - k] == first[len0 - 1 - k]; k++)
+            ;
+        q = k;
+    }
+    while (p > 0 && !is_sep(first[p - 1])) /* end after a separator */
+        p--;
+    while (q > 0 && !is_sep(first[len0 - q])) /* start at a separator */
+        q--;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(kvpt_base_name(paths[i])) <= p + q)
+            p = q = 0;
+    *pre = p;
+    *suf = q;
 }
 
 /* See plot.h. */

@@ -57,6 +57,13 @@ int kvpt_plot_check(kvpt_output *o, const char *path, char *const *inputs, size_
 int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char *ylabel,
               const kvpt_series *series, size_t n_series);
 
+/* How many leading and trailing bytes the base names of the n paths share,
+ * cut at word separators ('_', '-', '.'; "mooncake_fast25_" and
+ * "_trace.jsonl.gz" of the two bundled traces), so a chart can tell them
+ * apart by what differs; both 0 when that would leave a name empty or
+ * n < 2. */
+void kvpt_name_affixes(char *const *paths, size_t n, size_t *pre, size_t *suf);
+
 /* The memory of a hit-rate chart for the caller to fill: the points, the
  * series and the text of their titles. */
 typedef struct kvpt_chart {

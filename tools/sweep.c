@@ -288,44 +288,6 @@ static void print_sweep_table(const sweep *s)
     kvpt_table_free(tab);
 }
 
-/* Whether `c` separates the words of a file name. */
-static int is_sep(char c)
-{
-    return c == '_' || c == '-' || c == '.';
-}
-
-/* How many leading and trailing bytes the base names of all traces share,
- * cut at word separators ("mooncake_fast25_" and "_trace.jsonl.gz" of two
- * bundled traces), so the plot can tell them apart by what differs; both 0
- * when that would leave a name empty or there is one trace. */
-static void common_affixes(const sweep *s, size_t *pre, size_t *suf)
-{
-    *pre = *suf = 0;
-    if (s->n_traces < 2)
-        return;
-    const char *first = kvpt_base_name(s->paths[0]);
-    size_t len0 = strlen(first), p = len0, q = len0;
-    for (size_t i = 1; i < s->n_traces; i++) {
-        const char *name = kvpt_base_name(s->paths[i]);
-        size_t len = strlen(name), k = 0;
-        while (k < p && k < len && name[k] == first[k])
-            k++;
-        p = k;
-        for (k = 0; k < q && k < len && name[len - 1 - k] == first[len0 - 1 - k]; k++)
-            ;
-        q = k;
-    }
-    while (p > 0 && !is_sep(first[p - 1])) /* end after a separator */
-        p--;
-    while (q > 0 && !is_sep(first[len0 - q])) /* start at a separator */
-        q--;
-    for (size_t i = 0; i < s->n_traces; i++)
-        if (strlen(kvpt_base_name(s->paths[i])) <= p + q)
-            p = q = 0;
-    *pre = p;
-    *suf = q;
-}
-
 /* gnuplot colours for the settings of a sweep with several (or with the
  * optimal points): its default colours without yellow (5), black for the
  * optimal; the traces told apart by their point shapes. */
@@ -357,7 +319,7 @@ static int plot_sweep(const sweep *s, kvpt_output *out)
     int plain = s->n_cfgs == 1 && !s->optimal && !s->show_policy && !s->show_prefix;
     size_t ns = 0, pre = 0, suf = 0;
     if (!plain)
-        common_affixes(s, &pre, &suf);
+        kvpt_name_affixes(s->paths, s->n_traces, &pre, &suf);
     for (size_t i = 0; i < s->n_traces; i++) {
         char cut[NAME];
         const char *name = kvpt_base_name(s->paths[i]);
