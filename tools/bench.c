@@ -533,7 +533,7 @@ static const char usage_bench[] =
     "          one replay at 10,000 blocks, each repetition running all in turn\n"
     "\n"
     "  --workload W  churn, prefix, scale, load or all (default all: not load)\n"
-    "  --trace FILE  the trace of the load workload\n"
+    "  --trace FILE  the trace of the load workload (only with --workload load)\n"
     "  --quick       1/50 of the operations (same pool sizes), for tests\n"
     "  --json        one JSON object per workload and configuration per line:\n"
     "                workload, ns_per_block, floor_ns_per_block, ratio_to_floor;\n"
