@@ -113,7 +113,8 @@ typedef struct kvpt_cli {
  * with getopt_long (options and arguments in any order, unique prefixes of
  * option names accepted, "--" ends the options).  --help / -h prints
  * cli->usage on stdout.  Refused, each with one line naming the option and
- * what it allows, then a --help hint on stderr: an unknown option, a missing
+ * what it allows, then a --help hint on stderr: an unknown option (with the
+ * closest option's name when one is close, kvpt_closest), a missing
  * value, a value out of its range or not among its choices, an option given
  * twice (by any spelling), a required option missing, too few or too many
  * positional arguments.
