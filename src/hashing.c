@@ -21,6 +21,7 @@
 #include "kvp_internal.h"
 
 #include <openssl/sha.h>
+#include <sys/random.h>
 #include <xxhash.h>
 
 /* The layout is little-endian.  On a little-endian host a value's bytes are
@@ -221,4 +222,11 @@ kvp_status kvp_hash_tokens(const kvp_pool *pool, const uint32_t *tokens, size_t 
     if (cap < nblocks)
         return KVP_ESPACE;
     return kvp__hash_chain(pool, tokens, nblocks, extra, hashes, n_known);
+}
+
+/* Fill buf with n random bytes from the kernel (the keys of the pool's
+ * hash tables, a random root): KVP_ENOMEM if it gives fewer. */
+kvp_status kvp__random(void *buf, size_t n)
+{
+    return getrandom(buf, n, 0) == (ssize_t)n ? KVP_OK : KVP_ENOMEM;
 }

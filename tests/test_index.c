@@ -782,8 +782,8 @@ static void test_bucket_spread(void **state)
     kvp_pool_destroy(pool);
 }
 
-/* The bucket count keeps the load factor in (1/3, 2/3] and the buckets'
- * memory at most 12 bytes per block, for every pool size; a pool's index
+/* The bucket count keeps the load factor in (1/2, 1] and the buckets'
+ * memory at most 8 bytes per block, for every pool size; a pool's index
  * really has that many buckets, also after growth. */
 static void test_bucket_count(void **state)
 {
@@ -792,8 +792,8 @@ static void test_bucket_count(void **state)
                                     65536, 1048576, 1u << 30};
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
         uint64_t cap = caps[i], b = kvp__bucket_count(caps[i]);
-        if ((b & (b - 1)) != 0 || 2 * b < 3 * cap || b >= 3 * cap)
-            fail_msg("cap %llu: %llu buckets, not the power of two in [1.5 cap, 3 cap)",
+        if ((b & (b - 1)) != 0 || b < cap || b >= 2 * cap)
+            fail_msg("cap %llu: %llu buckets, not the power of two in [cap, 2 cap)",
                      (unsigned long long)cap, (unsigned long long)b);
     }
     KVP_ASSERT_EQ(kvp__bucket_count(KVP_MAX_BLOCKS), 1u << 31);
