@@ -301,8 +301,9 @@ static bool same_key_of(const kvp_pool *p, uint32_t a, uint32_t b)
 }
 
 /* The chains: each a list of runs, one per distinct (stream, hash), its
- * copies consecutive, the first's dprev its last, every other's dprev its
- * previous; no two runs of one key; nindexed entries in all. */
+ * copies consecutive, the first's dprev its last, every other marked
+ * KVP__F_COPY with its previous as dprev; no two runs of one key; nindexed
+ * entries in all. */
 static kvp_status check_index(kvp_pool *p, ctx *c)
 {
     uint32_t n = 0;
@@ -312,15 +313,17 @@ static kvp_status check_index(kvp_pool *p, ctx *c)
             kvp_status rc = check_entry(p, c, f, i);
             if (rc)
                 return rc;
-            CHECK(n++ < p->nindexed, "index chain %u: more entries than %u", i, p->nindexed);
+            CHECK(n++ < p->nindexed && !(p->blocks[f].flags & KVP__F_COPY),
+                  "index chain %u: more entries than %u, or copy %u first", i, p->nindexed, f);
             uint32_t last = f, x = kvp__chain_next(p, f);
             for (; x != KVP__NONE; last = x, x = kvp__chain_next(p, x)) {
                 if ((rc = check_entry(p, c, x, i)))
                     return rc;
-                if (p->dprev[x] != last)
+                if (!(p->blocks[x].flags & KVP__F_COPY))
                     break; /* x starts the next run */
-                CHECK(n++ < p->nindexed && same_key_of(p, x, f),
-                      "index chain %u: block %u in the run of block %u", i, x, f);
+                CHECK(n++ < p->nindexed && same_key_of(p, x, f) && p->dprev[x] == last,
+                      "index chain %u: block %u in the run of block %u, after %u", i, x, f,
+                      last);
             }
             CHECK(p->dprev[f] == last, "index: run of block %u ends at %u, its last copy %u", f,
                   last, p->dprev[f]);
@@ -347,6 +350,7 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
         uint8_t f = p->blocks[b].flags;
         CHECK(!(f & KVP__F_ANNOUNCED) || (p->evq && (f & KVP__F_PUBLISHED)),
               "block %u announced but not indexed, or events off", b);
+        CHECK(!(f & KVP__F_COPY) || (f & KVP__F_PUBLISHED), "block %u a copy, not indexed", b);
         if (!p->evq || !(f & KVP__F_PUBLISHED))
             continue;
         const kvp_hash *h = &p->hashes[b];

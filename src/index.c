@@ -13,10 +13,12 @@
  * are 32-byte digests, too large to keep in probe entries.  The copies of
  * one (stream, hash) are consecutive in their chain, in publish order: a
  * run.  A run's first copy is the one lookup returns; its dprev names the
- * run's last copy, every other copy's dprev names the copy before it.  So a
- * walk of a chain visits distinct hashes only (first copy, then the entry
- * after its last copy), a publish appends after its run's last copy, and a
- * removal relinks the copy's neighbours.  Every call costs O(distinct
+ * run's last copy, every other copy carries KVP__F_COPY and its dprev names
+ * the copy before it.  So a walk of a chain visits distinct hashes only
+ * (first copy, then the entry after its last copy; a first copy alone, the
+ * usual case, is followed by no copy and its dprev is not read), a publish
+ * appends after its run's last copy, and a removal relinks the copy's
+ * neighbours.  Every call costs O(distinct
  * hashes in one chain), however many copies a hash has.  Other files read
  * the index through kvp__index_first / kvp__index_next (kvp_internal.h),
  * never by walking the chains (check.c, which verifies them, aside).
@@ -128,6 +130,7 @@ void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
         p->blocks[last].hnext = b + 1;
         p->dprev[b] = last;
         p->dprev[f] = b;
+        p->blocks[b].flags |= KVP__F_COPY;
     } else {
         p->dprev[b] = b;
         p->blocks[b].hnext = *head;
@@ -154,6 +157,7 @@ static void unlink_entry(kvp_pool *p, uint32_t b)
             *link = blk->hnext;
         } else {         /* the second copy becomes the first */
             p->dprev[next] = prev;
+            p->blocks[next].flags &= (uint8_t)~KVP__F_COPY;
             *link = next + 1;
         }
     } else {
@@ -167,7 +171,8 @@ void kvp__index_remove(kvp_pool *p, uint32_t b)
 {
     kvp__ev_removed(p, b);
     unlink_entry(p, b);
-    p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
+    p->blocks[b].flags &=
+        (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED | KVP__F_COPY);
     p->nindexed--;
     if (p->gen)
         p->gen[b]++; /* children recorded against this content no longer match */
@@ -236,7 +241,8 @@ void kvp__forget_all(kvp_pool *p)
         for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE;) {
             uint32_t next = kvp__chain_next(p, b);
             p->blocks[b].hnext = 0;
-            p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
+            p->blocks[b].flags &=
+                (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED | KVP__F_COPY);
             if (p->gen)
                 p->gen[b]++;
             b = next;

@@ -116,6 +116,8 @@
 #define KVP__F_MARK 0x20u      /* per-call mark (admission), always clear between calls */
 #define KVP__F_PENDING 0x40u   /* kvp__check's mark on pending references' blocks, set
                                   and cleared inside it */
+#define KVP__F_COPY 0x80u      /* indexed, not the first copy of its (stream, hash)
+                                  (index.c) */
 
 /* Eviction policy bits of a block record (policy.c): its retention
  * priority, whether it was claimed (or its hash found in the ghost list)
@@ -325,7 +327,8 @@ struct kvp_pool {
                            zeroed array is an empty index and costs no
                            page faults at creation */
     uint32_t *dprev;    /* cap entries: a first copy's last copy, any other
-                           copy's previous one (ids, indexed blocks only) */
+                           copy's (KVP__F_COPY) previous one (ids, indexed
+                           blocks only) */
     uint32_t bmask;
     uint32_t nindexed;
     uint32_t rekey_in;  /* new (stream, hash) entries still to come before a
@@ -588,19 +591,20 @@ static inline uint32_t kvp__chain_next(const kvp_pool *p, uint32_t b)
     return p->blocks[b].hnext - 1u;
 }
 
-/* Is indexed block b the first copy of its (stream, hash)?  Every other
- * copy follows its previous one (dprev) in the chain; a first copy's dprev
- * is its last copy, which is followed by another entry or nothing. */
+/* Is indexed block b the first copy of its (stream, hash)? */
 static inline bool kvp__index_is_first(const kvp_pool *p, uint32_t b)
 {
-    return p->blocks[p->dprev[b]].hnext != b + 1;
+    return !(p->blocks[b].flags & KVP__F_COPY);
 }
 
-/* The first copy of the next (stream, hash) after first copy b in its
- * chain, skipping b's other copies (NONE at the end). */
+/* The entry after the run that first copy b starts: b's own next entry
+ * when that is no copy (b is alone, the usual case: nothing more read),
+ * else the entry after b's last copy (NONE at the end). */
 static inline uint32_t kvp__chain_skip(const kvp_pool *p, uint32_t b)
 {
-    return kvp__chain_next(p, p->dprev[b]);
+    uint32_t n = kvp__chain_next(p, b);
+    return n != KVP__NONE && (p->blocks[n].flags & KVP__F_COPY) ? kvp__chain_next(p, p->dprev[b])
+                                                                   : n;
 }
 
 /* The content index's bucket of (stream, hash): XXH3 of the whole digest
