@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hashing.c — chained block hashes.
+ * hashing.c — chained block hashes, and the kernel's random bytes (the
+ * keys of the pool's hash tables, a random root seed).
  *
  * Pure: bytes in, digest out.  It reads only the pool's configuration
  * (algorithm, root seed, block size), never its state, so it runs without the
