@@ -7,8 +7,10 @@
  * callback fires once, with the right hash and block, when a cached block is
  * handed out again), claim of a cached block (off the free list, content
  * kept, LRU position renewed) and of a block in use, duplicate hashes (lookup
- * returns the first published still indexed; evicting one never removes
- * another's entry), kvp_evict in LRU order, kvp_ensure_free, kvp_clear_index,
+ * returns the first published still indexed, also over thousands of copies
+ * unpublished, freed, evicted and published again at random; evicting one
+ * never removes another's entry), the bucket function (spread of structured
+ * and of crafted hashes, the bucket count), kvp_evict in LRU order, kvp_ensure_free, kvp_clear_index,
  * kvp_reset_prefix_cache (refused while busy, working when idle), pools
  * without prefix caching, and re-entrant calls from the eviction callback
  * (every pool call refused with KVP_EBUSY, thread_safe 0 and 1; another pool
