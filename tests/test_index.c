@@ -913,6 +913,58 @@ static void test_crafted_hashes_spread(void **state)
     kvptest_done(pool);
 }
 
+/* Hashes picked to share one bucket under the pool's own secret (as a
+ * caller that learnt it could): the publish that finds KVP__CHAIN_MAX
+ * distinct hashes in its chain draws a fresh secret and re-chains in place.
+ * Every hash, and the order of a hash's copies, survives; the pool checks
+ * clean and no chain is left over the bound. */
+static void test_rekey_on_long_chain(void **state)
+{
+    (void)state;
+    enum { N = 1024, K = KVP__CHAIN_MAX + 1 };
+    kvp_pool *pool = kvptest_pool(N, KVP_REUSE_LIFO);
+    kvp_hash hs[K];
+    uint64_t rng = 7;
+    for (int k = 0; k < K;) {
+        kvp_hash h = {{0}};
+        for (int w = 0; w < 4; w++) {
+            uint64_t v = kvptest_rand(&rng);
+            memcpy(h.b + 8 * w, &v, sizeof v);
+        }
+        if (kvp__bucket_of(pool, 0, &h) == 0)
+            hs[k++] = h;
+    }
+    uint8_t secret[sizeof pool->secret];
+    memcpy(secret, pool->secret, sizeof secret);
+    kvp_block first[K], second[K];
+    for (int k = 0; k < K; k++) {
+        first[k] = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        second[k] = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        KVP_ASSERT_OK(kvp_publish(pool, first[k], &hs[k]));
+        if (k + 1 < K) /* a second copy of each but the last, before it */
+            KVP_ASSERT_OK(kvp_publish(pool, second[k], &hs[k]));
+    }
+    KVP_ASSERT_OK(kvp_publish(pool, second[K - 1], &hs[K - 1]));
+    assert_true(memcmp(secret, pool->secret, sizeof secret) != 0);
+    for (uint32_t i = 0; i <= pool->bmask; i++) {
+        uint32_t n = 0;
+        for (uint32_t f = kvp__chain_first(pool, i); f != KVP__NONE; f = kvp__chain_skip(pool, f))
+            n++;
+        if (n > KVP__CHAIN_MAX)
+            fail_msg("bucket %u holds %u distinct hashes after re-keying", i, n);
+    }
+    kvptest_check(pool);
+    for (int k = 0; k < K; k++) {
+        kvp_block out;
+        KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &hs[k], &out));
+        KVP_ASSERT_EQ(out, first[k]);
+        KVP_ASSERT_OK(kvp_unpublish(pool, first[k]));
+        KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &hs[k], &out));
+        KVP_ASSERT_EQ(out, second[k]);
+    }
+    kvptest_done(pool);
+}
+
 /* The bucket count keeps the load factor in (1/2, 1] and the buckets'
  * memory at most 8 bytes per block, for every pool size; a pool's index
  * really has that many buckets, also after growth. */
@@ -1191,6 +1243,7 @@ int main(void)
         cmocka_unit_test(test_bucket_count),
         cmocka_unit_test(test_many_duplicates),
         cmocka_unit_test(test_crafted_hashes_spread),
+        cmocka_unit_test(test_rekey_on_long_chain),
         cmocka_unit_test(test_lazy_eviction),
         cmocka_unit_test(test_claim_cached),
         cmocka_unit_test(test_claim_used_and_vacant),
