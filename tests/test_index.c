@@ -965,6 +965,43 @@ static void test_rekey_on_long_chain(void **state)
     kvptest_done(pool);
 }
 
+/* SLRU's ghost list keys evicted hashes the same way: hashes picked to
+ * share one of its buckets under its secret fill that chain up to
+ * KVP__CHAIN_MAX; the next eviction into it draws a fresh secret and starts
+ * the list again with that one key; the pool checks clean. */
+static void test_ghost_rekey(void **state)
+{
+    (void)state;
+    enum { N = 64, K = KVP__CHAIN_MAX + 1 };
+    kvp_config cfg = kvptest_config(N);
+    cfg.policy = KVP_POLICY_SLRU;
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint8_t secret[sizeof pool->ghost.secret];
+    memcpy(secret, pool->ghost.secret, sizeof secret);
+    uint64_t rng = 11;
+    for (uint32_t k = 0; k < K;) {
+        kvp_hash h;
+        for (int w = 0; w < 4; w++) {
+            uint64_t v = kvptest_rand(&rng);
+            memcpy(h.b + 8 * w, &v, sizeof v);
+        }
+        uint64_t key =
+            XXH3_64bits_withSecret(h.b, sizeof h.b, pool->ghost.secret, sizeof pool->ghost.secret);
+        if (key & pool->ghost.bmask)
+            continue;
+        kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        KVP_ASSERT_OK(kvp_publish(pool, b, &h));
+        KVP_ASSERT_OK(kvp_free(pool, &b, 1, 1));
+        uint32_t n = 0;
+        KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &n));
+        KVP_ASSERT_EQ(n, 1);
+        k++;
+        KVP_ASSERT_EQ(pool->ghost.used, k < K ? k : 1);
+    }
+    assert_true(memcmp(secret, pool->ghost.secret, sizeof secret) != 0);
+    kvptest_done(pool);
+}
+
 /* The bucket count keeps the load factor in (1/2, 1] and the buckets'
  * memory at most 8 bytes per block, for every pool size; a pool's index
  * really has that many buckets, also after growth. */
@@ -1244,6 +1281,7 @@ int main(void)
         cmocka_unit_test(test_many_duplicates),
         cmocka_unit_test(test_crafted_hashes_spread),
         cmocka_unit_test(test_rekey_on_long_chain),
+        cmocka_unit_test(test_ghost_rekey),
         cmocka_unit_test(test_lazy_eviction),
         cmocka_unit_test(test_claim_cached),
         cmocka_unit_test(test_claim_used_and_vacant),
