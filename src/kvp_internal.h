@@ -47,6 +47,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
+/* XXH3 inlined: the content index's bucket function runs on every publish
+ * and lookup, and a call into the shared library would cost as much as the
+ * hash itself. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #ifndef KVP_DEBUG
 #define KVP_DEBUG 0
@@ -111,6 +116,8 @@
 #define KVP__F_MARK 0x20u      /* per-call mark (admission), always clear between calls */
 #define KVP__F_PENDING 0x40u   /* kvp__check's mark on pending references' blocks, set
                                   and cleared inside it */
+#define KVP__F_COPY 0x80u      /* indexed, not the first copy of its (stream, hash)
+                                  (index.c) */
 
 /* Eviction policy bits of a block record (policy.c): its retention
  * priority, whether it was claimed (or its hash found in the ghost list)
@@ -182,8 +189,9 @@ typedef struct kvp__block {
                               anonymous ones, so kvp_free cannot drop them) */
     uint32_t owner;        /* owner slot of the inline reference, or NONE */
     uint32_t xhead;        /* first xref (further owners), or NONE */
-    uint32_t hnext;        /* next block in the same index bucket, as a link
-                              (id + 1; 0 ends the chain: see kvp__chain) */
+    uint32_t hnext;        /* indexed: the next block in its index bucket's
+                              chain, as a link (id + 1; 0 ends the chain:
+                              see index.c) */
     uint16_t fill;
     /* Byte-wide fields as bit-fields of unsigned int, not uint8_t: a store
      * through a character type may alias any object, so each one made the
@@ -238,6 +246,11 @@ _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 
 #define KVP__OWNER_BUCKETS 2u
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest array (dead counts up to 2^31 - 1) */
 #define KVP__LINE 64
+/* Keyed hash tables (the content index, SLRU's ghost list): the size of
+ * each one's random XXH3 secret, and the longest chain (distinct keys) a
+ * table keeps before it draws a fresh secret and rebuilds (index.c). */
+#define KVP__SECRET XXH3_SECRET_SIZE_MIN
+#define KVP__CHAIN_MAX 16u
 
 /* Map from 64-bit ids to 32-bit values (map.c). */
 typedef struct kvp__map_entry {
@@ -337,13 +350,21 @@ struct kvp_pool {
     kvp__idset retired; /* retired ids below top */
     uint32_t nretired;
 
-    /* index: chained through kvp__block.hnext, bucket count the power of two
-     * in [1.5 cap, 3 cap) (kvp__bucket_count): load factor at most 2/3 */
+    /* index (index.c): chained through kvp__block.hnext and dprev, copies
+     * of one (stream, hash) consecutive in publish order; bucket count the
+     * power of two in [cap, 2 cap) (kvp__bucket_count): at most one distinct
+     * (stream, hash) per bucket on average */
     uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
                            zeroed array is an empty index and costs no
                            page faults at creation */
+    uint32_t *dprev;    /* cap entries: a first copy's last copy, any other
+                           copy's (KVP__F_COPY) previous one (ids, indexed
+                           blocks only) */
     uint32_t bmask;
     uint32_t nindexed;
+    uint32_t rekey_in;  /* new (stream, hash) entries still to come before a
+                           chain over KVP__CHAIN_MAX may re-key the index */
+    uint8_t secret[KVP__SECRET]; /* the bucket function's key (random) */
 
     /* verified hits (cfg.verify_hits): per block, the tokens and the parent
      * (id and content generation) recorded at publish, and the block's own
@@ -353,11 +374,14 @@ struct kvp_pool {
 
     /* ghost list (policy_slru.c, KVP_POLICY_SLRU): the keys of the last `cap`
      * hashes evicted, in a ring (key, link), next to write at `next`, `used`
-     * slots filled; buckets of chains through the ring (slot + 1, 0 ends) */
+     * slots filled; buckets of chains through the ring (slot + 1, 0 ends);
+     * keys made with its own random secret, renewed like the index's */
     struct {
         uint64_t *key;
         uint32_t *link, *bucket;
         uint32_t cap, bmask, next, used;
+        uint32_t rekey_in;
+        uint8_t secret[KVP__SECRET];
     } ghost;
 
     /* sequences (sequence.c) register here; the pool only calls the hooks */
@@ -594,51 +618,56 @@ static inline uint32_t kvp__chain_first(const kvp_pool *p, uint32_t bucket)
     return p->buckets[bucket] - 1u;
 }
 
+/* The block after indexed block b in its chain (NONE at the end). */
 static inline uint32_t kvp__chain_next(const kvp_pool *p, uint32_t b)
 {
     return p->blocks[b].hnext - 1u;
 }
 
-/* The content index's bucket of (stream, hash): the last 8 bytes identify a
- * block under every algorithm.  A full 64-bit finalizer (murmur3's fmix64)
- * makes every input bit reach the low bits: digests are random, but hashes
- * made from small integers (trace ids stored big-endian) vary only in their
- * top bytes as read here, and a multiply alone would leave those out. */
+/* Is indexed block b the first copy of its (stream, hash)? */
+static inline bool kvp__index_is_first(const kvp_pool *p, uint32_t b)
+{
+    return !(p->blocks[b].flags & KVP__F_COPY);
+}
+
+/* The entry after the run that first copy b starts: b's own next entry
+ * when that is no copy (b is alone, the usual case: nothing more read),
+ * else the entry after b's last copy (NONE at the end). */
+static inline uint32_t kvp__chain_skip(const kvp_pool *p, uint32_t b)
+{
+    uint32_t n = kvp__chain_next(p, b);
+    return n != KVP__NONE && (p->blocks[n].flags & KVP__F_COPY) ? kvp__chain_next(p, p->dprev[b])
+                                                                   : n;
+}
+
+/* The content index's bucket of (stream, hash): XXH3 of the whole digest
+ * keyed with the pool's random secret, so that no caller choosing hashes
+ * can aim them at one bucket; the stream flips the top bits. */
 static inline uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    uint64_t x;
-    memcpy(&x, h->b + 24, sizeof x);
+    uint64_t x = XXH3_64bits_withSecret(h->b, sizeof h->b, p->secret, sizeof p->secret);
     x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (uint32_t)x & p->bmask;
+    return (uint32_t)(x ^ x >> 32) & p->bmask;
 }
 
 /* The content index's iterator: the indexed blocks of stream s holding
  * hash h, in publish order.  kvp__index_first gives the first (NONE if
  * none), kvp__index_next the one after indexed block b with the same
- * stream and hash (NONE after the last).  Read-only, for index.c, events.c
- * and check.c. */
-static inline uint32_t kvp__index_next_from(const kvp_pool *p, uint32_t c, int s,
-                                            const kvp_hash *h)
+ * stream and hash (NONE after the last): O(distinct hashes in a chain),
+ * then O(1) per copy.  Read-only, for index.c, events.c and check.c. */
+static inline uint32_t kvp__index_first(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    for (; c != KVP__NONE; c = kvp__chain_next(p, c))
+    for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, h)); c != KVP__NONE;
+         c = kvp__chain_skip(p, c))
         if (p->blocks[c].stream == (unsigned)s && memcmp(p->hashes[c].b, h->b, sizeof h->b) == 0)
             return c;
     return KVP__NONE;
 }
 
-static inline uint32_t kvp__index_first(const kvp_pool *p, int s, const kvp_hash *h)
-{
-    return kvp__index_next_from(p, kvp__chain_first(p, kvp__bucket_of(p, s, h)), s, h);
-}
-
 static inline uint32_t kvp__index_next(const kvp_pool *p, uint32_t b)
 {
-    return kvp__index_next_from(p, kvp__chain_next(p, b), p->blocks[b].stream, &p->hashes[b]);
+    uint32_t n = kvp__chain_next(p, b);
+    return n == KVP__NONE || kvp__index_is_first(p, n) ? KVP__NONE : n;
 }
 
 /* ---- names (status.c) ---- */
@@ -790,10 +819,12 @@ void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to);
 uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h);
 void kvp__unindex(kvp_pool *p, uint32_t b);
 void kvp__forget_all(kvp_pool *p);
+kvp_status kvp__index_init(kvp_pool *p);
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
 
 /* ---- hashing (hashing.c) ---- */
 kvp_status kvp__hash_config_valid(const kvp_config *c);
+kvp_status kvp__random(void *buf, size_t n);
 kvp_status kvp__extra_valid(const kvp_extra_keys *x);
 kvp_status kvp__hash_chain(const kvp_pool *p, const uint32_t *tokens, size_t nblocks,
                            const kvp_extra_keys *x, kvp_hash *hashes, size_t known);

@@ -461,7 +461,7 @@ def test_bench_quick_json():
     by = collections.defaultdict(list)
     for o in objs:
         by[o["workload"]].append(o)
-    assert set(by) == {"churn", "prefix", "scale"}
+    assert set(by) == {"churn", "prefix", "publish", "scale"}
     (churn,) = by["churn"]
     assert churn["call"] == "kvp_take_each"
     for kind in ("single", "lookup"):  # kvp_take_hinted, kvp_take: one call per block
@@ -471,6 +471,8 @@ def test_bench_quick_json():
     for o in by["prefix"]:
         assert {"us_per_request", "hit_rate", "floor_hit_rate"} <= o.keys()
         assert 0 < o["hit_rate"] <= 1 and 0 < o["floor_hit_rate"] <= 1
+    assert [(o["keys"], o["blocks"]) for o in by["publish"]] == [
+        ("duplicates", 1000), ("crafted", 1000), ("duplicates", 8000), ("crafted", 8000)]
     assert [o["blocks"] for o in by["scale"]] == [1024, 65536, 1048576]
     for o in by["scale"]:
         assert {"bytes_per_block", "create_ms"} <= o.keys()
