@@ -106,7 +106,9 @@ RANGES_EVENTS = [
     (["events-demo", "tcp://127.0.0.1:*", "--drain-every", "0"],
      "--drain-every: expected a number of steps from 1 to 1000, got '0'"),
     (["events-demo", "tcp://127.0.0.1:*", "--event-capacity", "4294967296"],
-     "--event-capacity: expected a number of hashes from 1 to 4294967295"),
+     "--event-capacity: expected a number of hashes from 1 to 1000000"),
+    (["events-demo", "tcp://127.0.0.1:*", "--event-capacity", "4294967295"],
+     "--event-capacity: expected a number of hashes from 1 to 1000000, got '4294967295'"),
     (["events-demo", "tcp://127.0.0.1:*", "--hold", "nan"],
      "--hold: expected seconds from 0 to 1000000, got 'nan'"),
 ]

@@ -683,7 +683,8 @@ static const char usage_events_demo[] =
     "  --replay EP          bind a replay ROUTER socket at EP\n"
     "  --topic T            topic (default kv@127.0.0.1@kvpool-demo)\n"
     "  --events-wait S      wait up to S seconds for a subscriber first (default 2)\n"
-    "  --event-capacity N   the pool's event queue, in hashes (default 4096)\n"
+    "  --event-capacity N   the pool's event queue, in hashes, 1 to 1000000\n"
+    "                       (default 4096)\n"
     "  --drain-every N      publish after every N scenario steps, 1 to 1000\n"
     "                       (default 1)\n"
     "  --hold S             afterwards keep answering replay requests for up to S\n"
@@ -704,7 +705,7 @@ int kvpt_cmd_events_demo(int argc, char **argv)
         {"topic", KVPT_OPT_TEXT, &pc.topic, 0, 0, NULL, NULL},
         {"replay", KVPT_OPT_TEXT, &pc.replay_endpoint, 0, 0, NULL, NULL},
         {"events-wait", KVPT_OPT_SECONDS, &wait_s, 0, KVPT_SECONDS_MAX, NULL, NULL},
-        {"event-capacity", KVPT_OPT_COUNT, &capacity, 1, UINT32_MAX, "a number of hashes",
+        {"event-capacity", KVPT_OPT_COUNT, &capacity, 1, 1000000, "a number of hashes",
          NULL},
         {"drain-every", KVPT_OPT_COUNT, &every, 1, 1000, "a number of steps", NULL},
         {"hold", KVPT_OPT_SECONDS, &hold, 0, KVPT_SECONDS_MAX, NULL, NULL},
