@@ -343,7 +343,8 @@ typedef struct kvpi_redis_stats {
     uint64_t reconnects;    /* connections made after a server's first */
     uint64_t load_p50_us, load_p99_us; /* load latency, submit to finish,
                                           finished loads (upper bound of a
-                                          histogram bucket, within 19%) */
+                                          histogram bucket, at most 25% above
+                                          the latency) */
     size_t inflight_bytes;  /* bytes submitted and not yet polled */
 } kvpi_redis_stats;
 
