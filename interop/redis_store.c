@@ -34,6 +34,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvpool_interop.h"
+#include "errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +42,6 @@
 #include <hiredis/sds.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,17 +117,6 @@ struct kvpi_redis_store {
     uint64_t hist[HIST_BUCKETS];
     uint64_t hist_n;
 };
-
-/* printf into err[0..cap) when there is room. */
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
 
 /* Monotonic nanoseconds. */
 static uint64_t now_ns(void)
@@ -213,14 +202,14 @@ static int field_check(const char *what, const uint8_t *f, size_t n, size_t min_
                        size_t errcap)
 {
     if (n < min_len || n > KVPI_REDIS_MAX_FIELD) {
-        set_err(err, errcap, "%s: %zu bytes (must be %zu..%d)", what, n, min_len,
-                KVPI_REDIS_MAX_FIELD);
+        kvpi__set_err(err, errcap, "%s: %zu bytes (must be %zu..%d)", what, n, min_len,
+                      KVPI_REDIS_MAX_FIELD);
         return -1;
     }
     for (size_t i = 0; i < n; i++)
         if (f[i] <= ' ' || f[i] >= 0x7f || f[i] == ':') {
-            set_err(err, errcap, "%s: byte %zu (0x%02x) does not belong in a key", what, i,
-                    f[i]);
+            kvpi__set_err(err, errcap, "%s: byte %zu (0x%02x) does not belong in a key", what, i,
+                          f[i]);
             return -1;
         }
     return 0;
@@ -231,7 +220,7 @@ static int parse_endpoint(const char *ep, server *sv, char *err, size_t errcap)
 {
     const char *colon = ep ? strrchr(ep, ':') : NULL;
     if (!colon) {
-        set_err(err, errcap, "server '%s': expected HOST:PORT", ep ? ep : "(null)");
+        kvpi__set_err(err, errcap, "server '%s': expected HOST:PORT", ep ? ep : "(null)");
         return -1;
     }
     const char *host = ep;
@@ -240,23 +229,23 @@ static int parse_endpoint(const char *ep, server *sv, char *err, size_t errcap)
         host++;
         hl -= 2;
     } else if (memchr(ep, ':', hl)) {
-        set_err(err, errcap, "server '%s': an IPv6 host goes in brackets", ep);
+        kvpi__set_err(err, errcap, "server '%s': an IPv6 host goes in brackets", ep);
         return -1;
     }
     const char *port = colon + 1;
     size_t nd = strspn(port, "0123456789");
     unsigned long pv = nd && nd <= 5 && !port[nd] ? strtoul(port, NULL, 10) : 0;
     if (pv < 1 || pv > 65535) {
-        set_err(err, errcap, "server '%s': port '%s' is not in 1..65535", ep, port);
+        kvpi__set_err(err, errcap, "server '%s': port '%s' is not in 1..65535", ep, port);
         return -1;
     }
     if (hl == 0 || hl > KVPI_REDIS_MAX_HOST) {
-        set_err(err, errcap, "server '%s': %s host", ep, hl ? "over-long" : "empty");
+        kvpi__set_err(err, errcap, "server '%s': %s host", ep, hl ? "over-long" : "empty");
         return -1;
     }
     for (size_t i = 0; i < hl; i++)
         if ((uint8_t)host[i] <= ' ' || (uint8_t)host[i] >= 0x7f) {
-            set_err(err, errcap, "server '%s': bad byte in host", ep);
+            kvpi__set_err(err, errcap, "server '%s': bad byte in host", ep);
             return -1;
         }
     memcpy(sv->host, host, hl);
@@ -273,18 +262,19 @@ static kvpi_redis_status check_config(const kvpi_redis_config *cfg, kvpi_redis_s
     if (cfg->connect_timeout_ms <= 0 || cfg->command_timeout_ms <= 0 ||
         cfg->backoff_min_ms <= 0 || cfg->backoff_max_ms < cfg->backoff_min_ms ||
         cfg->pipeline == 0 || cfg->max_inflight_bytes == 0) {
-        set_err(err, errcap, "timeouts, backoff, pipeline and max_inflight_bytes must be positive "
-                             "(backoff_max_ms >= backoff_min_ms)");
+        kvpi__set_err(err, errcap,
+                      "timeouts, backoff, pipeline and max_inflight_bytes must be positive "
+                      "(backoff_max_ms >= backoff_min_ms)");
         return KVPI_REDIS_EINVAL;
     }
     if (!cfg->servers || cfg->n_servers == 0 || cfg->n_servers > KVPI_REDIS_MAX_SERVERS) {
-        set_err(err, errcap, "%zu servers (must be 1..%d)", cfg->servers ? cfg->n_servers : 0,
-                KVPI_REDIS_MAX_SERVERS);
+        kvpi__set_err(err, errcap, "%zu servers (must be 1..%d)", cfg->servers ? cfg->n_servers : 0,
+                      KVPI_REDIS_MAX_SERVERS);
         return KVPI_REDIS_ENOSERVERS;
     }
     const char *prefix = cfg->prefix ? cfg->prefix : "kvp";
     if (!cfg->model || !cfg->hash_alg || (cfg->salt_len && !cfg->salt)) {
-        set_err(err, errcap, "model and hash_alg are required (and salt when salt_len > 0)");
+        kvpi__set_err(err, errcap, "model and hash_alg are required (and salt when salt_len > 0)");
         return KVPI_REDIS_EKEY;
     }
     if (field_check("prefix", (const uint8_t *)prefix, strlen(prefix), 1, err, errcap) ||
@@ -769,12 +759,12 @@ kvpi_redis_status kvpi_redis_create(const kvpi_redis_config *cfg, kvpi_redis_sto
                                     char *err, size_t errcap)
 {
     if (!cfg || !out) {
-        set_err(err, errcap, "no configuration or no output pointer");
+        kvpi__set_err(err, errcap, "no configuration or no output pointer");
         return KVPI_REDIS_EINVAL;
     }
     kvpi_redis_store *s = calloc(1, sizeof *s);
     if (!s) {
-        set_err(err, errcap, "out of memory");
+        kvpi__set_err(err, errcap, "out of memory");
         return KVPI_REDIS_ENOMEM;
     }
     pthread_mutex_init(&s->mu, NULL);
@@ -785,7 +775,7 @@ kvpi_redis_status kvpi_redis_create(const kvpi_redis_config *cfg, kvpi_redis_sto
     s->servers = calloc(cfg->n_servers, sizeof *s->servers);
     s->pf = calloc(cfg->n_servers + 1, sizeof *s->pf);
     if (!s->servers || !s->pf) {
-        set_err(err, errcap, "out of memory");
+        kvpi__set_err(err, errcap, "out of memory");
         st = KVPI_REDIS_ENOMEM;
         goto fail;
     }
@@ -805,14 +795,14 @@ kvpi_redis_status kvpi_redis_create(const kvpi_redis_config *cfg, kvpi_redis_sto
     s->max_inflight = cfg->max_inflight_bytes;
     s->pipeline = cfg->pipeline;
     if (wake_pipe(s->wake) != 0) {
-        set_err(err, errcap, "cannot create the wake-up pipe: %s", strerror(errno));
+        kvpi__set_err(err, errcap, "cannot create the wake-up pipe: %s", strerror(errno));
         st = KVPI_REDIS_ESYSTEM;
         goto fail;
     }
     if (pthread_create(&s->thread, NULL, service_thread, s) != 0) {
         close(s->wake[0]);
         close(s->wake[1]);
-        set_err(err, errcap, "cannot start the service thread");
+        kvpi__set_err(err, errcap, "cannot start the service thread");
         st = KVPI_REDIS_ESYSTEM;
         goto fail;
     }
