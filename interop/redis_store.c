@@ -641,7 +641,14 @@ static uint64_t service_turn(kvpi_redis_store *s, bool stopping, op_list *done, 
             continue;
         }
         conn_fill(s, sv, done, t);
-        if (sv->state == CONN_UP && sv->inflight.head && sv->inflight.head->deadline_ns < wake)
+        /* write at once rather than a poll() later: the socket is rarely full */
+        int wdone = 0;
+        if (sv->state == CONN_UP && sdslen(sv->ctx->obuf) &&
+            redisBufferWrite(sv->ctx, &wdone) != REDIS_OK) {
+            conn_fail(s, sv, done, t);
+            continue;
+        }
+        if (sv->inflight.head && sv->inflight.head->deadline_ns < wake)
             wake = sv->inflight.head->deadline_ns;
     }
     return wake;

@@ -496,8 +496,11 @@ static void test_full_lru(void **state)
     kvpi_redis_stats st;
     fill_full_server("allkeys-lru", N, st_r, ld_r, &st);
     assert_true(st.stored > N / 2);
-    assert_true(st.hits > 0 && st.misses > 0);
-    assert_int_equal(ld_r[0], KVPI_REDIS_MISS);
+    assert_true(st.hits > 0 && st.misses > N / 2); /* 3 MB hold under 400 blocks */
+    size_t early_misses = 0; /* Redis's LRU is sampled: most, not all, old blocks go */
+    for (size_t i = 0; i < 100; i++)
+        early_misses += ld_r[i] == KVPI_REDIS_MISS;
+    assert_true(early_misses >= 50);
     assert_int_equal(st.bad_values, 0);
 }
 
