@@ -46,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,7 +56,8 @@
 #define WRITE_CHUNK (256u << 10) /* output buffer top-up threshold */
 #define IDLE_WAIT_MS 200         /* the longest poll() when nothing is due */
 #define HIST_BUCKETS 128         /* 4 per power of two of microseconds */
-#define READS_PER_TURN 256       /* socket reads per connection per turn */
+#define READ_CHUNK (256u << 10)  /* bytes per read() of replies */
+#define READS_PER_TURN 16        /* reads per connection per turn */
 
 enum op_kind { OP_STORE, OP_LOAD };
 
@@ -105,6 +105,7 @@ struct kvpi_redis_store {
     size_t n_servers;
     server *servers; /* the service thread's */
     struct pollfd *pf; /* the service thread's poll set: wake pipe, servers */
+    char *rbuf;        /* the service thread's read buffer, READ_CHUNK bytes */
     int wake[2];     /* pipe: a submit or destroy wakes the thread */
     pthread_t thread;
 
@@ -562,15 +563,19 @@ static void conn_fill(kvpi_redis_store *s, server *sv, op_list *done, uint64_t t
 /* Read what sv has sent and complete the ops its replies answer. */
 static void conn_read(kvpi_redis_store *s, server *sv, op_list *done, uint64_t t)
 {
-    /* hiredis reads 16 KiB per call: take all the socket holds, bounded */
-    int avail = 0, reads = 0;
-    do {
-        if (redisBufferRead(sv->ctx) != REDIS_OK) {
-            conn_fail(s, sv, done, t);
+    /* read in READ_CHUNK pieces (redisBufferRead takes 16 KiB a call) until
+     * the socket is empty or READS_PER_TURN pieces are in */
+    for (int reads = 0; reads < READS_PER_TURN; reads++) {
+        ssize_t got = read(sv->ctx->fd, s->rbuf, READ_CHUNK);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            break;
+        if (got <= 0 || redisReaderFeed(sv->ctx->reader, s->rbuf, (size_t)got) != REDIS_OK) {
+            conn_fail(s, sv, done, t); /* closed by the server, or a socket error */
             return;
         }
-    } while (++reads < READS_PER_TURN && ioctl(sv->ctx->fd, FIONREAD, &avail) == 0 &&
-             avail > 0);
+        if (got < (ssize_t)READ_CHUNK)
+            break;
+    }
     uint64_t bad = 0;
     void *reply;
     while (sv->inflight.head) {
@@ -695,7 +700,7 @@ static void *service_thread(void *arg)
         poll(pf, s->n_servers + 1, ms);
         if (pf[0].revents) {
             char buf[64];
-            while (read(s->wake[0], buf, sizeof buf) > 0)
+            while (read(s->wake[0], buf, sizeof buf) == (ssize_t)sizeof buf)
                 ;
         }
         t = now_ns();
@@ -745,6 +750,7 @@ static void free_store(kvpi_redis_store *s)
     pthread_cond_destroy(&s->done_cv);
     free(s->servers);
     free(s->pf);
+    free(s->rbuf);
     free(s);
 }
 
@@ -781,7 +787,8 @@ kvpi_redis_status kvpi_redis_create(const kvpi_redis_config *cfg, kvpi_redis_sto
         goto fail;
     s->servers = calloc(cfg->n_servers, sizeof *s->servers);
     s->pf = calloc(cfg->n_servers + 1, sizeof *s->pf);
-    if (!s->servers || !s->pf) {
+    s->rbuf = malloc(READ_CHUNK);
+    if (!s->servers || !s->pf || !s->rbuf) {
         kvpi__set_err(err, errcap, "out of memory");
         st = KVPI_REDIS_ENOMEM;
         goto fail;
