@@ -354,7 +354,9 @@ void kvpi_redis_config_default(kvpi_redis_config *cfg);
 /*
  * Check the configuration, copy it and start the service thread, which
  * connects to the servers on its own (create never waits for a server: an
- * unreachable one makes operations miss, not create fail).  On failure
+ * unreachable one makes operations miss, not create fail).  The thread
+ * runs with every signal blocked: a server closing a connection never
+ * raises SIGPIPE, and the program's signals go to its own threads.  On failure
  * returns the status (KVPI_REDIS_EINVAL for cfg or out NULL or a timeout,
  * backoff or pipeline not positive, ENOSERVERS, EENDPOINT, EKEY, ENOMEM,
  * ESYSTEM), writes a message into err[0..errcap) (err may be NULL), creates

@@ -42,6 +42,7 @@
 #include <hiredis/sds.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -813,7 +814,16 @@ kvpi_redis_status kvpi_redis_create(const kvpi_redis_config *cfg, kvpi_redis_sto
         st = KVPI_REDIS_ESYSTEM;
         goto fail;
     }
-    if (pthread_create(&s->thread, NULL, service_thread, s) != 0) {
+    /* the thread starts with every signal blocked: a write to a connection
+     * the server has closed fails with EPIPE instead of raising SIGPIPE
+     * (which would end the engine), and the program's own signals go to
+     * its own threads */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int started = pthread_create(&s->thread, NULL, service_thread, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (started != 0) {
         close(s->wake[0]);
         close(s->wake[1]);
         kvpi__set_err(err, errcap, "cannot start the service thread");

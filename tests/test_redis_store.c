@@ -7,8 +7,8 @@
  * untouched), a server killed and restarted, full servers (noeviction:
  * drops; allkeys-lru: later misses), two servers with one gone, a server
  * stopped (SIGSTOP) past the command timeout, unreachable endpoints, the
- * in-flight byte bound, and bad configurations and arguments refused with
- * nothing created or counted.
+ * in-flight byte bound, the service thread's blocked signals (SIGPIPE), and
+ * bad configurations and arguments refused with nothing created or counted.
  *
  * Every server a test starts is killed by the test's teardown, and by the
  * kernel if this process dies (PR_SET_PDEATHSIG).  Waits are bounded polls
@@ -40,6 +40,7 @@ int main(void)
 
 #include "kvpool_interop.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
@@ -47,6 +48,7 @@ int main(void)
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -624,6 +626,47 @@ static void test_inflight_bound(void **state)
     kvpi_redis_destroy(s);
 }
 
+/* The store's service thread blocks SIGPIPE (so a write to a connection a
+ * server closed is an error, not the end of the process) and every other
+ * signal.  Read from /proc: the one thread besides this one. */
+static void test_thread_blocks_signals(void **state)
+{
+    (void)state;
+    const char *eps[] = {"127.0.0.1:1"};
+    kvpi_redis_config c = test_config(0);
+    c.servers = eps;
+    c.n_servers = 1;
+    kvpi_redis_store *s = create_ok(&c);
+    /* a finished operation shows the thread is in its loop (a thread being
+     * created runs with every signal blocked until it starts) */
+    assert_int_equal(store_blocks(s, 0, 1, 13, NULL), 0);
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    struct dirent *e;
+    int others = 0;
+    char self[32];
+    snprintf(self, sizeof self, "%ld", (long)syscall(SYS_gettid));
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, self) == 0)
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        unsigned long long blocked = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "SigBlk: %llx", &blocked) == 1)
+                break;
+        fclose(f);
+        assert_true(blocked & (1ull << (SIGPIPE - 1)));
+        assert_true(blocked & (1ull << (SIGINT - 1)));
+        others++;
+    }
+    closedir(d);
+    assert_int_equal(others, 1);
+    kvpi_redis_destroy(s);
+}
+
 /* create refuses cfg with status `want`, writes a message, leaves out. */
 static void refused(const kvpi_redis_config *c, kvpi_redis_status want)
 {
@@ -736,6 +779,7 @@ int main(void)
         cmocka_unit_test_teardown(test_server_stopped, kill_all),
         cmocka_unit_test_teardown(test_unreachable, kill_all),
         cmocka_unit_test_teardown(test_inflight_bound, kill_all),
+        cmocka_unit_test_teardown(test_thread_blocks_signals, kill_all),
     };
     return cmocka_run_group_tests(tests, NULL, kill_all);
 }
