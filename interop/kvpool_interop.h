@@ -415,21 +415,24 @@ kvpi_redis_status kvpi_redis_poll(kvpi_redis_store *s, kvpi_redis_completion *ou
  * Wait up to timeout_ms (0: just look) until at least one finished
  * operation is ready to poll; returns how many are.  For programs that have
  * nothing else to do (tests, benchmarks); an engine step polls instead.
- * Thread-safe.
+ * A NULL s returns 0 at once.  Thread-safe.
  */
 size_t kvpi_redis_wait(kvpi_redis_store *s, int timeout_ms);
 
-/* Copy the counters into *out (a consistent snapshot).  Thread-safe. */
+/* Copy the counters into *out (a consistent snapshot; all zero for a NULL
+ * s; nothing for a NULL out).  Thread-safe. */
 void kvpi_redis_stats_get(kvpi_redis_store *s, kvpi_redis_stats *out);
 
 /*
  * Write the key of `hash` into key[0..cap) with its NUL and return its
  * length, or 0 when cap is too small (KVPI_REDIS_KEY_MAX always suffices).
- * For operators and tests that look at the servers directly.  Pure.
+ * For operators and tests that look at the servers directly.  s, hash
+ * and key must not be NULL.  Pure.
  */
 size_t kvpi_redis_key(const kvpi_redis_store *s, const kvp_hash *hash, char *key, size_t cap);
 
-/* The index (into cfg->servers) of the server that holds `hash`.  Pure. */
+/* The index (into cfg->servers) of the server that holds `hash` (s and
+ * hash not NULL).  Pure. */
 size_t kvpi_redis_server_of(const kvpi_redis_store *s, const kvp_hash *hash);
 
 #ifdef __cplusplus

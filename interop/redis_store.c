@@ -48,6 +48,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -677,6 +680,9 @@ static void *service_thread(void *arg)
 {
     kvpi_redis_store *s = arg;
     struct pollfd *pf = s->pf;
+#ifdef __linux__
+    prctl(PR_SET_NAME, "kvpi-redis"); /* what top -H and /proc show */
+#endif
     for (;;) {
         pthread_mutex_lock(&s->mu);
         bool stopping = s->stop;
@@ -967,6 +973,8 @@ kvpi_redis_status kvpi_redis_poll(kvpi_redis_store *s, kvpi_redis_completion *ou
 
 size_t kvpi_redis_wait(kvpi_redis_store *s, int timeout_ms)
 {
+    if (!s)
+        return 0;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
@@ -983,6 +991,12 @@ size_t kvpi_redis_wait(kvpi_redis_store *s, int timeout_ms)
 
 void kvpi_redis_stats_get(kvpi_redis_store *s, kvpi_redis_stats *out)
 {
+    if (!out)
+        return;
+    if (!s) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     out->load_p50_us = hist_quantile(s, 0.50);
