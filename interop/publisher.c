@@ -47,12 +47,12 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvpool_interop.h"
+#include "errmsg.h"
 #include "publisher_hooks.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -106,16 +106,6 @@ struct kvpi_publisher {
     void *_Atomic hook_arg;
 };
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
-
 void kvpi_publisher_config_default(kvpi_publisher_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -148,11 +138,11 @@ static uint64_t get_be64(const uint8_t in[8])
 int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
 {
     if (!ep || !*ep) {
-        set_err(err, errcap, "no endpoint given");
+        kvpi__set_err(err, errcap, "no endpoint given");
         return -1;
     }
     if (!strstr(ep, "://")) {
-        set_err(err, errcap,
+        kvpi__set_err(err, errcap,
                 "'%s' is not an endpoint (expected TRANSPORT://ADDRESS, e.g. "
                 "tcp://127.0.0.1:5557)", ep);
         return -1;
@@ -165,13 +155,13 @@ int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
         addr = semi + 1;
     const char *colon = strrchr(addr, ':');
     if (!colon || colon == addr) {
-        set_err(err, errcap, "%s: expected tcp://HOST:PORT", ep);
+        kvpi__set_err(err, errcap, "%s: expected tcp://HOST:PORT", ep);
         return -1;
     }
     const char *port = colon + 1;
     if (strcmp(port, "*") == 0) {
         if (!bind) {
-            set_err(err, errcap, "%s: port '*' (chosen by the system) can only be bound", ep);
+            kvpi__set_err(err, errcap, "%s: port '*' (chosen by the system) can only be bound", ep);
             return -1;
         }
     } else {
@@ -179,7 +169,7 @@ int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
         size_t nd = strspn(port, "0123456789");
         if (nd == 0 || nd > 5 || port[nd] != '\0' || (v = strtoul(port, NULL, 10)) < 1 ||
             v > 65535) {
-            set_err(err, errcap,
+            kvpi__set_err(err, errcap,
                     "%s: port '%s' is not in 1..65535%s", ep, port,
                     bind ? " (or '*' for a port chosen by the system)" : "");
             return -1;
@@ -192,14 +182,15 @@ int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
         hl -= 2;
     }
     if (hl == 0 || hl >= sizeof host) {
-        set_err(err, errcap, "%s: %s host", ep, hl ? "over-long" : "empty");
+        kvpi__set_err(err, errcap, "%s: %s host", ep, hl ? "over-long" : "empty");
         return -1;
     }
     memcpy(host, addr, hl);
     host[hl] = '\0';
     if (strcmp(host, "*") == 0) {
         if (!bind) {
-            set_err(err, errcap, "%s: cannot connect to host '*' (bind it, or name a host)", ep);
+            kvpi__set_err(err, errcap, "%s: cannot connect to host '*' (bind it, or name a host)",
+                          ep);
             return -1;
         }
         return 0;
@@ -212,7 +203,7 @@ int kvpi_endpoint_check(const char *ep, int bind, char *err, size_t errcap)
     hints.ai_socktype = SOCK_STREAM;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0) {
-        set_err(err, errcap, "%s: cannot resolve host '%s': %s", ep, host, gai_strerror(rc));
+        kvpi__set_err(err, errcap, "%s: cannot resolve host '%s': %s", ep, host, gai_strerror(rc));
         return -1;
     }
     freeaddrinfo(res);
@@ -508,12 +499,12 @@ static int open_pub(kvpi_publisher *p, const kvpi_publisher_config *cfg, char *e
     if (!p->pub || zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
         zmq_setsockopt(p->pub, ZMQ_XPUB_MANUAL, &one, sizeof one) ||
         bound_receive(p->pub, max_sub, XPUB_RCVHWM)) {
-        set_err(err, errcap, "cannot open the PUB socket: %s", zmq_strerror(zmq_errno()));
+        kvpi__set_err(err, errcap, "cannot open the PUB socket: %s", zmq_strerror(zmq_errno()));
         return -1;
     }
     if ((bind ? zmq_bind(p->pub, ep) : zmq_connect(p->pub, ep)) != 0) {
-        set_err(err, errcap, "cannot %s %s: %s", bind ? "bind" : "connect to", ep,
-                zmq_strerror(zmq_errno()));
+        kvpi__set_err(err, errcap, "cannot %s %s: %s", bind ? "bind" : "connect to", ep,
+                      zmq_strerror(zmq_errno()));
         return -1;
     }
     size_t len = sizeof p->endpoint;
@@ -525,7 +516,8 @@ static int open_pub(kvpi_publisher *p, const kvpi_publisher_config *cfg, char *e
     if (!p->take || !p->give || zmq_setsockopt(p->take, ZMQ_RCVHWM, &hwm, sizeof hwm) ||
         zmq_setsockopt(p->give, ZMQ_SNDHWM, &hwm, sizeof hwm) ||
         zmq_bind(p->take, HANDOFF_EP) || zmq_connect(p->give, HANDOFF_EP)) {
-        set_err(err, errcap, "cannot open the hand-off socket: %s", zmq_strerror(zmq_errno()));
+        kvpi__set_err(err, errcap, "cannot open the hand-off socket: %s",
+                      zmq_strerror(zmq_errno()));
         return -1;
     }
     return 0;
@@ -542,8 +534,8 @@ static int open_router(kvpi_publisher *p, const char *ep, char *err, size_t errc
     if (!p->router || zmq_setsockopt(p->router, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm) ||
         bound_receive(p->router, KVPI_MAX_REPLAY_REQUEST, ROUTER_RCVHWM) ||
         zmq_bind(p->router, ep) != 0) {
-        set_err(err, errcap, "cannot bind the replay socket at %s: %s", ep,
-                zmq_strerror(zmq_errno()));
+        kvpi__set_err(err, errcap, "cannot bind the replay socket at %s: %s", ep,
+                      zmq_strerror(zmq_errno()));
         return -1;
     }
     size_t len = sizeof p->replay_ep;
@@ -561,12 +553,12 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
         cfg = &def;
     }
     if (!out) {
-        set_err(err, errcap, "no output pointer");
+        kvpi__set_err(err, errcap, "no output pointer");
         return -1;
     }
     kvpi_publisher *p = calloc(1, sizeof *p);
     if (!p) {
-        set_err(err, errcap, "out of memory");
+        kvpi__set_err(err, errcap, "out of memory");
         return -1;
     }
     p->dp_rank = cfg->dp_rank;
@@ -578,7 +570,7 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
     p->ring = p->ring_cap ? calloc(p->ring_cap, sizeof *p->ring) : NULL;
     p->ctx = zmq_ctx_new();
     if (!p->topic || (p->ring_cap && !p->ring) || !p->ctx) {
-        set_err(err, errcap, "out of memory");
+        kvpi__set_err(err, errcap, "out of memory");
         goto fail;
     }
     memcpy(p->topic, topic, p->topic_len + 1);
@@ -586,7 +578,7 @@ int kvpi_publisher_create(const kvpi_publisher_config *cfg, kvpi_publisher **out
         (cfg->replay_endpoint && open_router(p, cfg->replay_endpoint, err, errcap) != 0))
         goto fail;
     if (pthread_create(&p->thread, NULL, service_thread, p) != 0) {
-        set_err(err, errcap, "cannot start the publisher's service thread");
+        kvpi__set_err(err, errcap, "cannot start the publisher's service thread");
         goto fail;
     }
     p->thread_running = true;

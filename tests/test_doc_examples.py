@@ -39,7 +39,7 @@ def c_libs(source):
         interop = BUILD / "libkvpool_interop.a"
         if not interop.exists():
             pytest.skip("built without the interop part")
-        libs = [str(interop), *libs, "-lzmq", "-lmsgpackc", "-lcbor"]
+        libs = [str(interop), *libs, "-lzmq", "-lmsgpackc", "-lcbor", "-lhiredis"]
     return libs
 
 

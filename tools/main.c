@@ -11,6 +11,7 @@
 #include "common.h"
 #include "curve.h"
 #include "events.h"
+#include "redis_bench.h"
 #include "replay.h"
 #include "sweep.h"
 
@@ -39,6 +40,8 @@ static const command commands[] = {
      "subscribe to KV-cache events (vLLM wire format) and print them", kvpt_cmd_events},
     {"events-demo", "ENDPOINT [--connect] [--replay EP] [--topic T]",
      "publish a scripted scenario's KV-cache events (for tests)", kvpt_cmd_events_demo},
+    {"redis-bench", "--server HOST:PORT [--size BYTES] [--pipeline D] [--ops N]",
+     "the Redis block store's throughput against redis-benchmark's", kvpt_cmd_redis_bench},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
