@@ -10,7 +10,10 @@ ids; format tags per block; a stats snapshot after every changing call in
 a history of ``DEFAULT_HISTORY_SIZE``).  When ``veloxquant_mlx`` is
 importable its own ``BlockPoolExhaustedError`` and
 ``OwnerAlreadyActiveError`` are the ones raised, so ``except`` clauses
-written for it keep working.
+written for it keep working: each raise takes the class then found under
+``veloxquant_mlx.core.exceptions`` in ``sys.modules`` (a caller that loads
+that module again, from its file, makes new class objects and catches
+those), the classes bound at import otherwise.
 
 As the original: ``allocate(n_tokens)`` fills each block (``block_size``
 tokens, the last one the remainder), so fragmentation counts the partial
@@ -35,6 +38,7 @@ Deviations (also in docs/PYTHON.md):
 """
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -59,6 +63,21 @@ except ImportError:
 
     class OwnerAlreadyActiveError(_kvpool.OwnerActiveError):  # type: ignore[no-redef]
         """register_owner() for an owner that is still active."""
+
+_BOUND_ERRORS = {"BlockPoolExhaustedError": BlockPoolExhaustedError,
+                 "OwnerAlreadyActiveError": OwnerAlreadyActiveError}
+
+
+def _error(name: str) -> type:
+    """The exception class to raise for name: the one in the module that
+    ``veloxquant_mlx.core.exceptions`` names in sys.modules now, when it has
+    an exception class by that name, else the one bound at import."""
+    module = sys.modules.get("veloxquant_mlx.core.exceptions")
+    cls = getattr(module, name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        return cls
+    return _BOUND_ERRORS[name]
+
 
 DEFAULT_BLOCK_SIZE: int = 16
 DEFAULT_HISTORY_SIZE: int = 256
@@ -290,7 +309,7 @@ class BlockPoolAllocator:
         try:
             self._pool.owner_register(owner)
         except _kvpool.OwnerActiveError as e:
-            raise OwnerAlreadyActiveError(str(e)) from None
+            raise _error("OwnerAlreadyActiveError")(str(e)) from None
 
     def release_owner(self, owner: int) -> None:
         """Clear an owner from the active set without freeing blocks (no-op if not active)."""
@@ -310,7 +329,7 @@ class BlockPoolAllocator:
         except _kvpool.ExhaustedError as e:
             self._grow_to_cap(s)
             self._record()
-            raise BlockPoolExhaustedError(str(e)) from None
+            raise _error("BlockPoolExhaustedError")(str(e)) from None
         n = len(ids)
         fills = [bs] * n
         fills[-1] = n_tokens - bs * (n - 1)
@@ -401,15 +420,13 @@ class BlockPoolAllocator:
 # ---- adoption -------------------------------------------------------------
 _NAMES = {"BlockPoolAllocator": BlockPoolAllocator, "PoolConfig": PoolConfig, "Block": Block,
           "AllocationStats": AllocationStats}
-_ERRORS = {"BlockPoolExhaustedError": BlockPoolExhaustedError,
-           "OwnerAlreadyActiveError": OwnerAlreadyActiveError}
 _adoption = _adopt.Adoption(
     "veloxquant_mlx",
     patch={"veloxquant_mlx.memory.block_pool": _NAMES},
     register={"veloxquant_mlx.memory.block_pool": dict(
-                  _NAMES, **_ERRORS, DEFAULT_BLOCK_SIZE=DEFAULT_BLOCK_SIZE,
+                  _NAMES, **_BOUND_ERRORS, DEFAULT_BLOCK_SIZE=DEFAULT_BLOCK_SIZE,
                   DEFAULT_HISTORY_SIZE=DEFAULT_HISTORY_SIZE),
-              "veloxquant_mlx.core.exceptions": _ERRORS})
+              "veloxquant_mlx.core.exceptions": _BOUND_ERRORS})
 
 
 def install() -> bool:
