@@ -143,7 +143,10 @@ def churn_veloxquant(mod, ops) -> float:
     return time.perf_counter() - t0
 
 
-def request_churn_ops(steps: int, live: int = 256):
+LIVE_REQUESTS = 256  # the request churn's live requests
+
+
+def request_churn_ops(steps: int, live: int = LIVE_REQUESTS):
     """The engines' request churn: per step (the live request drawn, the
     blocks it asks for, 1 to 16, whether it then finishes, probability 1/16)."""
     rng = SplitMix64(7)
@@ -159,7 +162,7 @@ def churn_veloxquant_requests(mod, ops) -> float:
     pool = mod.BlockPoolAllocator(mod.PoolConfig(block_size=BS, n_blocks=65536, separate_kv=False))
     allocate, free_all = pool.allocate, pool.free_all
     picks, ks, done = ops
-    owners = list(range(len(set(picks))))
+    owners = list(range(LIVE_REQUESTS))
     nxt = len(owners)
     t0 = time.perf_counter()
     for p, k, d in zip(picks, ks, done):
@@ -185,7 +188,7 @@ def churn_mlx_tables(mod, ops) -> float:
     alloc, add = mgr.allocate_block, mgr.add_block_to_table
     picks, ks, done = ops
     t0 = time.perf_counter()
-    tables = [create(str(i)) for i in range(len(set(picks)))]
+    tables = [create(str(i)) for i in range(LIVE_REQUESTS)]
     nxt = len(tables)
     for p, k, d in zip(picks, ks, done):
         table = tables[p]
@@ -442,23 +445,21 @@ def workloads(system, args, orig):
     ``orig`` is the original's module (the end-to-end rows time its engine
     hashing on its side).  A row that cannot run is printed as skipped."""
     rows = []
-    if system == "vllm":
+    if system in ("vllm", "atom"):  # churn, then the prefix pool part
         ops, reqs = churn_ops(args.churn), prefix_requests(args.requests)
-        vllm_inputs = vllm_prefix_inputs(reqs)
-        rows.append(("churn", "ns/block", args.churn, lambda m: churn_vllm(m, ops)))
+        churn, prefix, inputs = ((churn_vllm, prefix_vllm, vllm_prefix_inputs) if system == "vllm"
+                                 else (churn_atom, prefix_atom, atom_prefix_inputs))
+        pinputs = inputs(reqs)
+        rows.append(("churn", "ns/block", args.churn, lambda m: churn(m, ops)))
         rows.append(("prefix pool part", "us/request", args.requests,
-                     lambda m: prefix_vllm(m, vllm_inputs)))
+                     lambda m: prefix(m, pinputs)))
+    if system == "vllm":
         sha256, own_hbt = vllm_engine_hashing()
         rows.append(("prefix end to end", "us/request", args.requests,
                      lambda m: prefix_vllm_e2e(m, reqs, request_block_hasher(
                          sha256, own_hbt if m is orig else getattr(m, "hash_block_tokens",
                                                                    own_hbt)))))
     elif system == "atom":
-        ops, reqs = churn_ops(args.churn), prefix_requests(args.requests)
-        atom_inputs = atom_prefix_inputs(reqs)
-        rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
-        rows.append(("prefix pool part", "us/request", args.requests,
-                     lambda m: prefix_atom(m, atom_inputs)))
         own = atom_engine_hash()
         if own is None:
             print(json.dumps({"system": system, "workload": "prefix end to end",

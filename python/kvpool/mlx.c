@@ -2,9 +2,10 @@
 /*
  * mlx.c — the hashing hot path of the vllm-mlx drop-in
  * (kvpool.compat.vllm_mlx): one block's chained content hash and its legacy
- * string hash, byte-identical to vllm-mlx's own Python functions; and the
+ * string hash, byte-identical to vllm-mlx's own Python functions; the
  * two per-block loops of its manager that hash (get_computed_blocks' walk,
- * cache_full_blocks' publishing), each one call per request.
+ * cache_full_blocks' publishing), each one call per request; and the
+ * per-block bookkeeping of add_block_to_table (mlx_add), one call per block.
  *
  * vllm-mlx hashes a block as SHA-256(parent or b"vllm-mlx-root" ||
  * str(tuple(tokens)).encode()), and its legacy hash as the first 16 hex
@@ -397,6 +398,82 @@ PyObject *kvpy_mlx_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     if (p)
         res = Py_BuildValue("(nN)", i, p);
 out:
+    PyBuffer_Release(&cv);
+    return res;
+}
+
+/*
+ * mlx_add(pool, counts, table, block_id, tokens) -> None: the manager's
+ * add_block_to_table for one of its own blocks, in one call.  Sets the
+ * block's fill level in pool to tokens clamped to 0..block_size (block 0,
+ * the null block, and a block that is free keep theirs: the library keeps
+ * no fill for them), counts[block_id] = tokens (counts: the manager's
+ * writable int64 array of token counts), then appends block_id to
+ * table.block_ids and adds tokens to table.num_tokens, as the original.
+ * tokens must be an int that fits in 64 bits (OverflowError otherwise, as
+ * the array's own assignment); IndexError for an id beyond counts.  Every
+ * check comes before the first change.
+ */
+PyObject *kvpy_mlx_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)m;
+    if (!kvpy_nargs_is(nargs, 5, "mlx_add(pool, counts, table, block_id, tokens)"))
+        return NULL;
+    PoolObject *pool = mlx_pool_arg(args[0]);
+    if (!pool)
+        return NULL;
+    unsigned long id = PyLong_AsUnsignedLong(args[3]);
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    long long tokens = PyLong_AsLongLong(args[4]);
+    if (tokens == -1 && PyErr_Occurred())
+        return NULL;
+    static PyObject *s_ids, *s_num; /* the attribute names, interned once */
+    if (!s_ids && !(s_ids = PyUnicode_InternFromString("block_ids")))
+        return NULL;
+    if (!s_num && !(s_num = PyUnicode_InternFromString("num_tokens")))
+        return NULL;
+    Py_buffer cv;
+    if (PyObject_GetBuffer(args[1], &cv, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        return NULL;
+    PyObject *res = NULL, *ids = NULL;
+    if (cv.itemsize != 8 || !cv.format || strcmp(cv.format, "q") != 0) {
+        PyErr_SetString(PyExc_TypeError, "counts must be an array('q')");
+        goto out;
+    }
+    if ((Py_ssize_t)id >= cv.len / 8) {
+        PyErr_SetString(PyExc_IndexError, "array assignment index out of range");
+        goto out;
+    }
+    ids = PyObject_GetAttr(args[2], s_ids);
+    if (!ids)
+        goto out;
+    if (!PyList_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "table.block_ids must be a list");
+        goto out;
+    }
+    if (id != 0) {
+        long long bs = (long long)pool->block_size;
+        uint32_t fill = (uint32_t)(tokens < 0 ? 0 : (tokens > bs ? bs : tokens));
+        kvp_status st = kvp_set_fill(pool->pool, (kvp_block)id, fill);
+        if (st && st != KVP_EDOUBLEFREE) {
+            kvpy_raise(st);
+            goto out;
+        }
+    }
+    ((long long *)cv.buf)[id] = tokens;
+    PyObject *n = PyObject_GetAttr(args[2], s_num);
+    PyObject *sum = n ? PyNumber_Add(n, args[4]) : NULL;
+    Py_XDECREF(n);
+    PyObject *key = sum ? PyLong_FromUnsignedLong(id) : NULL;
+    int bad = !key || PyList_Append(ids, key) < 0 ||
+              PyObject_SetAttr(args[2], s_num, sum) < 0;
+    Py_XDECREF(key);
+    Py_XDECREF(sum);
+    if (!bad)
+        res = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(ids);
     PyBuffer_Release(&cv);
     return res;
 }

@@ -85,6 +85,7 @@ _sha256 = hashlib.sha256
 _native_hash = _kvpool.mlx_block_hash  # both hashes in C for a list of ints, else None
 _native_prefix = _kvpool.mlx_prefix  # get_computed_blocks' walk in C
 _native_cache = _kvpool.mlx_cache  # cache_full_blocks' loop in C
+_native_add = _kvpool.mlx_add  # add_block_to_table for a manager's block in C
 _low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
 
 
@@ -301,6 +302,7 @@ class PagedCacheManager:
             "__slots__": (), "__module__": __name__, "_pool": self._pool,
             "_counts": self._token_counts, "_stamps": self._last_access,
             "_data": self._cache_data, "_legacy": self._hash_values})
+        self._block_cls = cls
         self.blocks: List[CacheBlock] = [int.__new__(cls, i) for i in range(self.max_blocks)]
         self.null_block = self.blocks[0]
         self.allocated_blocks = _AllocatedBlocks(self)
@@ -561,12 +563,20 @@ class PagedCacheManager:
                 self._release([bid for bid in t.block_ids if bid != 0])
 
     def add_block_to_table(self, table: BlockTable, block: CacheBlock, tokens_in_block: int) -> None:
+        """Append block to table with tokens_in_block tokens (the block's
+        token_count; a manager block's fill level in the pool, clamped to
+        0..block_size, for the token statistics)."""
+        if (type(block) is self._block_cls and type(tokens_in_block) is int
+                and type(table) is BlockTable):
+            # One of this manager's blocks: one native call, which runs no Python
+            # code, so under the GIL it is atomic and takes no lock, as allocate_block.
+            _native_add(self._pool, self._token_counts, table, block, tokens_in_block)
+            return
         with self._lock:
-            table.block_ids.append(block.block_id)
+            i = block.block_id
             block.token_count = tokens_in_block
+            table.block_ids.append(i)
             table.num_tokens += tokens_in_block
-            if block.block_id != 0:
-                self._pool.set_fill(block.block_id, min(max(tokens_in_block, 0), self.block_size))
 
     def find_shared_prefix(self, tokens: List[int]) -> Tuple[List[int], List[int]]:
         """Legacy: leading full blocks found by find_cached_block, and the rest."""
