@@ -287,3 +287,21 @@ def test_one_block_removed_event_per_evicted_block_with_its_group():
     removed = [e for e in bp.take_events() if isinstance(e, BlockRemoved)]
     assert [(e.block_hashes, e.group_idx) for e in removed] == \
         [([int.from_bytes(h[-8:], "big")], 2) for h in hashes]
+
+
+def test_the_cached_block_map_reads_as_vllms_cache_dict():
+    bp = vllm.BlockPool(8, True, BS)
+    toks = list(range(8))
+    hashes = chain(toks)
+    a = bp.get_new_blocks(2)
+    b = bp.get_new_blocks(1)
+    bp.cache_full_blocks(Req(toks, hashes), a, 0, 2, BS, 0)
+    bp.cache_full_blocks(Req(toks[:4], hashes[:1]), b, 0, 1, BS, 0)  # a second copy of block 0
+    cache = bp.cached_block_hash_to_block._cache
+    k0, k1 = (h + bytes(4) for h in hashes)
+    assert dict(cache) == {k0: {a[0].block_id: a[0], b[0].block_id: b[0]}, k1: a[1]}
+    with pytest.raises(TypeError):
+        cache[k0] = None
+    bp.free_blocks(a + b)
+    bp.evict_blocks([a[1].block_id])
+    assert set(bp.cached_block_hash_to_block._cache) == {k0}

@@ -64,6 +64,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Iterable, Optional, Sequence
 
 from .. import _kvpool
@@ -187,6 +188,25 @@ class _CachedBlocksView:
 
     def __len__(self) -> int:
         return self._bp.pool.stats()["indexed"]
+
+    @property
+    def _cache(self) -> "MappingProxyType":
+        """The index as vLLM's map holds it, read-only and made on each read
+        (O(blocks)): BlockHashWithGroupId -> the block cached under it, or
+        {block id: block} when more than one is."""
+        out: dict = {}
+        for b in self._bp.blocks[1:]:
+            key = b.block_hash
+            if key is None:
+                continue
+            prev = out.get(key)
+            if prev is None:
+                out[key] = b
+            elif isinstance(prev, dict):
+                prev[b.block_id] = b
+            else:
+                out[key] = {prev.block_id: prev, b.block_id: b}
+        return MappingProxyType(out)
 
 
 class BlockPool(_kvpool._VllmBlockPool):
