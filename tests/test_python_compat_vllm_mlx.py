@@ -400,3 +400,20 @@ def test_adding_blocks_to_a_table_counts_tokens_and_fill_levels():
     assert t.num_tokens == 51 and len(t.block_ids) == 5 and a.token_count == 16
     m.delete_block_table("r")
     assert m.free_blocks == 7
+
+
+def test_allocate_block_stamps_the_block_evicts_cached_content_and_returns_none_when_out():
+    import time
+    m = Mgr(block_size=4, max_blocks=3)
+    t0 = time.time()
+    a = m.allocate_block()
+    assert a is m.blocks[a.block_id] and a.ref_count == 1 and t0 <= a.last_access <= time.time()
+    toks = [1, 2, 3, 4]
+    m.cache_full_blocks([a], toks, 0, 1)
+    assert m.get_computed_blocks(toks + [5])[0] == [a]
+    b = m.allocate_block()
+    assert m.allocate_block() is None  # two blocks besides the null block
+    m.free_block(a.block_id)
+    assert m.allocate_block() is a and a.block_hash is None  # cached content evicted
+    assert m.get_computed_blocks(toks + [5])[0] == []
+    assert m.free_blocks == 0 and b.ref_count == 1
