@@ -9,6 +9,7 @@ scenario below then imports from those paths.  Each scenario restates in
 our words what one of the original's unit tests
 (tests/non_metal/test_block_pool.py) checks; docs/PYTHON.md maps them.
 """
+import importlib.util
 import os
 import sys
 import threading
@@ -326,3 +327,37 @@ def test_handed_out_blocks_are_equal_handles_on_the_pool_state():
     assert rec != a[0] and rec.owner == 1
     pool.free(a)
     assert all(b.owner is None and b.n_used == 0 for b in again) and pool.n_free("kv") == 4
+
+
+def test_raises_the_exception_classes_of_a_module_loaded_later_by_path(tmp_path):
+    """A caller that loads veloxquant_mlx/core/exceptions.py from a file after the
+    drop-in was imported (as VeloxQuant-MLX's own tests do) gets new class
+    objects under that module path; the drop-in raises those, and a refused
+    call still changes nothing."""
+    src = tmp_path / "exceptions.py"
+    src.write_text("class BlockPoolExhaustedError(RuntimeError):\n    pass\n\n\n"
+                   "class OwnerAlreadyActiveError(ValueError):\n    pass\n")
+    spec = importlib.util.spec_from_file_location("veloxquant_mlx.core.exceptions", src)
+    fresh = importlib.util.module_from_spec(spec)
+    name = "veloxquant_mlx.core.exceptions"
+    before = sys.modules.get(name)
+    sys.modules[name] = fresh
+    try:
+        spec.loader.exec_module(fresh)
+        assert fresh.BlockPoolExhaustedError is not veloxquant.BlockPoolExhaustedError
+        pool = shared(n=2)
+        pool.register_owner(1)
+        mark = (pool.n_free("kv"), pool.stats.n_allocations, pool.blocks_for(1))
+        with pytest.raises(fresh.BlockPoolExhaustedError):
+            pool.allocate("kv", 100, owner=1)
+        assert (pool.n_free("kv"), pool.stats.n_allocations, pool.blocks_for(1)) == mark
+        with pytest.raises(fresh.OwnerAlreadyActiveError):
+            pool.register_owner(1)
+        assert pool.stats.n_exhausted == 1 and pool.n_free("kv") == 2
+    finally:
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
+    with pytest.raises(veloxquant.BlockPoolExhaustedError):  # the module back: its classes
+        shared(n=1).allocate("kv", 100, owner=1)

@@ -244,3 +244,64 @@ def test_blocks_is_a_read_only_view_of_every_block():
     del cyclic
     gc.collect()
     assert gone() is None
+
+
+class ForeignBlock:
+    """A block object of another class, as vLLM's own tests make them
+    (``KVCacheBlock(i)``): only its block_id is read."""
+
+    def __init__(self, block_id):
+        self.block_id = block_id
+        self.ref_cnt = 0
+
+
+def test_blocks_of_another_class_stand_for_the_pools_block_of_that_id():
+    bp = vllm.BlockPool(8, True, BS)
+    toks = list(range(8))
+    got = bp.get_new_blocks(2)
+    ids = [b.block_id for b in got]
+    bp.cache_full_blocks(Req(toks, chain(toks)), [ForeignBlock(i) for i in ids], 0, 2, BS, 0)
+    assert [b.block_hash for b in got] == [h + bytes(4) for h in chain(toks)]  # group 0
+    bp.touch([ForeignBlock(ids[0])])
+    assert got[0].ref_cnt == 2
+    before = (bp.get_num_free_blocks(), [b.ref_cnt for b in bp.blocks])
+    for bad, err in (([object()], TypeError), ([ForeignBlock(99)], ValueError),
+                     ([ForeignBlock("1")], TypeError)):
+        with pytest.raises(err):
+            bp.free_blocks([ForeignBlock(ids[1])] + bad)
+        assert (bp.get_num_free_blocks(), [b.ref_cnt for b in bp.blocks]) == before
+    bp.free_blocks([ForeignBlock(i) for i in ids + ids[:1]])
+    assert bp.get_num_free_blocks() == 7 and [b.ref_cnt for b in got] == [0, 0]
+
+
+def test_one_block_removed_event_per_evicted_block_with_its_group():
+    BlockRemoved = vllm.BlockRemoved  # noqa: N806
+    bp = vllm.BlockPool(4, True, BS, enable_kv_cache_events=True)
+    toks = list(range(12))
+    hashes = chain(toks)
+    blocks = bp.get_new_blocks(3)
+    bp.cache_full_blocks(Req(toks, hashes), blocks, 0, 3, BS, 2)
+    bp.free_blocks(blocks)
+    bp.take_events()
+    bp.get_new_blocks(3)  # evicts all three cached blocks
+    removed = [e for e in bp.take_events() if isinstance(e, BlockRemoved)]
+    assert [(e.block_hashes, e.group_idx) for e in removed] == \
+        [([int.from_bytes(h[-8:], "big")], 2) for h in hashes]
+
+
+def test_the_cached_block_map_reads_as_vllms_cache_dict():
+    bp = vllm.BlockPool(8, True, BS)
+    toks = list(range(8))
+    hashes = chain(toks)
+    a = bp.get_new_blocks(2)
+    b = bp.get_new_blocks(1)
+    bp.cache_full_blocks(Req(toks, hashes), a, 0, 2, BS, 0)
+    bp.cache_full_blocks(Req(toks[:4], hashes[:1]), b, 0, 1, BS, 0)  # a second copy of block 0
+    cache = bp.cached_block_hash_to_block._cache
+    k0, k1 = (h + bytes(4) for h in hashes)
+    assert dict(cache) == {k0: {a[0].block_id: a[0], b[0].block_id: b[0]}, k1: a[1]}
+    with pytest.raises(TypeError):
+        cache[k0] = None
+    bp.free_blocks(a + b)
+    bp.evict_blocks([a[1].block_id])
+    assert set(bp.cached_block_hash_to_block._cache) == {k0}

@@ -376,3 +376,44 @@ def test_managed_blocks_are_canonical_identity_compared_and_collectable():
     del m, b
     gc.collect()
     assert gone() is None  # the cycle through the blocks' class and the pool is collectable
+
+
+def test_adding_blocks_to_a_table_counts_tokens_and_fill_levels():
+    m = Mgr(block_size=16, max_blocks=8)
+    t = m.create_block_table("r")
+    a, b = m.allocate_block(), m.allocate_block()
+    m.add_block_to_table(t, a, 16)
+    m.add_block_to_table(t, b, 20)  # more than a block: its count as given, its fill clamped
+    assert t.block_ids == [a.block_id, b.block_id] and t.num_tokens == 36
+    assert (a.token_count, b.token_count) == (16, 20)
+    assert m.get_stats().total_tokens_cached == 32
+    m.add_block_to_table(t, m.null_block, 5)  # the null block keeps no fill
+    assert t.block_ids[-1] == 0 and t.num_tokens == 41 and m.get_stats().total_tokens_cached == 32
+    m.free_block(b.block_id)
+    m.add_block_to_table(t, b, 3)  # a free block: appended, as the original, its fill not kept
+    assert t.block_ids[-1] == b.block_id and b.token_count == 3 and t.num_tokens == 44
+    rec = pc().CacheBlock(block_id=5)  # not the manager's: its own field
+    m.add_block_to_table(t, rec, 7)
+    assert rec.token_count == 7 and t.block_ids[-1] == 5 and t.num_tokens == 51
+    with pytest.raises(OverflowError):  # refused before any change
+        m.add_block_to_table(t, a, 2 ** 70)
+    assert t.num_tokens == 51 and len(t.block_ids) == 5 and a.token_count == 16
+    m.delete_block_table("r")
+    assert m.free_blocks == 7
+
+
+def test_allocate_block_stamps_the_block_evicts_cached_content_and_returns_none_when_out():
+    import time
+    m = Mgr(block_size=4, max_blocks=3)
+    t0 = time.time()
+    a = m.allocate_block()
+    assert a is m.blocks[a.block_id] and a.ref_count == 1 and t0 <= a.last_access <= time.time()
+    toks = [1, 2, 3, 4]
+    m.cache_full_blocks([a], toks, 0, 1)
+    assert m.get_computed_blocks(toks + [5])[0] == [a]
+    b = m.allocate_block()
+    assert m.allocate_block() is None  # two blocks besides the null block
+    m.free_block(a.block_id)
+    assert m.allocate_block() is a and a.block_hash is None  # cached content evicted
+    assert m.get_computed_blocks(toks + [5])[0] == []
+    assert m.free_blocks == 0 and b.ref_count == 1

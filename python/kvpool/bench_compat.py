@@ -2,14 +2,23 @@
 """kvpool.bench_compat — each drop-in against its original, side by side.
 
 Run: ``PYTHONPATH=<dir with the originals> /usr/bin/python3 -m kvpool.bench_compat
-[--system vllm|atom|vllm_mlx|veloxquant|all] [--churn N] [--requests N] [--reps N] [--memory N]``.
+[--system vllm|atom|vllm_mlx|veloxquant|all] [--churn N] [--steps N] [--requests N] [--reps N]
+[--memory N]``, or with ``--originals DIR`` instead of the PYTHONPATH entry.
 
 The originals are imported under their own module paths
 (``vllm.v1.core.block_pool``, ``atom.model_engine.block_pool``,
 ``vllm_mlx.paged_cache``, ``veloxquant_mlx.memory.block_pool``); a system whose
 original is not importable is skipped.  Both sides run the same operation
-sequence through the original's public API, the way its engine calls it,
-in one process, alternating original and drop-in per repetition:
+sequence through the original's public API, the way its engine calls it.
+Without ``--originals`` both run in one process, alternating original and
+drop-in per repetition after a warm-up.  With ``--originals DIR`` each
+system's original comes from its checkout, ``DIR/vllm``, ``DIR/atom``,
+``DIR/vllm-mlx`` or ``DIR/veloxquant``, and every timing is one run in a
+fresh interpreter (the fastest of ``--inner`` runs in it), the original
+and the drop-in interleaved (the one that goes first alternates per
+round), ``--reps`` rounds.  Each row prints the
+ratio of the medians (``speedup``) and each round's ratio (``rounds``).
+Rows:
 
 - ``churn`` (docs/PERFORMANCE.md's churn: 65,536 blocks, 256 live sequences of
   [128, 2048] tokens at 16 per block): vLLM ``get_new_blocks(1)`` per block
@@ -20,6 +29,14 @@ in one process, alternating original and drop-in per repetition:
   block at the end (its ``free_blocks`` method is shadowed by the
   ``free_blocks`` count property in the original, so ``free_block`` is how
   blocks are given back).  Result: ns per allocated block.
+- ``request churn`` (the engines' own pattern, 65,536 blocks, 256 live
+  requests, ``--steps`` steps): each step the drawn request asks for 1 to 16
+  blocks and then finishes with probability 1/16; VeloxQuant
+  ``allocate("kv", 16 * k, owner)`` and ``free_all(owner)``; vllm-mlx as its
+  BlockAwarePrefixCache: ``create_block_table(rid)``, per block
+  ``allocate_block()`` and ``add_block_to_table(table, block, 16)``,
+  ``delete_block_table(rid)``.  What is live at the end is freed inside the
+  timing.  Result: ns per allocated block.
 - ``prefix`` (docs/PERFORMANCE.md's prefix: 16,384 blocks, Zipf-chosen 1,024-token
   system prompts plus a unique suffix): vLLM's admission per request as its
   ``KVCacheManager`` drives the pool — ``get_cached_block(hash, [0])`` per
@@ -67,7 +84,7 @@ import time
 
 import numpy as np
 
-from .bench import BS, churn_ops, prefix_requests, vllm_blocks_for
+from .bench import BS, SplitMix64, churn_ops, prefix_requests, vllm_blocks_for
 
 ORIGINALS = {"vllm": "vllm.v1.core.block_pool", "atom": "atom.model_engine.block_pool", "vllm_mlx": "vllm_mlx.paged_cache",
              "veloxquant": "veloxquant_mlx.memory.block_pool"}
@@ -128,9 +145,9 @@ def churn_mlx_free_block(mod, ops) -> float:
 
 
 def churn_veloxquant(mod, ops) -> float:
-    """docs/PERFORMANCE.md's scale workload at 1,024 blocks (the original recounts
-    fragmentation over every block on each call): allocate(BS tokens) per
-    block to the sequence's owner, free_all(owner) when it is done."""
+    """A small pool's churn, 1,024 blocks and 8 live sequences:
+    allocate(BS tokens) per block to the sequence's owner, free_all(owner)
+    when it is done."""
     pool = mod.BlockPoolAllocator(mod.PoolConfig(block_size=BS, n_blocks=1024, separate_kv=False))
     allocate, free_all = pool.allocate, pool.free_all
     picks, inst, done, _sizes = ops
@@ -140,6 +157,66 @@ def churn_veloxquant(mod, ops) -> float:
         allocate("kv", BS, o[k])
         if d[k]:
             free_all(o[k])
+    return time.perf_counter() - t0
+
+
+LIVE_REQUESTS = 256  # the request churn's live requests
+
+
+def request_churn_ops(steps: int, live: int = LIVE_REQUESTS):
+    """The engines' request churn: per step (the live request drawn, the
+    blocks it asks for, 1 to 16, whether it then finishes, probability 1/16)."""
+    rng = SplitMix64(7)
+    return (rng.range(steps, 0, live - 1).tolist(), rng.range(steps, 1, 16).tolist(),
+            (rng.unit(steps) < 1 / 16).tolist())
+
+
+def churn_veloxquant_requests(mod, ops) -> float:
+    """VeloxQuant's engine churn on a 65,536-block shared pool: the drawn
+    request calls ``allocate("kv", 16 * k, owner)``, a finishing request
+    ``free_all(owner)`` and its slot gets a new owner; the requests still
+    live at the end are freed inside the timing too."""
+    pool = mod.BlockPoolAllocator(mod.PoolConfig(block_size=BS, n_blocks=65536, separate_kv=False))
+    allocate, free_all = pool.allocate, pool.free_all
+    picks, ks, done = ops
+    owners = list(range(LIVE_REQUESTS))
+    nxt = len(owners)
+    t0 = time.perf_counter()
+    for p, k, d in zip(picks, ks, done):
+        owner = owners[p]
+        allocate("kv", BS * k, owner)
+        if d:
+            free_all(owner)
+            owners[p] = nxt
+            nxt += 1
+    for owner in owners:
+        free_all(owner)
+    return time.perf_counter() - t0
+
+
+def churn_mlx_tables(mod, ops) -> float:
+    """vllm-mlx's churn as its BlockAwarePrefixCache drives the manager
+    (65,536 blocks): ``create_block_table(rid)`` when a request starts,
+    ``allocate_block()`` and ``add_block_to_table(table, block, 16)`` per
+    block, ``delete_block_table(rid)`` when it finishes; the tables still
+    live at the end are deleted inside the timing too."""
+    mgr = mod.PagedCacheManager(block_size=BS, max_blocks=65536)
+    create, delete = mgr.create_block_table, mgr.delete_block_table
+    alloc, add = mgr.allocate_block, mgr.add_block_to_table
+    picks, ks, done = ops
+    t0 = time.perf_counter()
+    tables = [create(str(i)) for i in range(LIVE_REQUESTS)]
+    nxt = len(tables)
+    for p, k, d in zip(picks, ks, done):
+        table = tables[p]
+        for _ in range(k):
+            add(table, alloc(), BS)
+        if d:
+            delete(table.request_id)
+            tables[p] = create(str(nxt))
+            nxt += 1
+    for table in tables:
+        delete(table.request_id)
     return time.perf_counter() - t0
 
 
@@ -370,10 +447,81 @@ print((rss() - before) / n)
 """
 
 
-def bytes_per_block(module: str, system: str, n: int) -> float:
+def bytes_per_block(module: str, system: str, n: int, env) -> float:
     out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, module, system, str(n)],
-                         capture_output=True, text=True, check=True, env=os.environ)
+                         capture_output=True, text=True, check=True, env=env)
     return float(out.stdout)
+
+
+#: The checkout under --originals DIR that holds each system's original.
+CHECKOUTS = {"vllm": "vllm", "atom": "atom", "vllm_mlx": "vllm-mlx", "veloxquant": "veloxquant"}
+
+
+def workloads(system, args, orig):
+    """The rows of one system: (name, unit, count, fn(module) -> seconds);
+    ``orig`` is the original's module (the end-to-end rows time its engine
+    hashing on its side).  A row that cannot run is printed as skipped."""
+    rows = []
+    if system in ("vllm", "atom"):  # churn, then the prefix pool part
+        ops, reqs = churn_ops(args.churn), prefix_requests(args.requests)
+        churn, prefix, inputs = ((churn_vllm, prefix_vllm, vllm_prefix_inputs) if system == "vllm"
+                                 else (churn_atom, prefix_atom, atom_prefix_inputs))
+        pinputs = inputs(reqs)
+        rows.append(("churn", "ns/block", args.churn, lambda m: churn(m, ops)))
+        rows.append(("prefix pool part", "us/request", args.requests,
+                     lambda m: prefix(m, pinputs)))
+    if system == "vllm":
+        sha256, own_hbt = vllm_engine_hashing()
+        rows.append(("prefix end to end", "us/request", args.requests,
+                     lambda m: prefix_vllm_e2e(m, reqs, request_block_hasher(
+                         sha256, own_hbt if m is orig else getattr(m, "hash_block_tokens",
+                                                                   own_hbt)))))
+    elif system == "atom":
+        own = atom_engine_hash()
+        if own is None:
+            print(json.dumps({"system": system, "workload": "prefix end to end",
+                              "skipped": "python3-xxhash (ATOM's hashing) not importable"}))
+        else:  # the original's engine hashing, against the drop-in's compute_hash
+            rows.append(("prefix end to end", "us/request", args.requests,
+                         lambda m: prefix_atom_e2e(
+                             m, reqs, own if m is orig else getattr(m, "compute_hash", own))))
+    elif system == "veloxquant":
+        small_ops = churn_ops(args.churn // 10, live=8, lo=16, hi=256)
+        req_ops = request_churn_ops(args.steps)
+        rows.append(("churn 1,024 blocks", "ns/block", args.churn // 10,
+                     lambda m: churn_veloxquant(m, small_ops)))
+        rows.append(("request churn", "ns/block", sum(req_ops[1]),
+                     lambda m: churn_veloxquant_requests(m, req_ops)))
+    else:
+        ops, reqs = churn_ops(args.churn), prefix_requests(args.requests)
+        req_ops = request_churn_ops(args.steps)
+        rows.append(("churn free_block", "ns/block", args.churn,
+                     lambda m: churn_mlx_free_block(m, ops)))
+        rows.append(("request churn, block tables", "ns/block", sum(req_ops[1]),
+                     lambda m: churn_mlx_tables(m, req_ops)))
+        rows.append(("prefix end to end", "us/request", args.requests,
+                     lambda m: prefix_mlx(m, reqs)))
+    return rows
+
+
+def _child(args, argv) -> int:
+    """One row on one side in this fresh process: prints the seconds of its
+    fastest of --inner runs."""
+    orig = importlib.import_module(ORIGINALS[args.system])
+    mod = orig if args.child_side == "original" else importlib.import_module(DROPINS[args.system])
+    for name, _unit, _count, fn in workloads(args.system, args, orig):
+        if name == args.child_row:  # the fastest of --inner runs: a burst of load elsewhere
+            print(repr(min(fn(mod) for _ in range(args.inner))))  # lands in one run, not all
+            return 0
+    raise SystemExit(f"no row {args.child_row!r} for {args.system}")
+
+
+def _fresh(system, name, side, argv, env) -> float:
+    """The seconds of one row on one side, timed in a new interpreter."""
+    cmd = [sys.executable, "-m", "kvpool.bench_compat", *argv, "--system", system,
+           "--child-row", name, "--child-side", side]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -381,68 +529,61 @@ def main(argv=None) -> int:
     ap.add_argument("--system", choices=["vllm", "atom", "vllm_mlx", "veloxquant", "all"],
                     default="all")
     ap.add_argument("--churn", type=int, default=200_000, help="block allocations (default 200,000)")
+    ap.add_argument("--steps", type=int, default=20_000,
+                    help="request churn steps (default 20,000; 8.5 blocks a step on average)")
     ap.add_argument("--requests", type=int, default=2_000, help="prefix requests (default 2,000)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--memory", type=int, default=1 << 20, help="blocks for bytes/block (0: skip)")
+    ap.add_argument("--originals", metavar="DIR",
+                    help="checkouts of the originals (DIR/vllm, DIR/atom, DIR/vllm-mlx, "
+                         "DIR/veloxquant): each row is timed in fresh processes, original "
+                         "and drop-in interleaved, --reps rounds")
+    ap.add_argument("--inner", type=int, default=3,
+                    help="with --originals: runs per fresh process, the fastest kept (default 3)")
+    ap.add_argument("--child-row", help=argparse.SUPPRESS)
+    ap.add_argument("--child-side", choices=["original", "kvpool"], help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
+    if args.child_row:
+        return _child(args, argv)
+    passed = [a for a in argv if not a.startswith("--system") and a not in ORIGINALS]
     systems = list(ORIGINALS) if args.system == "all" else [args.system]
-    ops = churn_ops(args.churn)
-    small_ops = churn_ops(args.churn // 10, live=8, lo=16, hi=256) if "veloxquant" in systems else None
-    reqs = prefix_requests(args.requests)
-    atom_inputs = atom_prefix_inputs(reqs) if "atom" in systems else None
-    vllm_inputs = vllm_prefix_inputs(reqs) if "vllm" in systems else None
     for system in systems:
+        env = dict(os.environ)
+        if args.originals:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [os.path.join(os.path.abspath(args.originals), CHECKOUTS[system])]
+                + [p for p in [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               os.environ.get("PYTHONPATH")] if p])
+            sys.path.insert(0, env["PYTHONPATH"].split(os.pathsep)[0])
         try:
             orig = importlib.import_module(ORIGINALS[system])
         except ImportError as e:
             print(json.dumps({"system": system, "skipped": f"original not importable: {e}"}))
             continue
         mine = importlib.import_module(DROPINS[system])
-        rows = []
-        if system == "vllm":
-            rows.append(("churn", "ns/block", args.churn, lambda m: churn_vllm(m, ops)))
-            rows.append(("prefix pool part", "us/request", args.requests,
-                         lambda m: prefix_vllm(m, vllm_inputs)))
-            sha256, own_hbt = vllm_engine_hashing()
-            rows.append(("prefix end to end", "us/request", args.requests,
-                         lambda m: prefix_vllm_e2e(m, reqs, request_block_hasher(
-                             sha256, own_hbt if m is orig else getattr(m, "hash_block_tokens",
-                                                                       own_hbt)))))
-        elif system == "atom":
-            rows.append(("churn", "ns/block", args.churn, lambda m: churn_atom(m, ops)))
-            rows.append(("prefix pool part", "us/request", args.requests,
-                         lambda m: prefix_atom(m, atom_inputs)))
-            own = atom_engine_hash()
-            if own is None:
-                print(json.dumps({"system": system, "workload": "prefix end to end",
-                                  "skipped": "python3-xxhash (ATOM's hashing) not importable"}))
-            else:  # the original's engine hashing, against the drop-in's compute_hash
-                rows.append(("prefix end to end", "us/request", args.requests,
-                             lambda m: prefix_atom_e2e(
-                                 m, reqs, own if m is orig else getattr(m, "compute_hash", own))))
-        elif system == "veloxquant":
-            rows.append(("churn 1,024 blocks", "ns/block", args.churn // 10,
-                         lambda m: churn_veloxquant(m, small_ops)))
-        else:
-            rows.append(("churn free_block", "ns/block", args.churn,
-                         lambda m: churn_mlx_free_block(m, ops)))
-            rows.append(("prefix end to end", "us/request", args.requests,
-                         lambda m: prefix_mlx(m, reqs)))
-        for name, unit, count, fn in rows:
-            scale = 1e9 if unit == "ns/block" else 1e6
-            fn(orig), fn(mine)  # warm-up
+        for name, unit, count, fn in workloads(system, args, orig):
+            scale = (1e9 if unit == "ns/block" else 1e6) / count
             t_o, t_m = [], []
-            for _ in range(args.reps):
-                t_o.append(fn(orig))
-                t_m.append(fn(mine))
-            o = statistics.median(t_o) * scale / count
-            m = statistics.median(t_m) * scale / count
+            if args.originals:  # fresh processes, the first side alternating per round
+                for r in range(args.reps):
+                    sides = ["original", "kvpool"] if r % 2 == 0 else ["kvpool", "original"]
+                    got = {side: _fresh(system, name, side, passed, env) for side in sides}
+                    t_o.append(got["original"])
+                    t_m.append(got["kvpool"])
+            else:  # one process, alternating per repetition after a warm-up
+                fn(orig), fn(mine)
+                for _ in range(args.reps):
+                    t_o.append(fn(orig))
+                    t_m.append(fn(mine))
+            o, m = statistics.median(t_o) * scale, statistics.median(t_m) * scale
             print(json.dumps({"system": system, "workload": name, "unit": unit,
                               "original": round(o, 1), "kvpool": round(m, 1),
-                              "speedup": round(o / m, 2)}), flush=True)
+                              "speedup": round(o / m, 2),
+                              "rounds": [round(a / b, 2) for a, b in zip(t_o, t_m)]}), flush=True)
         if args.memory:
-            o = bytes_per_block(ORIGINALS[system], system, args.memory)
-            m = bytes_per_block(DROPINS[system], system, args.memory)
+            o = bytes_per_block(ORIGINALS[system], system, args.memory, env)
+            m = bytes_per_block(DROPINS[system], system, args.memory, env)
             print(json.dumps({"system": system, "workload": "memory", "unit": "bytes/block",
                               "blocks": args.memory, "original": round(o, 1), "kvpool": round(m, 1),
                               "ratio": round(m / o, 2)}), flush=True)

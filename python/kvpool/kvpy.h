@@ -277,9 +277,11 @@ PyObject *kvpy_atom_compute_hash(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* ---- mlx.c ----------------------------------------------------------------- */
 
-/* The module functions mlx_block_hash, mlx_prefix and mlx_cache (see mlx.c). */
+/* The module functions mlx_block_hash, mlx_prefix, mlx_cache, mlx_add and mlx_take (see mlx.c). */
 PyObject *kvpy_mlx_block_hash(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kvpy_mlx_prefix(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kvpy_mlx_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_mlx_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kvpy_mlx_take(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -2,9 +2,11 @@
 /*
  * mlx.c — the hashing hot path of the vllm-mlx drop-in
  * (kvpool.compat.vllm_mlx): one block's chained content hash and its legacy
- * string hash, byte-identical to vllm-mlx's own Python functions; and the
+ * string hash, byte-identical to vllm-mlx's own Python functions; the
  * two per-block loops of its manager that hash (get_computed_blocks' walk,
- * cache_full_blocks' publishing), each one call per request.
+ * cache_full_blocks' publishing), each one call per request; and the
+ * per-block calls of allocate_block and add_block_to_table (mlx_take,
+ * mlx_add), one call per block.
  *
  * vllm-mlx hashes a block as SHA-256(parent or b"vllm-mlx-root" ||
  * str(tuple(tokens)).encode()), and its legacy hash as the first 16 hex
@@ -23,6 +25,7 @@
 #include "kvpy.h"
 
 #include <openssl/evp.h>
+#include <time.h>
 
 static const char mlx_root[] = "vllm-mlx-root";
 
@@ -397,6 +400,162 @@ PyObject *kvpy_mlx_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     if (p)
         res = Py_BuildValue("(nN)", i, p);
 out:
+    PyBuffer_Release(&cv);
+    return res;
+}
+
+/*
+ * The per-block calls of a manager take its state as one tuple, made once
+ * per pool: (pool, counts, stamps, blocks, block class, table class) — the
+ * native pool, the int64 array('q') of token counts and the double
+ * array('d') of last access times (both by id), the list of the manager's
+ * block objects by id, the class of those blocks and BlockTable.
+ */
+typedef struct mlx_state {
+    PoolObject *pool;
+    PyObject *counts, *stamps, *blocks, *block_cls, *table_cls;
+} mlx_state;
+
+/* Unpack a manager's state tuple; 0, or -1 with TypeError /
+ * InvalidArgumentError set. */
+static int mlx_state_arg(PyObject *o, mlx_state *st)
+{
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 6) {
+        PyErr_SetString(PyExc_TypeError, "state must be a 6-tuple");
+        return -1;
+    }
+    st->pool = mlx_pool_arg(PyTuple_GET_ITEM(o, 0));
+    st->counts = PyTuple_GET_ITEM(o, 1);
+    st->stamps = PyTuple_GET_ITEM(o, 2);
+    st->blocks = PyTuple_GET_ITEM(o, 3);
+    st->block_cls = PyTuple_GET_ITEM(o, 4);
+    st->table_cls = PyTuple_GET_ITEM(o, 5);
+    if (st->pool && !PyList_Check(st->blocks)) {
+        PyErr_SetString(PyExc_TypeError, "state: blocks must be a list");
+        return -1;
+    }
+    return st->pool ? 0 : -1;
+}
+
+/* A writable C-contiguous view of an array whose items are 8 bytes of
+ * format fmt; 0, or -1 with TypeError set. */
+static int mlx_array8(PyObject *o, Py_buffer *v, const char *fmt)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (v->itemsize != 8 || !v->format || strcmp(v->format, fmt) != 0) {
+        PyBuffer_Release(v);
+        PyErr_Format(PyExc_TypeError, "expected an array('%s')", fmt);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * mlx_take(state) -> block or None: the manager's allocate_block.  One
+ * block taken from the pool (stream 0, anonymous), its last access time set
+ * to now (time.time()'s clock), its object returned; None when none is free
+ * (the caller logs it).  Evictions the take made reach the pool's callback
+ * before it returns.  IndexError for an id beyond the arrays or the list.
+ */
+PyObject *kvpy_mlx_take(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)m;
+    mlx_state st;
+    if (!kvpy_nargs_is(nargs, 1, "mlx_take(state)") || mlx_state_arg(args[0], &st))
+        return NULL;
+    Py_buffer sv;
+    if (mlx_array8(st.stamps, &sv, "d"))
+        return NULL;
+    kvp_block id;
+    kvp_status rc = kvp_take_hinted(st.pool->pool, 0, KVP_ANON, &st.pool->take_hint, &id);
+    PyObject *res = NULL;
+    if (rc == KVP_EEXHAUSTED) {
+        res = Py_NewRef(Py_None);
+    } else if (rc) {
+        kvpy_raise(rc);
+    } else if ((Py_ssize_t)id >= sv.len / 8 || (Py_ssize_t)id >= PyList_GET_SIZE(st.blocks)) {
+        PyErr_SetString(PyExc_IndexError, "block id beyond the manager's arrays");
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ((double *)sv.buf)[id] = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+        res = Py_NewRef(PyList_GET_ITEM(st.blocks, id));
+    }
+    PyBuffer_Release(&sv);
+    return res ? kvpy_ev_deliver(st.pool, res) : NULL;
+}
+
+/*
+ * mlx_add(state, table, block, tokens) -> None or NotImplemented: the
+ * manager's add_block_to_table, done when block is one of its blocks,
+ * table a BlockTable and tokens an int (else NotImplemented, nothing done:
+ * the caller goes the general way).  Sets the block's fill level in the
+ * pool to tokens clamped to 0..block_size (block 0, the null block, and a
+ * block that is free keep theirs: the library keeps no fill for them),
+ * counts[id] = tokens, then appends the id to table.block_ids and adds
+ * tokens to table.num_tokens, as the original.  OverflowError for tokens
+ * beyond 64 bits (as the array's own assignment), IndexError for an id
+ * beyond counts.  Every check comes before the first change.
+ */
+PyObject *kvpy_mlx_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)m;
+    mlx_state st;
+    if (!kvpy_nargs_is(nargs, 4, "mlx_add(state, table, block, tokens)") ||
+        mlx_state_arg(args[0], &st))
+        return NULL;
+    PyObject *table = args[1], *block = args[2];
+    if ((PyObject *)Py_TYPE(block) != st.block_cls || !PyLong_CheckExact(args[3]) ||
+        (PyObject *)Py_TYPE(table) != st.table_cls)
+        Py_RETURN_NOTIMPLEMENTED;
+    static PyObject *s_ids, *s_num; /* the attribute names, interned once */
+    if (!s_ids && !(s_ids = PyUnicode_InternFromString("block_ids")))
+        return NULL;
+    if (!s_num && !(s_num = PyUnicode_InternFromString("num_tokens")))
+        return NULL;
+    unsigned long id = PyLong_AsUnsignedLong(block);
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    long long tokens = PyLong_AsLongLong(args[3]);
+    if (tokens == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer cv;
+    if (mlx_array8(st.counts, &cv, "q"))
+        return NULL;
+    PyObject *res = NULL, *ids = NULL;
+    if ((Py_ssize_t)id >= cv.len / 8) {
+        PyErr_SetString(PyExc_IndexError, "array assignment index out of range");
+        goto out;
+    }
+    ids = PyObject_GetAttr(table, s_ids);
+    if (!ids)
+        goto out;
+    if (!PyList_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "table.block_ids must be a list");
+        goto out;
+    }
+    if (id != 0) {
+        long long bs = (long long)st.pool->block_size;
+        uint32_t fill = (uint32_t)(tokens < 0 ? 0 : (tokens > bs ? bs : tokens));
+        kvp_status rc = kvp_set_fill(st.pool->pool, (kvp_block)id, fill);
+        if (rc && rc != KVP_EDOUBLEFREE) {
+            kvpy_raise(rc);
+            goto out;
+        }
+    }
+    ((long long *)cv.buf)[id] = tokens;
+    PyObject *n = PyObject_GetAttr(table, s_num);
+    PyObject *sum = n ? PyNumber_Add(n, args[3]) : NULL;
+    Py_XDECREF(n);
+    PyObject *key = sum ? PyLong_FromUnsignedLong(id) : NULL;
+    int bad = !key || PyList_Append(ids, key) < 0 || PyObject_SetAttr(table, s_num, sum) < 0;
+    Py_XDECREF(key);
+    Py_XDECREF(sum);
+    if (!bad)
+        res = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(ids);
     PyBuffer_Release(&cv);
     return res;
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * module.c — the module kvpool._kvpool itself: its init, its functions
- * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix and
- * mlx_cache are mlx.c's, vllm_block_hash vhash.c's, atom_compute_hash
+ * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix,
+ * mlx_cache, mlx_add and mlx_take are mlx.c's, vllm_block_hash vhash.c's, atom_compute_hash
  * atom.c's), its constants, and the exception classes.
  *
  * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
@@ -103,6 +103,13 @@ static PyMethodDef mod_methods[] = {
      "mlx_cache(pool, blocks, token_ids, block_size, lo, hi, parent, counts, legacy_values, "
      "legacy_index) -> (i, parent)\n\nvllm-mlx's cache_full_blocks loop over blocks[lo:hi] "
      "in one call; stops early at a block it cannot hash natively."},
+    {"mlx_add", KVPY_FC(kvpy_mlx_add), METH_FASTCALL,
+     "mlx_add(state, table, block, tokens) -> None | NotImplemented\n\nvllm-mlx's "
+     "add_block_to_table for a manager's own block in one call: the block's fill level "
+     "(clamped), its token count, table.block_ids and table.num_tokens."},
+    {"mlx_take", KVPY_FC(kvpy_mlx_take), METH_FASTCALL,
+     "mlx_take(state) -> block | None\n\nvllm-mlx's allocate_block in one call: a block "
+     "taken, its last access time set; None when none is free."},
     {"vllm_block_hash", KVPY_FC(kvpy_vllm_block_hash), METH_FASTCALL,
      "vllm_block_hash(parent, token_ids) -> bytes | None\n\nvLLM's block hash under its "
      "sha256: SHA-256 of pickle.dumps((parent, tuple(token_ids), None), protocol=5), or None "

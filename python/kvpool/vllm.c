@@ -337,13 +337,37 @@ static int vpool_free_count(VPool *self, uint32_t *n)
     return 0;
 }
 
+/* The canonical block standing for an object of another class: the one of
+ * its int `block_id` (vLLM's own KVCacheBlock(i), which its tests hand to
+ * the pool), or NULL with TypeError/ValueError. */
+static VBlock *vblock_by_id(VPool *self, PyObject *o)
+{
+    PyObject *v = PyObject_GetAttrString(o, "block_id");
+    if (!v || !PyLong_Check(v)) {
+        if (v || PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "expected a KVCacheBlock or an object with an int "
+                         "block_id, got %.100s", Py_TYPE(o)->tp_name);
+        }
+        Py_XDECREF(v);
+        return NULL;
+    }
+    long long id = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (id == -1 && PyErr_Occurred())
+        return NULL;
+    if (id < 0 || id >= (long long)self->n) {
+        PyErr_Format(PyExc_ValueError, "block_id %lld is not a block of this BlockPool", id);
+        return NULL;
+    }
+    return &self->arr[id];
+}
+
 /* The canonical block of this pool, or NULL with TypeError/ValueError. */
 static inline VBlock *vblock_of(VPool *self, PyObject *o)
 {
-    if (Py_TYPE(o) != &kvpy_vblock_type) {
-        PyErr_Format(PyExc_TypeError, "expected a KVCacheBlock, got %.100s", Py_TYPE(o)->tp_name);
-        return NULL;
-    }
+    if (Py_TYPE(o) != &kvpy_vblock_type)
+        return vblock_by_id(self, o);
     VBlock *b = (VBlock *)o;
     if (b->pool != self->pool) {
         PyErr_SetString(PyExc_ValueError, "the block belongs to another BlockPool");
@@ -534,7 +558,9 @@ static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t narg
     if (!seq)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    int nested = n > 0 && Py_TYPE(PyTuple_GET_ITEM(seq, 0)) != &kvpy_vblock_type;
+    /* Groups are sequences; a block of another class is not one. */
+    int nested = n > 0 && Py_TYPE(PyTuple_GET_ITEM(seq, 0)) != &kvpy_vblock_type &&
+                 PySequence_Check(PyTuple_GET_ITEM(seq, 0));
     if (nested) { /* a new tuple of the groups as tuples (seq may be the caller's) */
         PyObject *groups = PyTuple_New(n);
         for (Py_ssize_t i = 0; groups && i < n; i++) {
@@ -624,6 +650,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
     Py_ssize_t n = PyTuple_GET_SIZE(bs);
     PyObject *res = NULL;
     kvp_hash *kh = NULL;
+    uint32_t *bid = NULL; /* the block ids, read once: a block may be of another class */
     if (!vpool_ok(self)) /* the conversions may have run Python code that closed it */
         goto done;
     if (PyTuple_GET_SIZE(hs) < n) {
@@ -631,7 +658,8 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         goto done;
     }
     kh = PyMem_Calloc(n ? (size_t)n : 1, sizeof(kvp_hash));
-    if (!kh) {
+    bid = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint32_t));
+    if (!kh || !bid) {
         PyErr_NoMemory();
         goto done;
     }
@@ -639,6 +667,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         VBlock *b = vblock_of(self, PyTuple_GET_ITEM(bs, i));
         if (!b || vkey(PyTuple_GET_ITEM(hs, i), gid, &kh[i]))
             goto done;
+        bid[i] = b->id;
         if (b->id == 0)
             continue;
         kvp_block_info bi;
@@ -652,8 +681,10 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
             goto done;
         }
     }
+    if (!vpool_ok(self)) /* a block_id or a hash's conversion may have closed it */
+        goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        VBlock *b = (VBlock *)PyTuple_GET_ITEM(bs, i);
+        VBlock *b = &self->arr[bid[i]];
         if (b->id == 0)
             continue;
         kvp_status st = kvp_publish(self->pool->pool, b->id, &kh[i]);
@@ -684,6 +715,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
     Py_INCREF(res);
 done:
     PyMem_Free(kh);
+    PyMem_Free(bid);
     Py_DECREF(bs);
     Py_DECREF(hs);
     return res;

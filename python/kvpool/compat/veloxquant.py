@@ -10,7 +10,10 @@ ids; format tags per block; a stats snapshot after every changing call in
 a history of ``DEFAULT_HISTORY_SIZE``).  When ``veloxquant_mlx`` is
 importable its own ``BlockPoolExhaustedError`` and
 ``OwnerAlreadyActiveError`` are the ones raised, so ``except`` clauses
-written for it keep working.
+written for it keep working: each raise takes the class then found under
+``veloxquant_mlx.core.exceptions`` in ``sys.modules`` (a caller that loads
+that module again, from its file, makes new class objects and catches
+those), the classes bound at import otherwise.
 
 As the original: ``allocate(n_tokens)`` fills each block (``block_size``
 tokens, the last one the remainder), so fragmentation counts the partial
@@ -35,8 +38,10 @@ Deviations (also in docs/PYTHON.md):
 """
 from __future__ import annotations
 
-from collections import deque
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any, Optional
 
 from .. import _kvpool
@@ -59,6 +64,21 @@ except ImportError:
 
     class OwnerAlreadyActiveError(_kvpool.OwnerActiveError):  # type: ignore[no-redef]
         """register_owner() for an owner that is still active."""
+
+_BOUND_ERRORS = {"BlockPoolExhaustedError": BlockPoolExhaustedError,
+                 "OwnerAlreadyActiveError": OwnerAlreadyActiveError}
+
+
+def _error(name: str) -> type:
+    """The exception class to raise for name: the one in the module that
+    ``veloxquant_mlx.core.exceptions`` names in sys.modules now, when it has
+    an exception class by that name, else the one bound at import."""
+    module = sys.modules.get("veloxquant_mlx.core.exceptions")
+    cls = getattr(module, name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        return cls
+    return _BOUND_ERRORS[name]
+
 
 DEFAULT_BLOCK_SIZE: int = 16
 DEFAULT_HISTORY_SIZE: int = 256
@@ -218,6 +238,29 @@ class AllocationStats:
                 f"peak={self.peak_blocks_in_use}, fragmentation={self.fragmentation():.3f})")
 
 
+_new_handle = int.__new__  # (a handle class, an id) -> the handle
+
+
+class _History(Sequence):
+    """An allocator's ``history``: the pool's stats ring read as AllocationStats."""
+
+    __slots__ = ("_alloc",)
+
+    def __init__(self, alloc: "BlockPoolAllocator"):
+        self._alloc = alloc
+
+    def _all(self) -> list:
+        return self._alloc._pool.stats_history()
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, i):
+        got = self._all()[i]
+        to_stats = self._alloc._stats
+        return [to_stats(s) for s in got] if isinstance(i, slice) else to_stats(got)
+
+
 class BlockPoolAllocator:
     """Fixed-size block allocator for KV-cache storage, over kvpool.
 
@@ -234,13 +277,13 @@ class BlockPoolAllocator:
         self._pool = _kvpool.Pool(
             block_size=c.block_size, num_blocks=n, max_blocks=cap or 0,
             separate_kv=c.separate_kv, grow_on_exhaustion=c.grow_on_exhaustion,
-            thread_safe=True, reuse="lifo", prefix_caching=False)
-        self.history: deque = deque(maxlen=DEFAULT_HISTORY_SIZE)
-        self._hints: list = []  # block id -> the owner it was last handed to (a hint for free)
+            thread_safe=True, reuse="lifo", prefix_caching=False,
+            history_len=DEFAULT_HISTORY_SIZE)
         # Handed-out blocks point to this allocator through their class; it
         # keeps none of them.
         self._cls = type("Block", (_BoundBlock,), {"__slots__": (), "__module__": __name__,
                                                     "_alloc": self})
+        self._shared, self._bs = not c.separate_kv, c.block_size
         self._fmt_names = {v: k for k, v in _FORMATS.items()}
         self._fmt_tags = dict(_FORMATS)
 
@@ -281,16 +324,23 @@ class BlockPoolAllocator:
         """Current counters."""
         return self._stats(self._pool.stats())
 
+    @property
+    def history(self) -> "_History":
+        """The last DEFAULT_HISTORY_SIZE stats snapshots, oldest first (a read-only
+        sequence of AllocationStats, each made when it is read)."""
+        return _History(self)
+
     def _record(self) -> None:
-        """A stats snapshot into ``history`` after a changing call, as the original."""
-        self.history.append(self._stats(self._pool.stats()))
+        """A stats snapshot into the pool's history ring after a changing call,
+        as the original appends one to its history."""
+        self._pool.stats_snapshot()
 
     def register_owner(self, owner: int) -> None:
         """Mark owner active; a second registration of an active owner raises."""
         try:
             self._pool.owner_register(owner)
         except _kvpool.OwnerActiveError as e:
-            raise OwnerAlreadyActiveError(str(e)) from None
+            raise _error("OwnerAlreadyActiveError")(str(e)) from None
 
     def release_owner(self, owner: int) -> None:
         """Clear an owner from the active set without freeing blocks (no-op if not active)."""
@@ -303,27 +353,21 @@ class BlockPoolAllocator:
         """Allocate ceil(n_tokens / block_size) blocks to owner, filled in order; all or nothing."""
         if n_tokens <= 0:
             raise ValueError(f"BlockPoolAllocator: n_tokens must be > 0, got {n_tokens}")
-        s = self._stream(stream)
-        pool, bs = self._pool, self.config.block_size
+        s = _kvpool.STREAM_SHARED if self._shared else self._stream(stream)
+        pool, bs = self._pool, self._bs
+        tag = self._fmt_tags.get(format)
         try:
-            ids = pool.alloc(n_tokens, owner, s, self._format_tag(format))
+            ids = pool.alloc(n_tokens, owner, s, self._format_tag(format) if tag is None else tag)
         except _kvpool.ExhaustedError as e:
             self._grow_to_cap(s)
             self._record()
-            raise BlockPoolExhaustedError(str(e)) from None
+            raise _error("BlockPoolExhaustedError")(str(e)) from None
         n = len(ids)
         fills = [bs] * n
         fills[-1] = n_tokens - bs * (n - 1)
         pool.set_fill_many(ids, fills)
-        self._record()
-        hints = self._hints
-        top = max(ids) + 1
-        if top > len(hints):
-            hints.extend([None] * (top - len(hints)))
-        for i in ids:
-            hints[i] = owner  # a hint for free(); the pool's record is the truth
-        cls = self._cls
-        return [int.__new__(cls, i) for i in ids]
+        pool.stats_snapshot()  # as _record
+        return list(map(_new_handle, repeat(self._cls, n), ids))
 
     def _grow_to_cap(self, stream: int) -> None:
         """The original grows a short stream as far as max_blocks allows even when
@@ -340,21 +384,12 @@ class BlockPoolAllocator:
     def free(self, blocks: list) -> None:
         """Return blocks to their free lists; blocks already free are skipped."""
         by_owner: dict = {}
-        hints = self._hints
-        for b in blocks:  # grouped by the owner each block was allocated to
-            i = int(b)
-            by_owner.setdefault(hints[i] if i < len(hints) else None, []).append(b)
-        for owner, group in by_owner.items():
-            if owner is not None:
-                try:  # one native call per owner: all of them still checked out
-                    self._pool.free([int(b) for b in group], owner)
-                    continue
-                except (_kvpool.DoubleFreeError, _kvpool.NotOwnerError):
-                    pass  # some were freed another way (free_all): go by the pool's records
-            for b in group:
-                current = b.owner
-                if current is not None:  # already free: skipped, as the original
-                    self._pool.free([b.block_id], current)
+        for b in blocks:  # grouped by the owner each block is checked out to
+            owner = b.owner
+            if owner is not None:  # already free: skipped, as the original
+                by_owner.setdefault(owner, []).append(int(b))
+        for owner, ids in by_owner.items():
+            self._pool.free(ids, owner)  # one native call per owner
         self._record()
 
     def free_all(self, owner: int) -> None:
@@ -401,15 +436,13 @@ class BlockPoolAllocator:
 # ---- adoption -------------------------------------------------------------
 _NAMES = {"BlockPoolAllocator": BlockPoolAllocator, "PoolConfig": PoolConfig, "Block": Block,
           "AllocationStats": AllocationStats}
-_ERRORS = {"BlockPoolExhaustedError": BlockPoolExhaustedError,
-           "OwnerAlreadyActiveError": OwnerAlreadyActiveError}
 _adoption = _adopt.Adoption(
     "veloxquant_mlx",
     patch={"veloxquant_mlx.memory.block_pool": _NAMES},
     register={"veloxquant_mlx.memory.block_pool": dict(
-                  _NAMES, **_ERRORS, DEFAULT_BLOCK_SIZE=DEFAULT_BLOCK_SIZE,
+                  _NAMES, **_BOUND_ERRORS, DEFAULT_BLOCK_SIZE=DEFAULT_BLOCK_SIZE,
                   DEFAULT_HISTORY_SIZE=DEFAULT_HISTORY_SIZE),
-              "veloxquant_mlx.core.exceptions": _ERRORS})
+              "veloxquant_mlx.core.exceptions": _BOUND_ERRORS})
 
 
 def install() -> bool:

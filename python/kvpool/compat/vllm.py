@@ -45,8 +45,13 @@ Deviations (also in docs/PYTHON.md):
   negative).  The null block is skipped by ``free_blocks`` and ``touch``.
 - A block cached under a folded long hash reports the fold as its
   ``block_hash``.
+- Blocks of another class (vLLM's own ``KVCacheBlock(i)``) given to
+  ``free_blocks``, ``touch`` or ``cache_full_blocks`` stand for this pool's
+  block of their ``block_id``.
 - Events: a hash is announced when its first copy enters the cache and
-  removed when its last copy leaves (vLLM reports every copy); the event
+  removed when its last copy leaves (vLLM reports every copy); each removed
+  hash is one ``BlockRemoved`` with the group it was cached in, as vLLM
+  sends one per evicted block; the event
   queue is bounded (2 x num_gpu_blocks hashes, at least 4096) between two
   ``take_events`` calls — on overflow an ``AllBlocksCleared`` tells the
   subscriber to start over, instead of growing without bound.
@@ -59,6 +64,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Iterable, Optional, Sequence
 
 from .. import _kvpool
@@ -183,6 +189,25 @@ class _CachedBlocksView:
     def __len__(self) -> int:
         return self._bp.pool.stats()["indexed"]
 
+    @property
+    def _cache(self) -> "MappingProxyType":
+        """The index as vLLM's map holds it, read-only and made on each read
+        (O(blocks)): BlockHashWithGroupId -> the block cached under it, or
+        {block id: block} when more than one is."""
+        out: dict = {}
+        for b in self._bp.blocks[1:]:
+            key = b.block_hash
+            if key is None:
+                continue
+            prev = out.get(key)
+            if prev is None:
+                out[key] = b
+            elif isinstance(prev, dict):
+                prev[b.block_id] = b
+            else:
+                out[key] = {prev.block_id: prev, b.block_id: b}
+        return MappingProxyType(out)
+
 
 class BlockPool(_kvpool._VllmBlockPool):
     """vLLM v1 BlockPool over kvpool.
@@ -201,6 +226,7 @@ class BlockPool(_kvpool._VllmBlockPool):
             raise ValueError("num_gpu_blocks must be a positive int")
         self.metrics_collector = metrics_collector
         self.kv_event_queue: list = []
+        self._groups: dict = {}  # event hash -> groups it is cached in (events enabled only)
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size,
                          enable_kv_cache_events)
 
@@ -251,10 +277,21 @@ class BlockPool(_kvpool._VllmBlockPool):
                     token_ids=toks, block_size=block_size, lora_id=lora_id, medium=medium,
                     lora_name=lora_name, extra_keys=None, group_idx=group_idx))
             elif kind == _kvpool.EVENT_REMOVED:
-                self.kv_event_queue.append(_event(BlockRemoved, block_hashes=list(hashes),
-                                                  medium=medium))
+                self._removed(hashes, medium)
             else:
+                self._groups.clear()
                 self.kv_event_queue.append(_event(AllBlocksCleared))
+
+    def _removed(self, hashes, medium) -> None:
+        """One BlockRemoved per hash that left the cache, as vLLM sends one per
+        evicted block, with the group it was cached in."""
+        groups, queue = self._groups, self.kv_event_queue
+        for h in hashes:
+            gids = groups.get(h)
+            gid = gids.pop(0) if gids else None
+            if gids == []:
+                del groups[h]
+            queue.append(_event(BlockRemoved, block_hashes=[h], medium=medium, group_idx=gid))
 
     def take_events(self) -> list:
         """Atomically take all events and clear the queue."""
@@ -293,7 +330,11 @@ class BlockPool(_kvpool._VllmBlockPool):
         for i, h in enumerate(new_hashes):
             index.setdefault(_ext(h), num_cached_blocks + i)
 
+        groups = self._groups
+
         def stored(announced):
+            for x in announced:
+                groups.setdefault(x, []).append(kv_cache_group_id)
             toks = []
             if all_tokens is not None:
                 for x in announced:
@@ -328,10 +369,10 @@ class BlockPool(_kvpool._VllmBlockPool):
                 events.append((_kvpool.EVENT_ALL_CLEARED, (), None, (), 0, None, (), MEDIUM_GPU))
             for e in events:
                 if e[0] == _kvpool.EVENT_ALL_CLEARED:
+                    self._groups.clear()
                     self.kv_event_queue.append(_event(AllBlocksCleared))
                 elif e[0] == _kvpool.EVENT_REMOVED:
-                    self.kv_event_queue.append(_event(BlockRemoved, block_hashes=list(e[1]),
-                                                      medium=e[7]))
+                    self._removed(e[1], e[7])
         return True
 
 

@@ -85,6 +85,8 @@ _sha256 = hashlib.sha256
 _native_hash = _kvpool.mlx_block_hash  # both hashes in C for a list of ints, else None
 _native_prefix = _kvpool.mlx_prefix  # get_computed_blocks' walk in C
 _native_cache = _kvpool.mlx_cache  # cache_full_blocks' loop in C
+_native_add = _kvpool.mlx_add  # add_block_to_table for a manager's block in C
+_native_take = _kvpool.mlx_take  # allocate_block in C
 _low8 = (0xFF).__and__  # t & 0xFF, as the original's legacy hash takes each token
 
 
@@ -302,6 +304,9 @@ class PagedCacheManager:
             "_counts": self._token_counts, "_stamps": self._last_access,
             "_data": self._cache_data, "_legacy": self._hash_values})
         self.blocks: List[CacheBlock] = [int.__new__(cls, i) for i in range(self.max_blocks)]
+        # What the per-block native calls need, in one tuple (mlx.c).
+        self._native = (self._pool, self._token_counts, self._last_access, self.blocks, cls,
+                        BlockTable)
         self.null_block = self.blocks[0]
         self.allocated_blocks = _AllocatedBlocks(self)
         self.hash_to_block: Dict[str, int] = {}
@@ -344,13 +349,10 @@ class PagedCacheManager:
     # GIL that call is atomic, so they take no lock of their own.
     def allocate_block(self) -> Optional[CacheBlock]:
         """Allocate one block, or None when out of blocks."""
-        try:
-            block_id = self._pool.take()
-        except _kvpool.ExhaustedError:
+        block = _native_take(self._native)
+        if block is None:
             logger.warning("Out of cache blocks")
-            return None
-        self._last_access[block_id] = time.time()
-        return self.blocks[block_id]
+        return block
 
     def get_new_blocks(self, num_blocks: int) -> List[CacheBlock]:
         """Allocate num_blocks blocks (vLLM style); ValueError if not enough are free."""
@@ -561,12 +563,18 @@ class PagedCacheManager:
                 self._release([bid for bid in t.block_ids if bid != 0])
 
     def add_block_to_table(self, table: BlockTable, block: CacheBlock, tokens_in_block: int) -> None:
+        """Append block to table with tokens_in_block tokens (the block's
+        token_count; a manager block's fill level in the pool, clamped to
+        0..block_size, for the token statistics)."""
+        if _native_add(self._native, table, block, tokens_in_block) is None:
+            # One of this manager's blocks: one native call, which runs no Python
+            # code, so under the GIL it is atomic and takes no lock, as allocate_block.
+            return
         with self._lock:
-            table.block_ids.append(block.block_id)
+            i = block.block_id
             block.token_count = tokens_in_block
+            table.block_ids.append(i)
             table.num_tokens += tokens_in_block
-            if block.block_id != 0:
-                self._pool.set_fill(block.block_id, min(max(tokens_in_block, 0), self.block_size))
 
     def find_shared_prefix(self, tokens: List[int]) -> Tuple[List[int], List[int]]:
         """Legacy: leading full blocks found by find_cached_block, and the rest."""
