@@ -558,9 +558,9 @@ static PyObject *VPool_touch(VPool *self, PyObject *const *args, Py_ssize_t narg
     if (!seq)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    /* Groups are sequences; a block of another class is not one. */
-    int nested = n > 0 && Py_TYPE(PyTuple_GET_ITEM(seq, 0)) != &kvpy_vblock_type &&
-                 PySequence_Check(PyTuple_GET_ITEM(seq, 0));
+    /* Groups are iterables; a block of another class is not one. */
+    PyObject *first = n > 0 ? PyTuple_GET_ITEM(seq, 0) : NULL;
+    int nested = first && Py_TYPE(first) != &kvpy_vblock_type && Py_TYPE(first)->tp_iter != NULL;
     if (nested) { /* a new tuple of the groups as tuples (seq may be the caller's) */
         PyObject *groups = PyTuple_New(n);
         for (Py_ssize_t i = 0; groups && i < n; i++) {
