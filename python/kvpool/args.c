@@ -29,14 +29,6 @@
 
 #include <stdlib.h>
 
-/* The TypeError of a positional-only call given the wrong number of
- * arguments: its usage.  Returns 0, for kvpy_nargs_is. */
-int kvpy_nargs_error(const char *usage)
-{
-    PyErr_SetString(PyExc_TypeError, usage);
-    return 0;
-}
-
 /*
  * Map positional args and keyword names onto out[0..] following `names`
  * (NULL-terminated).  The first `nreq` are required.  Slots not given stay
@@ -433,6 +425,16 @@ int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what)
     in->p = dst;
     in->n = n;
     return 0;
+}
+
+/* Release what kvpy_u32in_get holds (nothing after a failed get). */
+void kvpy_u32in_release(kvpy_u32in *in)
+{
+    if (in->has_view)
+        kvpy_view_release(&in->view);
+    in->has_view = 0;
+    PyMem_Free(in->heap);
+    in->heap = NULL;
 }
 
 /* Export o as a writable output of 4-byte integers; 0, or -1 with

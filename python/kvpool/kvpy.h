@@ -93,14 +93,15 @@ int kvpy_errors_init(PyObject *m);
 
 /* ---- args.c: arguments and buffers -------------------------------------- */
 
-int kvpy_nargs_error(const char *usage);
-
 /* The arity check of the positional-only calls: 1 when nargs is n, else 0
  * with TypeError carrying the call's usage.  Inline: every hot call makes
  * it. */
 static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage)
 {
-    return nargs == n ? 1 : kvpy_nargs_error(usage);
+    if (nargs == n)
+        return 1;
+    PyErr_SetString(PyExc_TypeError, usage);
+    return 0;
 }
 
 int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
@@ -143,16 +144,7 @@ typedef struct kvpy_u32in {
 } kvpy_u32in;
 
 int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what);
-
-/* Release what kvpy_u32in_get holds (nothing after a failed get). */
-static inline void kvpy_u32in_release(kvpy_u32in *in)
-{
-    if (in->has_view)
-        kvpy_view_release(&in->view);
-    in->has_view = 0;
-    PyMem_Free(in->heap);
-    in->heap = NULL;
-}
+void kvpy_u32in_release(kvpy_u32in *in);
 
 /* An input array of owners: in place from a buffer of 8-byte integers,
  * converted from a sequence of ints and None (KVP_ANON).  Released like
@@ -249,16 +241,9 @@ void kvpy_pool_busy_leave(PoolObject *self);
 
 /* The library's on_evict: queues (hash, block) on the PoolObject `user`. */
 void kvpy_evict_trampoline(void *user, const kvp_hash *h, kvp_block b);
-/* Deliver the queued evictions to on_evict; returns r unchanged. */
-PyObject *kvpy_ev_deliver_queued(PoolObject *self, PyObject *r);
-
-/* The tail of every method that can evict: a compare when nothing is queued. */
-static inline PyObject *kvpy_ev_deliver(PoolObject *self, PyObject *r)
-{
-    if (self->ev_head == self->ev_n && !self->ev_lost)
-        return r;
-    return kvpy_ev_deliver_queued(self, r);
-}
+/* The tail of every method that can evict: the queued evictions delivered
+ * to on_evict (a compare when nothing is queued); returns r unchanged. */
+PyObject *kvpy_ev_deliver(PoolObject *self, PyObject *r);
 
 /* Pool methods that change the pool deliver its queued evictions before
  * returning: KVPY_EV_*(fn) defines fn##_ev, fn followed by kvpy_ev_deliver,
