@@ -4,31 +4,34 @@
  *
  * The module is one CPython extension built from fourteen files, each
  * owning one concern (see its own top comment).  Each calls only files on
- * lower rows (the inline helpers below count as their defining file's), so
- * the files' calls form no circle:
- *   module.c        the module assembled: its functions, types, constants,
- *                   each file's init;
- *   pool_methods.c  the Pool's method table joined from the rows below, and
- *                   close, clear, retire_top;
- *   atom.c          the ATOM drop-in's hot path (_AtomBlockPool);
- *   mlx.c           the vllm-mlx drop-in's block hashing (mlx_block_hash) and
- *                   its prefix walk and caching loop (mlx_prefix, mlx_cache);
- *   vllm.c          the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock)
- *                   and its pool object (a Pool with the drop-in's per-block
- *                   keys and block objects);
- *   sequence.c      the Sequence type, its zero-copy block table, the Pool's
- *                   find_sequence and sequence;
- *   pool_block.c    the Pool's calls on one block (one table of one-call
- *                   methods; alloc, take, lookup);
- *   pool_batch.c    the Pool's calls over many blocks or tokens;
- *   pool_stats.c    the Pool's statistics, text renderings, events, check;
- *   vhash.c         the vLLM drop-in's block hashing (vllm_block_hash);
- *   pool.c          the Pool object: creation and configuration, dealloc,
- *                   the GIL-free bracket, the type object;
- *   evict.c         the eviction queue and its delivery to on_evict;
- *   args.c          argument parsing and conversions (ints, owners, hashes,
- *                   zero-copy views of integer buffers, extra keys);
- *   errors.c        the exception classes, status -> exception.
+ * lower rows (a use of an inline helper or macro below counts as a use of
+ * what it names), so the files' calls form no circle
+ * (docs/ARCHITECTURE.md, "The Python binding"):
+ *   6  module.c        the module assembled: its functions, types,
+ *                      constants, each file's init;
+ *   5  pool_methods.c  the Pool's method table joined from each file's
+ *                      rows; close, clear, retire_top;
+ *   4  pool_batch.c    the Pool's calls over many blocks or tokens;
+ *      sequence.c      the Sequence type, its zero-copy block table, the
+ *                      Pool's find_sequence and sequence;
+ *      vllm.c          the vLLM drop-in's hot path (_VllmBlockPool,
+ *                      KVCacheBlock) and its pool object, a Pool with the
+ *                      drop-in's block objects and keys;
+ *      atom.c          the ATOM drop-in's hot path (_AtomBlockPool);
+ *      mlx.c           the vllm-mlx drop-in's block hashing (mlx_block_hash)
+ *                      and its prefix walk and caching loop (mlx_prefix,
+ *                      mlx_cache);
+ *   3  pool.c          the Pool object: creation and configuration,
+ *                      dealloc, the GIL-free bracket, the type object;
+ *      pool_block.c    the Pool's one-call methods (one table), alloc,
+ *                      take, lookup;
+ *   2  evict.c         the eviction queue and its delivery to on_evict;
+ *      pool_stats.c    the Pool's statistics, text renderings, events, check;
+ *   1  args.c          argument parsing and conversions (ints, owners,
+ *                      hashes, zero-copy views of integer buffers, extra
+ *                      keys);
+ *      vhash.c         the vLLM drop-in's block hashing (vllm_block_hash);
+ *   0  errors.c        the exception classes, status -> exception.
  * Only the public header <kvpool.h> of the library is used, as any engine
  * embedding it would (mlx.c also calls OpenSSL's SHA-256, which the
  * library links).  Names shared between files start with kvpy_ (the

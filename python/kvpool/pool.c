@@ -19,7 +19,6 @@
  */
 #include "kvpy.h"
 
-
 /* A name a keyword accepts, and the value it stands for. */
 typedef struct named {
     const char *name;
@@ -334,6 +333,8 @@ static PyGetSetDef Pool_getset[] = {
     {"closed", (getter)Pool_get_closed, NULL, "True after close()", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
+/* kvpool.Pool; its methods (tp_methods) are set by kvpy_pool_methods_init
+ * before the type is readied. */
 PyTypeObject kvpy_pool_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvpool.Pool",
     .tp_basicsize = sizeof(PoolObject),
