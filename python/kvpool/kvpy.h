@@ -147,6 +147,7 @@ typedef struct kvpy_u32in {
 } kvpy_u32in;
 
 int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what);
+/* Release what kvpy_u32in_get holds (nothing after a failed get). */
 void kvpy_u32in_release(kvpy_u32in *in);
 
 /* An input array of owners: in place from a buffer of 8-byte integers,
