@@ -6,7 +6,8 @@
  * hash conversions with the binding's error rules (a wrong type is a
  * TypeError, an out-of-range value an InvalidArgumentError), zero-copy
  * views of integer buffers (the numpy fast view included), list and bytes
- * results, and the `extra` dict of hash keys.
+ * results, and the `extra` dict of hash keys; the module functions
+ * hash_external and _fast_view, which are conversions too.
  *
  * Invariants: a conversion that fails has set an exception and holds
  * nothing (every view or allocation it made is released); one that
@@ -27,14 +28,6 @@
 #endif
 
 #include <stdlib.h>
-
-/* The TypeError of a positional-only call given the wrong number of
- * arguments: its usage.  Returns 0, for kvpy_nargs_is. */
-int kvpy_nargs_error(const char *usage)
-{
-    PyErr_SetString(PyExc_TypeError, usage);
-    return 0;
-}
 
 /*
  * Map positional args and keyword names onto out[0..] following `names`
@@ -273,7 +266,7 @@ void kvpy_view_release(Py_buffer *v)
 
 /* Whether o qualifies for the numpy fast view (always 0 without numpy's
  * headers): what _fast_view reports to the tests. */
-int kvpy_fast_view(PyObject *o, int writable)
+static int fast_view(PyObject *o, int writable)
 {
 #ifdef KVPY_HAVE_NUMPY
     Py_buffer v;
@@ -286,6 +279,19 @@ int kvpy_fast_view(PyObject *o, int writable)
     (void)writable;
 #endif
     return 0;
+}
+
+/* _fast_view(obj, writable): whether the binding reads obj through its
+ * numpy fast view (for tests: the rest of the binding cannot tell). */
+PyObject *kvpy_mod_fast_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)m;
+    if (!kvpy_nargs_is(nargs, 2, "_fast_view(obj, writable)"))
+        return NULL;
+    int writable = PyObject_IsTrue(args[1]);
+    if (writable < 0)
+        return NULL;
+    return PyBool_FromLong(fast_view(args[0], writable));
 }
 
 /* Room for n converted values: the inline array, else a heap block
@@ -421,6 +427,16 @@ int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what)
     return 0;
 }
 
+/* Release what kvpy_u32in_get holds (nothing after a failed get). */
+void kvpy_u32in_release(kvpy_u32in *in)
+{
+    if (in->has_view)
+        kvpy_view_release(&in->view);
+    in->has_view = 0;
+    PyMem_Free(in->heap);
+    in->heap = NULL;
+}
+
 /* Export o as a writable output of 4-byte integers; 0, or -1 with
  * TypeError (wrong format, width or alignment) and nothing held. */
 int kvpy_u32out_get(PyObject *o, kvpy_u32out *out)
@@ -545,6 +561,33 @@ int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what)
 PyObject *kvpy_hash_bytes(const kvp_hash *h)
 {
     return PyBytes_FromStringAndSize((const char *)h->b, 32);
+}
+
+/* A hash argument of lookup and publish: 32 bytes (kvpy_get_hash), or an
+ * int key k, the hash of 24 zero bytes and then k's low 64 bits big-endian
+ * (how engines with 64-bit integer hashes, ATOM's, store theirs).  0, or
+ * -1 with the exception set. */
+int kvpy_hash_or_key(PyObject *o, kvp_hash *h, const char *what)
+{
+    if (!PyLong_Check(o))
+        return kvpy_get_hash(o, h, what);
+    unsigned long long k = PyLong_AsUnsignedLongLongMask(o);
+    if (k == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    memset(h->b, 0, 24);
+    for (int i = 0; i < 8; i++)
+        h->b[24 + i] = (uint8_t)(k >> (56 - 8 * i));
+    return 0;
+}
+
+/* hash_external(hash32): the 64-bit form of a hash that events carry. */
+PyObject *kvpy_mod_hash_external(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    kvp_hash h;
+    if (kvpy_get_hash(arg, &h, "hash"))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(kvp_hash_external(&h));
 }
 
 /* ------------------------------------------------------------------------ */

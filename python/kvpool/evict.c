@@ -4,9 +4,9 @@
  * Python callable on_evict.
  *
  * What it owns: kvpy_evict_trampoline (the library's on_evict, which only
- * queues) and kvpy_ev_deliver_queued (which calls on_evict for each queued
- * eviction once no library call is in progress).  kvpy.h's kvpy_ev_deliver
- * is the inline tail every evicting method ends with.
+ * queues) and kvpy_ev_deliver, the tail every evicting method ends with
+ * (which calls on_evict for each queued eviction once no library call is
+ * in progress).
  *
  * Why: the library calls its eviction callback inside the call that
  * evicted, with the pool's lock held (thread-safe pools) and with calls back
@@ -70,7 +70,7 @@ void kvpy_evict_trampoline(void *user, const kvp_hash *h, kvp_block b)
  * or another thread's call while a callback let the GIL go, deliver from
  * the same queue; on return the queue is empty, every callback started.
  */
-PyObject *kvpy_ev_deliver_queued(PoolObject *self, PyObject *r)
+static PyObject *ev_deliver_queued(PoolObject *self, PyObject *r)
 {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
@@ -106,4 +106,13 @@ PyObject *kvpy_ev_deliver_queued(PoolObject *self, PyObject *r)
     Py_DECREF(self);
     PyErr_Restore(et, ev, tb);
     return r;
+}
+
+/* The tail of every method that can evict: a compare when nothing is
+ * queued, else ev_deliver_queued; returns r unchanged. */
+PyObject *kvpy_ev_deliver(PoolObject *self, PyObject *r)
+{
+    if (self->ev_head == self->ev_n && !self->ev_lost)
+        return r;
+    return ev_deliver_queued(self, r);
 }

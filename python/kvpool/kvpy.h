@@ -2,19 +2,36 @@
 /*
  * kvpy.h — what the files of the extension module kvpool._kvpool share.
  *
- * The module is one CPython extension built from nine files, each owning one
- * concern (see its own top comment):
- *   module.c    module init, the exception classes, status -> exception;
- *   args.c      argument parsing and conversions (ints, owners, hashes,
- *               zero-copy views of integer buffers, extra keys);
- *   evict.c     the eviction queue and its delivery to on_evict;
- *   pool.c      the Pool type (its one-call methods come from one table);
- *   sequence.c  the Sequence type and its zero-copy block table;
- *   vllm.c      the vLLM drop-in's hot path (_VllmBlockPool, KVCacheBlock);
- *   vhash.c     the vLLM drop-in's block hashing (vllm_block_hash);
- *   atom.c      the ATOM drop-in's hot path (_AtomBlockPool);
- *   mlx.c       the vllm-mlx drop-in's block hashing (mlx_block_hash) and its
- *               prefix walk and caching loop (mlx_prefix, mlx_cache).
+ * The module is one CPython extension built from fourteen files, each
+ * owning one concern (see its own top comment).  Each calls only files on
+ * lower rows (a use of an inline helper or macro below counts as a use of
+ * what it names), so the files' calls form no circle
+ * (docs/ARCHITECTURE.md, "The Python binding"):
+ *   6  module.c        the module assembled: its functions, types,
+ *                      constants, each file's init;
+ *   5  pool_methods.c  the Pool's method table joined from each file's
+ *                      rows; close, clear, retire_top;
+ *   4  pool_batch.c    the Pool's calls over many blocks or tokens;
+ *      sequence.c      the Sequence type, its zero-copy block table, the
+ *                      Pool's find_sequence and sequence;
+ *      vllm.c          the vLLM drop-in's hot path (_VllmBlockPool,
+ *                      KVCacheBlock) and its pool object, a Pool with the
+ *                      drop-in's block objects and keys;
+ *      atom.c          the ATOM drop-in's hot path (_AtomBlockPool);
+ *      mlx.c           the vllm-mlx drop-in's block hashing (mlx_block_hash)
+ *                      and its prefix walk and caching loop (mlx_prefix,
+ *                      mlx_cache);
+ *   3  pool.c          the Pool object: creation and configuration,
+ *                      dealloc, the GIL-free bracket, the type object;
+ *      pool_block.c    the Pool's one-call methods (one table), alloc,
+ *                      take, lookup;
+ *   2  evict.c         the eviction queue and its delivery to on_evict;
+ *      pool_stats.c    the Pool's statistics, text renderings, events, check;
+ *   1  args.c          argument parsing and conversions (ints, owners,
+ *                      hashes, zero-copy views of integer buffers, extra
+ *                      keys);
+ *      vhash.c         the vLLM drop-in's block hashing (vllm_block_hash);
+ *   0  errors.c        the exception classes, status -> exception.
  * Only the public header <kvpool.h> of the library is used, as any engine
  * embedding it would (mlx.c also calls OpenSSL's SHA-256, which the
  * library links).  Names shared between files start with kvpy_ (the
@@ -62,7 +79,7 @@
 #define KVPY_FC(f) (PyCFunction)(void (*)(void))(f)
 #define KVPY_FCK (METH_FASTCALL | METH_KEYWORDS)
 
-/* ---- module.c: exceptions ----------------------------------------------- */
+/* ---- errors.c: exceptions ------------------------------------------------ */
 
 extern PyObject *kvpy_error;      /* kvpool.Error, the base of every class */
 extern PyObject *kvpy_exc[KVP_STATUS_COUNT]; /* kvpool.XxxError, indexed by kvp_status */
@@ -71,17 +88,23 @@ extern PyObject *kvpy_exc[KVP_STATUS_COUNT]; /* kvpool.XxxError, indexed by kvp_
 PyObject *kvpy_raise(kvp_status st);
 /* Raise the exception of `st` with `msg`, the status's message appended. */
 PyObject *kvpy_raise_msg(kvp_status st, const char *msg);
+/* The module function strerror (see errors.c). */
+PyObject *kvpy_mod_strerror(PyObject *m, PyObject *arg);
+/* The module's setup of errors.c: kvpool.Error and one class per status
+ * made and added to m.  0, or -1 with the exception set. */
+int kvpy_errors_init(PyObject *m);
 
 /* ---- args.c: arguments and buffers -------------------------------------- */
-
-int kvpy_nargs_error(const char *usage);
 
 /* The arity check of the positional-only calls: 1 when nargs is n, else 0
  * with TypeError carrying the call's usage.  Inline: every hot call makes
  * it. */
 static inline int kvpy_nargs_is(Py_ssize_t nargs, Py_ssize_t n, const char *usage)
 {
-    return nargs == n ? 1 : kvpy_nargs_error(usage);
+    if (nargs == n)
+        return 1;
+    PyErr_SetString(PyExc_TypeError, usage);
+    return 0;
 }
 
 int kvpy_parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
@@ -94,7 +117,7 @@ int kvpy_get_owner(PyObject *o, kvp_owner *v);
 int kvpy_get_bool(PyObject *o, int dflt, int *v);
 int kvpy_get_hash(PyObject *o, kvp_hash *h, const char *what);
 /* 32 bytes, or an int key: its low 64 bits big-endian after 24 zero bytes
- * (pool.c; lookup's and publish's hash argument). */
+ * (lookup's and publish's hash argument). */
 int kvpy_hash_or_key(PyObject *o, kvp_hash *h, const char *what);
 PyObject *kvpy_block_or_none(kvp_block b);
 PyObject *kvpy_hash_bytes(const kvp_hash *h);
@@ -109,8 +132,6 @@ PyObject *kvpy_get_bool_field(PyObject *self, void *offset);
 /* Views of integer buffers (numpy arrays read from their own fields). */
 int kvpy_view_get(PyObject *o, Py_buffer *v, int flags);
 void kvpy_view_release(Py_buffer *v);
-/* Whether o is read through the numpy fast view (for tests). */
-int kvpy_fast_view(PyObject *o, int writable);
 
 /* An input array of uint32: zero-copy for a C-contiguous buffer of 4-byte
  * integers, converted (range-checked) from other integer buffers and from
@@ -126,16 +147,8 @@ typedef struct kvpy_u32in {
 } kvpy_u32in;
 
 int kvpy_u32in_get(PyObject *o, kvpy_u32in *in, const char *what);
-
 /* Release what kvpy_u32in_get holds (nothing after a failed get). */
-static inline void kvpy_u32in_release(kvpy_u32in *in)
-{
-    if (in->has_view)
-        kvpy_view_release(&in->view);
-    in->has_view = 0;
-    PyMem_Free(in->heap);
-    in->heap = NULL;
-}
+void kvpy_u32in_release(kvpy_u32in *in);
 
 /* An input array of owners: in place from a buffer of 8-byte integers,
  * converted from a sequence of ints and None (KVP_ANON).  Released like
@@ -177,6 +190,10 @@ typedef struct kvpy_extra {
 int kvpy_extra_get(PyObject *o, kvpy_extra *e);
 void kvpy_extra_release(kvpy_extra *e);
 
+/* The module functions hash_external and _fast_view (see args.c). */
+PyObject *kvpy_mod_hash_external(PyObject *m, PyObject *arg);
+PyObject *kvpy_mod_fast_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+
 /* ---- pool.c: the Pool object --------------------------------------------- */
 
 typedef struct PoolObject {
@@ -197,14 +214,13 @@ typedef struct PoolObject {
     int init_pending;         /* set by tp_new, cleared by the one __init__ allowed */
     PyObject *weakrefs;
     uint32_t take_hint;       /* take()'s hint, for its last owner */
-    PyObject **vkeys;         /* vLLM drop-in only: each block's key (vllm.c) */
-    uint32_t nvkeys;
-    void *varena;             /* vLLM drop-in only: its KVCacheBlock objects (vllm.c) */
 } PoolObject;
 
+/* kvpool.Pool; its methods are set by kvpy_pool_methods_init. */
 extern PyTypeObject kvpy_pool_type;
 
-/* Pool(**kwargs) without __init__ (the vLLM drop-in builds its pool so). */
+/* Pool(**kwargs) without __init__ (the vLLM drop-in builds its pool so),
+ * of `type` (kvpy_pool_type or a subtype). */
 PyObject *kvpy_pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
 /* 1 if the pool is open; else 0 with InvalidArgumentError set.  Inline:
  * every call makes it. */
@@ -229,16 +245,39 @@ void kvpy_pool_busy_leave(PoolObject *self);
 
 /* The library's on_evict: queues (hash, block) on the PoolObject `user`. */
 void kvpy_evict_trampoline(void *user, const kvp_hash *h, kvp_block b);
-/* Deliver the queued evictions to on_evict; returns r unchanged. */
-PyObject *kvpy_ev_deliver_queued(PoolObject *self, PyObject *r);
+/* The tail of every method that can evict: the queued evictions delivered
+ * to on_evict (a compare when nothing is queued); returns r unchanged. */
+PyObject *kvpy_ev_deliver(PoolObject *self, PyObject *r);
 
-/* The tail of every method that can evict: a compare when nothing is queued. */
-static inline PyObject *kvpy_ev_deliver(PoolObject *self, PyObject *r)
-{
-    if (self->ev_head == self->ev_n && !self->ev_lost)
-        return r;
-    return kvpy_ev_deliver_queued(self, r);
-}
+/* Pool methods that change the pool deliver its queued evictions before
+ * returning: KVPY_EV_*(fn) defines fn##_ev, fn followed by kvpy_ev_deliver,
+ * one macro per calling convention. */
+#define KVPY_EV_FCK(fn)                                                                         \
+    static PyObject *fn##_ev(PoolObject *self, PyObject *const *a, Py_ssize_t n, PyObject *k)   \
+    {                                                                                           \
+        return kvpy_ev_deliver(self, fn(self, a, n, k));                                        \
+    }
+#define KVPY_EV_FC(fn)                                                                          \
+    static PyObject *fn##_ev(PoolObject *self, PyObject *const *a, Py_ssize_t n)                \
+    {                                                                                           \
+        return kvpy_ev_deliver(self, fn(self, a, n));                                           \
+    }
+#define KVPY_EV_NOARGS(fn)                                                                      \
+    static PyObject *fn##_ev(PoolObject *self, PyObject *unused)                                \
+    {                                                                                           \
+        return kvpy_ev_deliver(self, fn(self, unused));                                         \
+    }
+
+/* ---- pool_block.c, pool_batch.c, pool_stats.c: the Pool's methods -------- */
+
+/* Each file's rows of the Pool's method table (NULL-terminated). */
+extern PyMethodDef kvpy_pool_block_methods[];
+extern PyMethodDef kvpy_pool_batch_methods[];
+extern PyMethodDef kvpy_pool_stats_methods[];
+
+/* A kvp_stats as a dict, one key per field (pool_stats.c; stats() and
+ * stats_history()). */
+PyObject *kvpy_stats_dict(const kvp_stats *s);
 
 /* ---- sequence.c ------------------------------------------------------------ */
 
@@ -246,16 +285,24 @@ extern PyTypeObject kvpy_seq_type;
 
 /* Mark every wrapper of the pool's sequences dead (clear, close). */
 void kvpy_seqs_invalidate(PoolObject *self);
-/* Pool.find_sequence and Pool.sequence, in the Pool's method table. */
-PyObject *kvpy_pool_find_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                             PyObject *kwnames);
+/* Pool.find_sequence and Pool.sequence: sequence.c's rows of the Pool's
+ * method table. */
+extern PyMethodDef kvpy_pool_seq_methods[];
+
+/* ---- pool_methods.c -------------------------------------------------------- */
+
+/* The module's setup of the Pool's method table, before PyType_Ready of
+ * kvpy_pool_type: 0, or -1 with MemoryError. */
+int kvpy_pool_methods_init(void);
 
 /* ---- vllm.c ---------------------------------------------------------------- */
 
 extern PyTypeObject kvpy_vblock_type;
 extern PyTypeObject kvpy_vpool_type;
 extern PyTypeObject kvpy_vblocks_type;
+/* The vLLM drop-in's pool object: a subtype of kvpy_pool_type (readied
+ * after it, not in the module's namespace). */
+extern PyTypeObject kvpy_vnative_type;
 
 /* ---- vhash.c --------------------------------------------------------------- */
 

@@ -1,95 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * module.c — the module kvpool._kvpool itself: its init, its functions
- * (strerror, hash_external, _fast_view; mlx_block_hash, mlx_prefix,
- * mlx_cache, mlx_add and mlx_take are mlx.c's, vllm_block_hash vhash.c's, atom_compute_hash
- * atom.c's), its constants, and the exception classes.
+ * module.c — the module kvpool._kvpool assembled: its function table (each
+ * function is its own file's: strerror errors.c's, hash_external and
+ * _fast_view args.c's, mlx_block_hash, mlx_prefix, mlx_cache, mlx_add and
+ * mlx_take mlx.c's,
+ * vllm_block_hash vhash.c's, atom_compute_hash atom.c's), its types
+ * readied and added, each file's init called, and the constants.
  *
- * Invariants: every kvp_status but KVP_OK has one class, kvpool.XxxError,
- * a subclass of kvpool.Error carrying `.status`; the classes that also mean
- * a Python built-in error derive from it too (InvalidArgumentError is a
- * ValueError, NoMemoryError a MemoryError, RangeError an IndexError), so
- * callers may catch either.  kvpy_raise is the one place a status becomes an
- * exception: its message is the library's, except for KVP_EBUSY (below).
+ * Invariants: nothing here is called by another file; the module is built
+ * whole or not at all (NULL with the exception set).
  *
- * Why here: the classes are created at init and used by every other file;
- * keeping the mapping next to them keeps one source for both.
+ * Why here: every other file defines what it owns and knows nothing of the
+ * module, so the files' calls run one way, down to errors.c.
  */
 #include "kvpy.h"
 
-#include <stdio.h>
-
-PyObject *kvpy_error;
-PyObject *kvpy_exc[KVP_STATUS_COUNT]; /* indexed by kvp_status; [KVP_OK] unused */
-
-/* The message for `st`: the library's, except that KVP_EBUSY drops its
- * "or called from a callback": the binding never calls the library from
- * inside a callback (see evict.c), so from Python it always means that
- * the block, owner or sequence named is in use. */
-static const char *status_message(kvp_status st)
-{
-    return st == KVP_EBUSY ? "busy: in use" : kvp_strerror((int)st);
-}
-
-/* Raise the exception for `st` with its message. */
-PyObject *kvpy_raise(kvp_status st)
-{
-    PyObject *cls = ((int)st > 0 && (int)st < KVP_STATUS_COUNT) ? kvpy_exc[st] : kvpy_error;
-    PyErr_SetString(cls, status_message(st));
-    return NULL;
-}
-
-/* Raise the exception for `st` with a message of our own (the status's
- * message is appended). */
-PyObject *kvpy_raise_msg(kvp_status st, const char *msg)
-{
-    PyObject *cls = ((int)st > 0 && (int)st < KVP_STATUS_COUNT) ? kvpy_exc[st] : kvpy_error;
-    PyErr_Format(cls, "%s (%s)", msg, status_message(st));
-    return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Module                                                                    */
-/* ------------------------------------------------------------------------ */
-
-/* strerror(status): the library's message for a status code. */
-static PyObject *mod_strerror(PyObject *m, PyObject *arg)
-{
-    (void)m;
-    long v = PyLong_AsLong(arg);
-    if (v == -1 && PyErr_Occurred())
-        return NULL;
-    return PyUnicode_FromString(kvp_strerror((int)v));
-}
-
-/* hash_external(hash32): the 64-bit form of a hash that events carry. */
-static PyObject *mod_hash_external(PyObject *m, PyObject *arg)
-{
-    (void)m;
-    kvp_hash h;
-    if (kvpy_get_hash(arg, &h, "hash"))
-        return NULL;
-    return PyLong_FromUnsignedLongLong(kvp_hash_external(&h));
-}
-
-/* _fast_view(obj, writable): whether the binding reads obj through its
- * numpy fast view (for tests: the rest of the binding cannot tell). */
-static PyObject *mod_fast_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)m;
-    if (!kvpy_nargs_is(nargs, 2, "_fast_view(obj, writable)"))
-        return NULL;
-    int writable = PyObject_IsTrue(args[1]);
-    if (writable < 0)
-        return NULL;
-    return PyBool_FromLong(kvpy_fast_view(args[0], writable));
-}
-
 static PyMethodDef mod_methods[] = {
-    {"strerror", mod_strerror, METH_O, "strerror(status) -> the library's message"},
-    {"_fast_view", KVPY_FC(mod_fast_view), METH_FASTCALL,
+    {"strerror", kvpy_mod_strerror, METH_O, "strerror(status) -> the library's message"},
+    {"_fast_view", KVPY_FC(kvpy_mod_fast_view), METH_FASTCALL,
      "_fast_view(obj, writable) -> whether obj is read through the numpy fast view"},
-    {"hash_external", mod_hash_external, METH_O,
+    {"hash_external", kvpy_mod_hash_external, METH_O,
      "hash_external(hash32) -> the 64-bit external form events carry"},
     {"mlx_block_hash", KVPY_FC(kvpy_mlx_block_hash), METH_FASTCALL,
      "mlx_block_hash(parent, token_ids, lo, hi, legacy) -> bytes | (bytes, str) | None\n\n"
@@ -125,44 +55,6 @@ static struct PyModuleDef kvpool_module = {
     "Native core of the kvpool package (see kvpool/__init__.py).", -1, mod_methods,
     NULL, NULL, NULL, NULL};
 
-/* Create kvpool.<name> for `status` (a subclass of kvpool.Error, and of
- * extra_base when given), record it in kvpy_exc and add it to the module. */
-static int add_exc(PyObject *m, int status, const char *name, PyObject *extra_base,
-                   const char *doc)
-{
-    char full[64];
-    snprintf(full, sizeof full, "kvpool.%s", name);
-    PyObject *bases = extra_base ? PyTuple_Pack(2, kvpy_error, extra_base) : NULL;
-    PyObject *cls = PyErr_NewExceptionWithDoc(full, doc, bases ? bases : kvpy_error, NULL);
-    Py_XDECREF(bases);
-    if (!cls)
-        return -1;
-    PyObject *st = PyLong_FromLong(status);
-    if (!st || PyObject_SetAttrString(cls, "status", st) < 0) {
-        Py_XDECREF(st);
-        return -1;
-    }
-    Py_DECREF(st);
-    kvpy_exc[status] = cls;
-    Py_INCREF(cls);
-    return PyModule_AddObject(m, name, cls);
-}
-
-/* The built-in exception a status's class also derives from, or NULL. */
-static PyObject *exc_base(int status)
-{
-    switch (status) {
-    case KVP_EINVAL:
-        return PyExc_ValueError;
-    case KVP_ENOMEM:
-        return PyExc_MemoryError;
-    case KVP_ERANGE:
-        return PyExc_IndexError;
-    default:
-        return NULL;
-    }
-}
-
 /* Add kvpool.<attr>: the tuple of the library's names of an enumeration
  * (name_of: kvp_policy_name, ...), in value order.  0, or -1 with the
  * exception set. */
@@ -193,30 +85,16 @@ PyMODINIT_FUNC PyInit__kvpool(void);
  * NULL with the exception set when any step fails. */
 PyMODINIT_FUNC PyInit__kvpool(void)
 {
-    if (PyType_Ready(&kvpy_pool_type) < 0 || PyType_Ready(&kvpy_seq_type) < 0 ||
-        PyType_Ready(&kvpy_vblock_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0 ||
+    if (kvpy_pool_methods_init() < 0 || PyType_Ready(&kvpy_pool_type) < 0 ||
+        PyType_Ready(&kvpy_seq_type) < 0 || PyType_Ready(&kvpy_vblock_type) < 0 ||
+        PyType_Ready(&kvpy_vnative_type) < 0 || PyType_Ready(&kvpy_vpool_type) < 0 ||
         PyType_Ready(&kvpy_vblocks_type) < 0 || PyType_Ready(&kvpy_apool_type) < 0 ||
         kvpy_atom_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&kvpool_module);
     if (!m)
         return NULL;
-    kvpy_error = PyErr_NewExceptionWithDoc(
-        "kvpool.Error", "Base class of every error kvpool raises; .status is the kvp_status.",
-        NULL, NULL);
-    if (!kvpy_error)
-        goto fail;
-    Py_INCREF(kvpy_error);
-    if (PyModule_AddObject(m, "Error", kvpy_error) < 0)
-        goto fail;
-    /* one class per code but KVP_OK, named Word + "Error" from the
-     * library's KVP_STATUS_MAP, documented by the code's name */
-#define ADD_EXC(name, value, word, msg)                                                    \
-    if (value != KVP_OK && add_exc(m, value, #word "Error", exc_base(value), "KVP_" #name)) \
-        goto fail;
-    KVP_STATUS_MAP(ADD_EXC)
-#undef ADD_EXC
-    if (add_names(m, "POLICY_NAMES", kvp_policy_name) ||
+    if (kvpy_errors_init(m) < 0 || add_names(m, "POLICY_NAMES", kvp_policy_name) ||
         add_names(m, "REUSE_NAMES", kvp_reuse_name) ||
         add_names(m, "HASH_ALG_NAMES", kvp_hash_alg_name))
         goto fail;

@@ -232,7 +232,8 @@ static void Seq_dealloc(SeqObject *self)
 
 /* Pool.find_sequence(request_id) -> the Sequence (the same object while one
  * is alive). */
-PyObject *kvpy_pool_find_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *Pool_find_sequence(PoolObject *self, PyObject *const *args,
+                                   Py_ssize_t nargs)
 {
     uint64_t rid;
     KVPY_POOL_CHECK(self);
@@ -253,8 +254,8 @@ PyObject *kvpy_pool_find_sequence(PoolObject *self, PyObject *const *args, Py_ss
 }
 
 /* Pool.sequence(request_id, extra=None): Sequence(pool, ...), made here. */
-PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
-                               PyObject *kwnames)
+static PyObject *Pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
     static const char *const kw[] = {"request_id", "extra", NULL};
     PyObject *o[2];
@@ -278,6 +279,13 @@ PyObject *kvpy_pool_sequence(PoolObject *self, PyObject *const *args, Py_ssize_t
         ((SeqObject *)r)->init_pending = 0; /* made here, not by Sequence(...) */
     return r;
 }
+
+/* sequence.c's rows of the Pool's method table. */
+PyMethodDef kvpy_pool_seq_methods[] = {
+    {"find_sequence", KVPY_FC(Pool_find_sequence), METH_FASTCALL,
+     "find_sequence(request_id) -> Sequence"},
+    {"sequence", KVPY_FC(Pool_sequence), KVPY_FCK, "sequence(request_id, extra=None) -> new Sequence"},
+    {NULL, NULL, 0, NULL}};
 
 /*
  * admit(tokens).  The state checks follow the conversion of `tokens`, which

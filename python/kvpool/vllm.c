@@ -5,11 +5,12 @@
  * get_cached_block, caching and eviction by id, and the canonical block
  * objects KVCacheBlock.
  *
- * What it owns: one KVCacheBlock per block id, made once, living in one
- * array owned by the pool object (varena), each holding a reference to the
- * pool, the BlockPool holding one reference to each (BlockPool.blocks is a
- * read-only view of the array); the key each block was cached under
- * (pool->vkeys).
+ * What it owns: the drop-in's pool object (VNative, a Pool that also holds
+ * what only this drop-in keeps per block); one KVCacheBlock per block id,
+ * made once, living in one array owned by that pool object (varena), each
+ * holding a reference to the pool, the BlockPool holding one reference to
+ * each (BlockPool.blocks is a read-only view of the array); the key each
+ * block was cached under (the pool object's vkeys).
  *
  * Invariants: a block's attributes are read from the library on every
  * access (the library is the one source of truth); a refused call changes
@@ -38,9 +39,9 @@ typedef struct VBlock {
 } VBlock;
 /* A long run of frees and takes walks many of them, so each byte counts: at 32 bytes two share a
  * cache line and none straddles two (at 40, most did).  The rarely read key
- * lives in the pool, pool->vkeys[id]: the BlockHashWithGroupId bytes (the
- * block hash, then the group id as 4 big-endian bytes) the block was last
- * cached under, or NULL.
+ * lives in the pool object, vnative(pool)->vkeys[id]: the
+ * BlockHashWithGroupId bytes (the block hash, then the group id as 4
+ * big-endian bytes) the block was last cached under, or NULL.
  *
  * A BlockPool's blocks are one array owned by its pool (varena, aligned to a
  * cache line), not separate allocations: block id's object is at a known
@@ -49,6 +50,47 @@ typedef struct VBlock {
  * of that call's samples were on that load).  Each block holds a reference
  * to the pool, so the array outlives every block. */
 _Static_assert(sizeof(VBlock) == 32, "KVCacheBlock objects stay 32 bytes");
+
+/*
+ * The pool object of a BlockPool: a Pool (a subtype of kvpy_pool_type) that
+ * also holds what only this drop-in keeps per block, the array of its
+ * KVCacheBlock objects (varena) and each block's key (vkeys).  Every
+ * block holds a reference to it, so both outlive every block.  Every
+ * PoolObject a VBlock or VPool points to is one.
+ */
+typedef struct VNative {
+    PoolObject base;
+    PyObject **vkeys;   /* nvkeys entries: the key a block was cached under, or NULL */
+    uint32_t nvkeys;
+    void *varena;       /* the pool's KVCacheBlock objects, block id's at index id */
+} VNative;
+
+/* The drop-in's fields of p, the pool object of a VBlock or a VPool. */
+static inline VNative *vnative(PoolObject *p)
+{
+    return (VNative *)p;
+}
+
+/* The drop-in's fields go first (every block held this pool, so none is
+ * left in the array), then the Pool's own dealloc. */
+static void VNative_dealloc(VNative *self)
+{
+    PyObject_GC_UnTrack(self);
+    for (uint32_t i = 0; self->vkeys && i < self->nvkeys; i++)
+        Py_XDECREF(self->vkeys[i]);
+    PyMem_Free(self->vkeys);
+    free(self->varena);
+    kvpy_pool_type.tp_dealloc((PyObject *)self);
+}
+
+PyTypeObject kvpy_vnative_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvpool._kvpool._VllmPool",
+    .tp_basicsize = sizeof(VNative),
+    .tp_dealloc = (destructor)VNative_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, /* GC: inherited */
+    .tp_doc = "The kvpool.Pool of a vLLM BlockPool, holding its KVCacheBlock objects and keys.",
+    .tp_base = &kvpy_pool_type,
+};
 
 
 /* The kvpool hash of (block hash h of len bytes, group id gid). */
@@ -89,7 +131,7 @@ static void vkey_of_key(PyObject *key, kvp_hash *out)
     vkey_raw(k, len, gid, out);
 }
 
-/* The memory is the pool's (varena), freed with it: dropping the block's
+/* The memory is the pool object's (varena), freed with it: dropping the block's
  * reference to the pool is the last thing this does, since that may free
  * the array the block lies in. */
 static void VBlock_dealloc(VBlock *self)
@@ -133,7 +175,7 @@ static PyObject *VBlock_get_ref(VBlock *self, void *c)
 static PyObject *VBlock_get_hash(VBlock *self, void *c)
 {
     (void)c;
-    PyObject **key = &self->pool->vkeys[self->id];
+    PyObject **key = &vnative(self->pool)->vkeys[self->id];
     if (!*key)
         Py_RETURN_NONE;
     kvp_block_info bi;
@@ -243,7 +285,7 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     if (!kwargs)
         return -1;
     PyObject *empty = PyTuple_New(0);
-    PyObject *pool = empty ? kvpy_pool_new(&kvpy_pool_type, empty, kwargs) : NULL;
+    PyObject *pool = empty ? kvpy_pool_new(&kvpy_vnative_type, empty, kwargs) : NULL;
     Py_XDECREF(empty);
     Py_DECREF(kwargs);
     if (!pool)
@@ -255,10 +297,10 @@ static int VPool_init(VPool *self, PyObject *args, PyObject *kwds)
     self->events = events;
     self->scratch = PyMem_Malloc((size_t)nb * sizeof(uint32_t));
     size_t bytes = ((size_t)nb * sizeof(VBlock) + 63) & ~(size_t)63;
-    self->arr = self->pool->varena = aligned_alloc(64, bytes);
-    self->pool->vkeys = PyMem_Calloc(nb, sizeof(PyObject *));
-    self->pool->nvkeys = nb;
-    if (!self->scratch || !self->arr || !self->pool->vkeys) {
+    self->arr = vnative(self->pool)->varena = aligned_alloc(64, bytes);
+    vnative(self->pool)->vkeys = PyMem_Calloc(nb, sizeof(PyObject *));
+    vnative(self->pool)->nvkeys = nb;
+    if (!self->scratch || !self->arr || !vnative(self->pool)->vkeys) {
         PyErr_NoMemory();
         return -1;
     }
@@ -709,7 +751,7 @@ static PyObject *VPool_cache_blocks(VPool *self, PyObject *const *args, Py_ssize
         PyBytes_ConcatAndDel(&hb, gb);
         if (!hb)
             goto done;
-        Py_XSETREF(self->pool->vkeys[b->id], hb);
+        Py_XSETREF(vnative(self->pool)->vkeys[b->id], hb);
     }
     res = Py_None;
     Py_INCREF(res);
