@@ -88,7 +88,7 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
         while (i-- > 0)
             pool->blocks[ids[i]].flags &= (uint8_t)~KVP__F_MARK;
     } else if (n) {
-        kvp__cursor cur = KVP__CURSOR(n);
+        kvp__cursor cur = kvp__cursor_start(n);
         for (i = 0; i < n; i++) {
             uint32_t b = ids[i];
             pool->blocks[b].flags &= (uint8_t)~KVP__F_MARK;
@@ -125,7 +125,7 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
     }
     slot = *link - 1;
     kvp__owner *o = &pool->owners[slot];
-    kvp__cursor cur = KVP__CURSOR(o->len);
+    kvp__cursor cur = kvp__cursor_start(o->len);
     size_t n = kvp__owner_live(o);
     uint32_t end = kvp__defer_free_owner(pool, o, &cur);
     /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses

@@ -71,6 +71,11 @@
 #endif
 
 #define KVP__NONE UINT32_MAX
+/* The most streams a pool can have: one per kvp_config.block_bytes entry
+ * (a stream kind of the public API).  A pool has cfg-many (kvp__nstreams),
+ * its per-stream arrays sized at creation; only per-call scratch on the
+ * stack (kvp__cursor) is sized by this bound. */
+#define KVP__STREAMS_MAX (sizeof ((kvp_config *)0)->block_bytes / sizeof(size_t))
 #define KVP__XREF 0x80000000u /* tag on reference-node ids naming an xref */
 #define KVP__SEQ 0xfffffffeu  /* "owner slot" of references held by sequences */
 #define KVP__STACKED 0xfffffffdu /* next link of a vacant block in its LIFO stack's array */
@@ -297,15 +302,30 @@ _Static_assert(sizeof(kvp__stream) == 384, "stream records stay 384 bytes (take'
  * meaning at the head).  Blocks freed together are reused in the order
  * given, so the array is filled downwards from room reserved for `max`
  * blocks, at most as many as the call can free per stream, and
- * kvp__free_end closes the gap the ones not freed left.  KVP__CURSOR(max)
+ * kvp__free_end closes the gap the ones not freed left.  kvp__cursor_start(max)
  * starts a call. */
 typedef struct kvp__cursor {
-    uint32_t at[2];
-    uint32_t w[2];
+    uint32_t at[KVP__STREAMS_MAX];
+    uint32_t w[KVP__STREAMS_MAX];
     uint32_t max;
 } kvp__cursor;
-#define KVP__CURSOR(max)                                                                   \
-    {{KVP__NONE, KVP__NONE}, {KVP__NONE, KVP__NONE}, (max) > UINT32_MAX ? UINT32_MAX : (uint32_t)(max)}
+/* A cursor for a call that frees at most `max` blocks per stream. */
+static inline kvp__cursor kvp__cursor_start(size_t max)
+{
+    kvp__cursor cur;
+    for (unsigned s = 0; s < KVP__STREAMS_MAX; s++)
+        cur.at[s] = cur.w[s] = KVP__NONE;
+    cur.max = max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
+    return cur;
+}
+
+/* One stream's host arena (storage.c): block_bytes x capacity bytes, and
+ * the one a growth has mapped but not yet committed (kvp__storage_reserve). */
+typedef struct kvp__arena {
+    uint8_t *base;
+    size_t bytes;
+    uint8_t *next;
+} kvp__arena;
 
 /* Rate counters (reset by kvp_stats_reset). */
 typedef struct kvp__counters {
@@ -322,7 +342,7 @@ struct kvp_pool {
     bool ordered; /* the streams' vacant and cached id sets are kept (kvp__order) */
     bool hooked; /* any of: ts, an event queue, per-call history, a callback
                     (on_evict, copy); without them enter and leave are a test */
-    kvp__stream *fast[3]; /* per public stream value, the stream the take's
+    kvp__stream *fast[KVP_STREAM_V + 1]; /* per public stream value, the stream the take's
                              fast path may serve, or NULL: a refused value,
                              or a pool hooked or ordered (kvp__fast_reset) */
     pthread_mutex_t lock;
@@ -333,7 +353,6 @@ struct kvp_pool {
     uint32_t cap;       /* capacity of the arrays below */
     kvp__block *blocks;
     kvp_hash *hashes;
-    kvp__stream st[2];
     kvp__idset retired; /* retired ids below top */
     uint32_t nretired;
 
@@ -368,9 +387,8 @@ struct kvp_pool {
     /* events (events.c); NULL when off */
     kvp__evq *evq;
 
-    /* backing storage (storage.c) */
-    uint8_t *arena[2];
-    size_t arena_bytes[2];
+    /* backing storage (storage.c): nstreams arenas, NULL without host_arena */
+    kvp__arena *arenas;
 
     /* owners: slots, the owner index chained through them, and the xref slab */
     kvp__owner *owners; /* ocap slots, line-aligned inside omem */
@@ -395,7 +413,21 @@ struct kvp_pool {
     uint32_t hist_head, hist_count;
 
     kvp__policy pol; /* the eviction policy's row (policy.c) */
+
+    kvp__stream st[]; /* nstreams streams (kvp__pool_bytes) */
 };
+
+/* The streams a configuration gives a pool: K and V apart, or one shared. */
+static inline int kvp__nstreams(const kvp_config *c)
+{
+    return c->separate_kv ? 2 : 1;
+}
+
+/* Bytes of a pool record with n streams. */
+static inline size_t kvp__pool_bytes(int n)
+{
+    return sizeof(kvp_pool) + (size_t)n * sizeof(kvp__stream);
+}
 
 /* Ask for block b's record ahead of use.  Batch loops over scattered blocks
  * run this KVP__PREFETCH entries ahead, and over their first entries before
@@ -464,34 +496,51 @@ static inline void kvp__init_block(kvp_pool *p, uint32_t b, int s, int state)
     blk->retain = 0;
 }
 
-/* Map a public stream value to an internal index, or -1 if refused. */
+/* Map a public stream value to an internal index, or -1 if refused: a
+ * shared pool's one stream serves every value, a pool with streams apart
+ * serves KVP_STREAM_K + s as stream s. */
 static inline int kvp__stream_index(const kvp_pool *p, int stream)
 {
     if (stream < KVP_STREAM_SHARED || stream > KVP_STREAM_V)
         return -1;
     if (p->nstreams == 1)
         return 0;
-    return stream == KVP_STREAM_SHARED ? -1 : stream - 1;
+    return stream == KVP_STREAM_SHARED || stream - KVP_STREAM_K >= p->nstreams
+               ? -1
+               : stream - KVP_STREAM_K;
+}
+
+/* The public stream value of internal stream s (kvp__stream_index's
+ * inverse). */
+static inline kvp_stream kvp__stream_value(const kvp_pool *p, int s)
+{
+    return p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(KVP_STREAM_K + s);
 }
 
 /* ---- one record's state, and the gauges ---- */
 
-/* A fresh block: one of a stream's never-touched ids of the initial pool. */
-static inline bool kvp__is_fresh(const kvp_pool *p, uint32_t b)
+/* The stream whose never-touched ids of the initial pool hold block b, or
+ * -1 if b is not such a fresh block. */
+static inline int kvp__fresh_stream(const kvp_pool *p, uint32_t b)
 {
     for (int s = 0; s < p->nstreams; s++)
         if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
-            return true;
-    return false;
+            return s;
+    return -1;
+}
+
+/* A fresh block: one of a stream's never-touched ids of the initial pool. */
+static inline bool kvp__is_fresh(const kvp_pool *p, uint32_t b)
+{
+    return kvp__fresh_stream(p, b) >= 0;
 }
 
 /* The internal stream of block b: a fresh block's (zero) record does not
  * say it, its place in the fresh ranges does. */
 static inline int kvp__stream_of(const kvp_pool *p, uint32_t b)
 {
-    if (kvp__is_fresh(p, b))
-        return b < p->st[0].fresh_hi ? 0 : 1;
-    return p->blocks[b].stream;
+    int s = kvp__fresh_stream(p, b);
+    return s >= 0 ? s : (int)p->blocks[b].stream;
 }
 
 /* The state of block b (below top); a fresh record is zero: VACANT. */
@@ -823,8 +872,9 @@ bool kvp__ev_lossy(const kvp_pool *p);
 
 /* ---- storage (storage.c) ---- */
 kvp_status kvp__storage_init(kvp_pool *p);
-kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap, uint8_t **arena);
-void kvp__storage_commit(kvp_pool *p, uint8_t **arena, uint32_t ncap);
+kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap);
+void kvp__storage_commit(kvp_pool *p, uint32_t ncap);
+void kvp__storage_unreserve(kvp_pool *p, uint32_t ncap);
 void kvp__storage_free(kvp_pool *p);
 void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst);
 

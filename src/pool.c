@@ -43,12 +43,13 @@ kvp_status kvp_config_default(kvp_config *cfg)
     return KVP_OK;
 }
 
-/* Blocks of stream s at creation (and after kvp_pool_clear): one stream
- * has them all; with separate K and V, K has the first half, rounded up. */
+/* Blocks of stream s at creation (and after kvp_pool_clear): an equal
+ * share, the first streams one more while blocks remain (with K and V
+ * apart, K has the first half, rounded up). */
 static uint32_t initial_blocks(const kvp_pool *p, int s)
 {
-    uint32_t n = p->cfg.num_blocks, k = p->nstreams == 2 ? (n + 1) / 2 : n;
-    return s == 0 ? k : n - k;
+    uint32_t n = p->cfg.num_blocks, per = n / (uint32_t)p->nstreams, rest = n % (uint32_t)p->nstreams;
+    return per + ((uint32_t)s < rest);
 }
 
 /* Lay out the initial blocks: stream ranges, all fresh, and the null block.
@@ -62,7 +63,7 @@ static void reset_blocks(kvp_pool *p)
         kvp__stream *st = &p->st[s];
         st->qhead = st->qtail = st->fresh_mark = KVP__NONE;
         kvp__policy_reset(st);
-        st->fresh_lo = s == 0 ? 0 : initial_blocks(p, 0);
+        st->fresh_lo = s == 0 ? 0 : p->st[s - 1].fresh_hi;
         st->fresh_hi = st->fresh_lo + initial_blocks(p, s);
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
         st->ncached = 0;
@@ -133,7 +134,7 @@ static kvp_status validate_config(const kvp_config *c)
      * growth cap (storage.c): refused here when that size does not fit
      * size_t, so no arena size or block address computed later can wrap. */
     size_t arena;
-    for (int s = 0; s < 2 && c->host_arena; s++)
+    for (unsigned s = 0; s < KVP__STREAMS_MAX && c->host_arena; s++)
         if (!kvp__mul_size(c->block_bytes[s], kvp__growth_cap(c), &arena))
             return KVP_EINVAL;
     return KVP_OK;
@@ -144,7 +145,7 @@ static void free_arrays(kvp_pool *p)
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
     kvp__release(p, p->buckets, ((size_t)p->bmask + 1) * sizeof *p->buckets);
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < p->nstreams; s++) {
         kvp__idset_free(p, &p->st[s].vacant);
         kvp__idset_free(p, &p->st[s].cached);
         kvp__release(p, p->st[s].stk, (size_t)p->st[s].stkcap * sizeof *p->st[s].stk);
@@ -168,14 +169,15 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     if (rc)
         return rc;
     const kvp_allocator *mem = cfg->allocator ? cfg->allocator : &kvp__std_allocator;
-    kvp_pool *p = mem->alloc(mem->user, sizeof *p);
+    int nstreams = kvp__nstreams(cfg);
+    kvp_pool *p = mem->alloc(mem->user, kvp__pool_bytes(nstreams));
     if (!p)
         return KVP_ENOMEM;
-    memset(p, 0, sizeof *p);
+    memset(p, 0, kvp__pool_bytes(nstreams));
     p->cfg = *cfg;
     p->mem = *mem;
     p->cfg.allocator = NULL; /* the copy in p->mem is the one used */
-    p->nstreams = cfg->separate_kv ? 2 : 1;
+    p->nstreams = nstreams;
     p->ts = cfg->thread_safe != 0;
     p->ofree = p->xfree = KVP__NONE;
 
@@ -189,11 +191,11 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     rc = (!p->blocks || !p->hashes || !p->buckets || (cfg->history_len && !p->hist))
              ? KVP_ENOMEM
              : KVP_OK;
-    for (int s = 0; s < 2 && !rc; s++) {
-        rc = kvp__idset_init(p, &p->st[s].vacant, s < p->nstreams ? cap : 0);
+    for (int s = 0; s < p->nstreams && !rc; s++) {
+        rc = kvp__idset_init(p, &p->st[s].vacant, cap);
         if (!rc)
-            rc = kvp__idset_init(p, &p->st[s].cached, s < p->nstreams ? cap : 0);
-        if (!rc && s < p->nstreams)
+            rc = kvp__idset_init(p, &p->st[s].cached, cap);
+        if (!rc)
             rc = kvp__stk_reserve(p, s, initial_blocks(p, s));
     }
     if (!rc)
@@ -214,7 +216,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = KVP_ENOMEM;
     if (rc) {
         free_arrays(p);
-        p->mem.release(p->mem.user, p, sizeof *p);
+        p->mem.release(p->mem.user, p, kvp__pool_bytes(nstreams));
         return rc;
     }
     p->hooked = p->ts || p->evq || (p->cfg.history_every_call && p->cfg.history_len) ||
@@ -235,7 +237,7 @@ void kvp_pool_destroy(kvp_pool *pool)
     if (pool->ts)
         pthread_mutex_destroy(&pool->lock);
     kvp_allocator mem = pool->mem;
-    mem.release(mem.user, pool, sizeof *pool);
+    mem.release(mem.user, pool, kvp__pool_bytes(pool->nstreams));
 }
 
 kvp_status kvp_pool_clear(kvp_pool *pool)
@@ -338,11 +340,6 @@ kvp_status kvp_set_priority(kvp_pool *pool, kvp_block id, unsigned priority)
     return rc;
 }
 
-static kvp_stream public_stream(const kvp_pool *p, int s)
-{
-    return p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);
-}
-
 kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
 {
     if (!pool || !out)
@@ -359,14 +356,14 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
     out->priority = KVP_PRIORITY_NORMAL;
     if (id >= pool->top) {
         out->state = KVP_BLOCK_RETIRED;
-        out->stream = public_stream(pool, pool->blocks[id].stream);
+        out->stream = kvp__stream_value(pool, pool->blocks[id].stream);
     } else if (kvp__is_fresh(pool, id)) {
         out->state = KVP_BLOCK_VACANT;
-        out->stream = public_stream(pool, kvp__stream_of(pool, id));
+        out->stream = kvp__stream_value(pool, kvp__stream_of(pool, id));
     } else {
         const kvp__block *blk = &pool->blocks[id];
         out->state = blk->state;
-        out->stream = public_stream(pool, blk->stream);
+        out->stream = kvp__stream_value(pool, blk->stream);
         out->format = blk->format;
         out->ref_count = blk->ref;
         out->anon_refs = blk->anon;

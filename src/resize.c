@@ -48,7 +48,6 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     kvp__block *nb = kvp__alloc(p, (size_t)ncap * sizeof *nb);
     kvp_hash *nh = kvp__alloc(p, (size_t)ncap * sizeof *nh);
     uint32_t *vtok = NULL, *vparent = NULL, *vpgen = NULL, *gen = NULL;
-    uint8_t *arena[2] = {NULL, NULL};
     kvp_status rc = nb && nh ? KVP_OK : KVP_ENOMEM;
     for (int s = 0; s < p->nstreams && !rc; s++) {
         rc = kvp__idset_resize(p, &p->st[s].vacant, ncap);
@@ -63,7 +62,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     if (!rc && p->vtok)
         rc = kvp__verify_reserve(p, ncap, &vtok, &vparent, &vpgen, &gen);
     if (!rc)
-        rc = kvp__storage_reserve(p, ncap, arena);
+        rc = kvp__storage_reserve(p, ncap);
     size_t bs = p->cfg.block_size;
     if (rc) {
         kvp__release(p, nb, (size_t)ncap * sizeof *nb);
@@ -92,7 +91,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
         p->vpgen = vpgen;
         p->gen = gen;
     }
-    kvp__storage_commit(p, arena, ncap);
+    kvp__storage_commit(p, ncap);
     p->cap = ncap;
     return KVP_OK;
 }
@@ -107,7 +106,7 @@ KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
         rc = reserve(p, p->top + (n - from_retired));
     if (rc)
         return rc;
-    kvp__cursor cur = KVP__CURSOR(n);
+    kvp__cursor cur = kvp__cursor_start(n);
     kvp__free_listed(p, s, &cur);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b;

@@ -309,7 +309,7 @@ static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tok
 /* Drop the sequence's references, last block first. */
 static void release_all(kvp_pool *p, kvp_seq *q)
 {
-    kvp__cursor cur = KVP__CURSOR(q->nblocks);
+    kvp__cursor cur = kvp__cursor_start(q->nblocks);
     for (size_t j = q->nblocks; j-- > 0 && q->nblocks - j <= KVP__PREFETCH;)
         kvp__prefetch_block(p, q->blocks[j]);
     for (size_t i = q->nblocks; i-- > 0;) {
@@ -677,7 +677,7 @@ kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n)
         size_t dropped = seq->nblocks - keep;
         /* The tail first (its blocks may serve the copy), its free
          * insertions closed before the take. */
-        kvp__cursor cur = KVP__CURSOR(dropped);
+        kvp__cursor cur = kvp__cursor_start(dropped);
         for (size_t i = seq->nblocks; i-- > keep;) {
             uint32_t b = seq->blocks[i];
             kvp__ref_drop(p, b, KVP__SEQ);
@@ -691,7 +691,7 @@ kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n)
             kvp__storage_copy(p, 0, last, b);
             set_fill(p, b, (uint32_t)fill);
             seq->blocks[keep - 1] = b;
-            kvp__cursor one = KVP__CURSOR(1);
+            kvp__cursor one = kvp__cursor_start(1);
             kvp__ref_drop(p, last, KVP__SEQ);
             if (p->blocks[last].ref == 0)
                 kvp__release_block(p, last, &one);
