@@ -9,7 +9,7 @@
  * fill_sum (kvp_stats).  Where a free block sits is freelist.c's, who
  * holds a reference owner.c's, its hash index.c's.  The predicates on one
  * record (fresh, state, id checks) and the gauge updates are inline in
- * kvp_internal.h, for every file.
+ * record.h, for every file.
  *
  * Invariants (checked by check.c):
  * - A block is in exactly one state.  A free block (vacant or cached) is in
@@ -28,7 +28,12 @@
  * Who calls it: the hand-out and take-back paths: take.c, free.c,
  * sequence.c.
  */
-#include "kvp_internal.h"
+#include "block.h"
+#include "freelist.h"
+#include "index.h"
+#include "owner.h"
+#include "policy.h"
+#include "record.h"
 
 /* Hand out vacant block b of stream s (already out of the free
  * structures): one reference goes to `oslot`.  Stores only, no read of the

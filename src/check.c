@@ -22,7 +22,15 @@
  * guard.c's debug self-check.  It holds no public call itself, so that
  * guard.c, which runs it, reaches no file that calls guard.c back.
  */
-#include "kvp_internal.h"
+#include "check.h"
+#include "defer.h"
+#include "events.h"
+#include "idset.h"
+#include "index_walk.h"
+#include "map.h"
+#include "owner.h"
+#include "policy.h"
+#include "record.h"
 
 #define XXH_STATIC_LINKING_ONLY
 #include <stdarg.h>

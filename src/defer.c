@@ -44,7 +44,9 @@
  * settle_owner), free.c (free_owner, tick), owner.c (the slot's pend as
  * owners come and go), check.c (check, uncheck, pending_from).
  */
-#include "kvp_internal.h"
+#include "defer.h"
+#include "freelist.h"
+#include "record.h"
 
 #include <stdio.h>
 

@@ -34,7 +34,9 @@
  * that follows a drop.  Buffers are allocated at creation, so recording never
  * allocates, except to intern a LoRA name not seen before.
  */
-#include "kvp_internal.h"
+#include "events.h"
+#include "index_walk.h"
+#include "mem.h"
 
 /* The callback marker: the pool whose callback this thread is running, so
  * that a call back into it is refused in both locking modes (guard.c).

@@ -20,7 +20,12 @@
  *
  * Who calls it: the public API.
  */
-#include "kvp_internal.h"
+#include "block.h"
+#include "defer.h"
+#include "freelist.h"
+#include "guard.h"
+#include "owner.h"
+#include "record.h"
 
 /* kvp_free's check of one id outside the usual case: it exists, is in use,
  * and the owner holds as many references on it as it is named so far in this

@@ -37,7 +37,11 @@
  * block records, so a free structure costs no memory of its own but the
  * LIFO array's 4 bytes per block, which buys the take its prefetch.
  */
-#include "kvp_internal.h"
+#include "freelist.h"
+#include "idset.h"
+#include "mem.h"
+#include "policy.h"
+#include "record.h"
 
 #include <string.h>
 

@@ -13,7 +13,8 @@
  * Who calls it: stats.c's public calls, and guard.c after every call that
  * changed the pool when cfg.history_every_call is set.
  */
-#include "kvp_internal.h"
+#include "history.h"
+#include "record.h"
 
 /* The pool's kvp_stats as it stands (the caller entered). */
 void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)

@@ -12,7 +12,7 @@
  * on publish, and removing a block's entry is a walk of one short chain;
  * keys are 32-byte digests, too large to keep in probe entries.  Other
  * files read it through kvp__index_first / kvp__index_next
- * (kvp_internal.h), never by walking the chains (check.c, which verifies
+ * (index_walk.h), never by walking the chains (check.c, which verifies
  * them, aside).  The bucket array has
  * at least 1.5 buckets per block (load factor <= 2/3: kvp__bucket_count).
  *
@@ -24,7 +24,14 @@
  *   publish order: lookup returns the first published still indexed.
  * - A cached block is always published (free, content findable).
  */
-#include "kvp_internal.h"
+#include "index.h"
+#include "events.h"
+#include "freelist.h"
+#include "guard.h"
+#include "index_walk.h"
+#include "mem.h"
+#include "policy.h"
+#include "record.h"
 
 /* Link b (digest already stored) at the tail of its chain, and tell the
  * event queue (`info` says what the publisher knows; may be NULL). */

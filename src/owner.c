@@ -39,7 +39,13 @@
  * thousands of owners.  The block index's shape (index.c) differs again
  * because its keys are 32-byte digests kept beside the records.
  */
-#include "kvp_internal.h"
+#include "owner.h"
+#include "defer.h"
+#include "guard.h"
+#include "idset.h"
+#include "map.h"
+#include "mem.h"
+#include "record.h"
 
 /* ------------------------------------------------------------------------ */
 /* Reference nodes and owner arrays                                          */

@@ -33,7 +33,8 @@
  * recent end without a call (LRU's every insertion, SLRU's of blocks never
  * claimed), so the common step stays inline.
  */
-#include "kvp_internal.h"
+#include "policy.h"
+#include "status.h"
 
 #include <string.h>
 

@@ -27,7 +27,7 @@
  * costs O(1) amortized per insertion: each block moved down was moved there
  * by an insertion, at most KVP__SEGS - 1 moves per block freed.
  */
-#include "kvp_internal.h"
+#include "policy.h"
 
 #include <stdio.h>
 

@@ -21,7 +21,20 @@
  *
  * Who calls it: the public API only.
  */
-#include "kvp_internal.h"
+#include "check.h"
+#include "events.h"
+#include "freelist.h"
+#include "guard.h"
+#include "hashing.h"
+#include "idset.h"
+#include "index.h"
+#include "mem.h"
+#include "owner.h"
+#include "policy.h"
+#include "record.h"
+#include "resize.h"
+#include "status.h"
+#include "storage.h"
 
 #include <sys/random.h>
 

@@ -14,7 +14,15 @@
  * anything is switched over, so a failed growth leaves the pool as it was
  * (larger internal capacities are not part of the state).
  */
-#include "kvp_internal.h"
+#include "resize.h"
+#include "freelist.h"
+#include "guard.h"
+#include "idset.h"
+#include "index.h"
+#include "mem.h"
+#include "owner.h"
+#include "record.h"
+#include "storage.h"
 
 uint32_t kvp__pow2_at_least(uint32_t n)
 {

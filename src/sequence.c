@@ -32,7 +32,20 @@
  * holds one sequence reference per appearance; blocks [0, nhashes) are
  * full, the last block's fill is ntokens % block_size (or full).
  */
-#include "kvp_internal.h"
+#include "block.h"
+#include "events.h"
+#include "freelist.h"
+#include "guard.h"
+#include "hashing.h"
+#include "idset.h"
+#include "index.h"
+#include "map.h"
+#include "mem.h"
+#include "owner.h"
+#include "policy.h"
+#include "record.h"
+#include "storage.h"
+#include "take.h"
 
 struct kvp_seq {
     kvp_pool *pool;

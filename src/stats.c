@@ -15,7 +15,8 @@
  * format requires; "group" and "tier" stay free for samples split by those
  * dimensions.
  */
-#include "kvp_internal.h"
+#include "guard.h"
+#include "history.h"
 
 #include <stdarg.h>
 #include <stddef.h>

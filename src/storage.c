@@ -16,7 +16,11 @@
  * needs page alignment and huge-page advice that a malloc-style hook cannot
  * give.  It grows with the pool (a new mapping, contents copied).
  */
-#include "kvp_internal.h"
+#include "storage.h"
+#include "events.h"
+#include "guard.h"
+#include "mem.h"
+#include "record.h"
 
 #include <sys/mman.h>
 

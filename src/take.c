@@ -31,7 +31,15 @@
  * Who calls it: the public API; sequence.c (kvp__take_block,
  * kvp__room_for).
  */
-#include "kvp_internal.h"
+#include "take.h"
+#include "block.h"
+#include "defer.h"
+#include "freelist.h"
+#include "guard.h"
+#include "index.h"
+#include "owner.h"
+#include "record.h"
+#include "resize.h"
 
 /* ------------------------------------------------------------------------ */
 /* Owners and room                                                           */

@@ -19,7 +19,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvptest.h"
-#include "kvp_internal.h" /* bucket spread and count: internal properties */
+#include "index_walk.h"
+#include "resize.h" /* bucket spread and count: internal properties */
 
 #include <stdio.h>
 #include <string.h>

@@ -13,11 +13,11 @@
  *
  * Pending references (defer.c): the fast take leaves the
  * block's record unwritten until another call settles it; the tests look
- * inside the pool (kvp_internal.h) to see what is pending, and compare
+ * inside the pool (owner.h) to see what is pending, and compare
  * every outcome with a hooked twin pool, whose takes write records at once.
  */
 #include "kvptest.h"
-#include "kvp_internal.h" /* what is pending: internal state */
+#include "owner.h" /* what is pending: internal state */
 
 #include <stdlib.h>
 #include <string.h>
