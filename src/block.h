@@ -10,7 +10,6 @@
 void kvp__hand_out_vacant(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, int s);
 void kvp__hand_out_counted(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format, int s);
 void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format);
-void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot);
 void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur);
 
 #endif /* KVP_BLOCK_H */

@@ -21,6 +21,7 @@
  * Who calls it: the public API.
  */
 #include "block.h"
+#include "client.h"
 #include "defer.h"
 #include "freelist.h"
 #include "guard.h"
@@ -97,9 +98,7 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
         for (i = 0; i < n; i++) {
             uint32_t b = ids[i];
             pool->blocks[b].flags &= (uint8_t)~KVP__F_MARK;
-            kvp__ref_drop(pool, b, slot);
-            if (pool->blocks[b].ref == 0)
-                kvp__release_block(pool, b, &cur);
+            kvp__client_drop(pool, b, slot, &cur);
         }
         kvp__free_end(pool, &cur);
         if (slot != KVP__NONE && kvp__owner_live(&pool->owners[slot]) == 0 &&

@@ -42,7 +42,6 @@
 #include "owner.h"
 #include "defer.h"
 #include "guard.h"
-#include "idset.h"
 #include "map.h"
 #include "mem.h"
 #include "record.h"

@@ -22,6 +22,7 @@
  * Who calls it: the public API only.
  */
 #include "check.h"
+#include "client.h"
 #include "events.h"
 #include "freelist.h"
 #include "guard.h"
@@ -296,12 +297,8 @@ kvp_status kvp_set_fill(kvp_pool *pool, kvp_block id, uint32_t fill)
         rc = KVP_EINVAL;
     if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
         rc = KVP_EDOUBLEFREE;
-    if (!rc) {
-        kvp__block *blk = &pool->blocks[id];
-        kvp__account(pool, blk, -1);
-        blk->fill = (uint16_t)fill;
-        kvp__account(pool, blk, 1);
-    }
+    if (!rc)
+        kvp__client_fill(pool, id, fill);
     kvp__leave(pool, rc == KVP_OK);
     return rc;
 }

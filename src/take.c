@@ -28,18 +28,17 @@
  * Invariant: a take either hands out exactly the block the reuse order
  * names and changes nothing else visible, or fails and changes nothing.
  *
- * Who calls it: the public API; sequence.c (kvp__take_block,
- * kvp__room_for).
+ * Who calls it: the public API.  Its general path takes and claims
+ * through client.c, as sequence.c does.
  */
-#include "take.h"
 #include "block.h"
+#include "client.h"
 #include "defer.h"
 #include "freelist.h"
 #include "guard.h"
 #include "index.h"
 #include "owner.h"
 #include "record.h"
-#include "resize.h"
 
 /* ------------------------------------------------------------------------ */
 /* Owners and room                                                           */
@@ -77,24 +76,6 @@ static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uin
     kvp_status rc = kvp__refs_reserve(p, s, n);
     if (!rc && !*create)
         *slot = s;
-    return rc;
-}
-
-/* Make sure `need` blocks can be taken from stream s when `avail` of its
- * free blocks may be used: grow just enough if the configuration allows,
- * else count an exhausted attempt.  Changes nothing else on failure. */
-kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need)
-{
-    if (avail >= need)
-        return KVP_OK;
-    uint64_t more = need - avail;
-    if (!p->cfg.grow_on_exhaustion || more > kvp__max_blocks(p) - kvp__managed(p)) {
-        p->ctr.exhausted++;
-        return KVP_EEXHAUSTED;
-    }
-    kvp_status rc = kvp__grow(p, s, (uint32_t)more);
-    if (!rc)
-        p->ctr.grown += more;
     return rc;
 }
 
@@ -194,16 +175,6 @@ static KVP__NOINLINE uint32_t pop_list(kvp_pool *p, int s, uint32_t oslot, uint3
     return pop_vacant(p, s, 1, oslot, KVP_FMT_FP16, out);
 }
 
-/* Take the next free block of stream s in reuse order for fresh content,
- * with one reference for owner slot `oslot` (room checked by the caller). */
-uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
-{
-    uint32_t b = kvp__pick(p, s);
-    kvp__free_remove(p, b);
-    kvp__hand_out(p, b, oslot, format);
-    return b;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The general path                                                          */
 /* ------------------------------------------------------------------------ */
@@ -219,7 +190,7 @@ static kvp_status take_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner, 
     bool create;
     kvp_status rc = owner_prepare(p, owner, hint ? *hint : KVP__NONE, nb, &slot, &create);
     if (!rc)
-        rc = kvp__room_for(p, s, p->st[s].nvacant + p->st[s].ncached, nb);
+        rc = kvp__client_room(p, s, kvp__client_free_blocks(p, s), nb);
     if (rc)
         return rc;
     if (create)
@@ -227,7 +198,7 @@ static kvp_status take_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner, 
     else if (slot != KVP__NONE)
         kvp__defer_settle_owner(p, slot); /* entered lazily by take_general */
     for (uint32_t i = pop_vacant(p, s, nb, slot, format, ids); i < nb; i++)
-        ids[i] = kvp__take_block(p, s, slot, format);
+        ids[i] = kvp__client_take(p, s, slot, format);
     p->ctr.alloc_calls++;
     if (hint && slot != KVP__NONE)
         *hint = slot;
@@ -479,7 +450,7 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
 
 /* One more reference for `owner` on block id, which must hold content (the
  * caller entered): every check and reservation first, then
- * kvp__claim_block; a refusal changes nothing. */
+ * kvp__client_claim; a refusal changes nothing. */
 static kvp_status claim_locked(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
     uint32_t slot = KVP__NONE;
@@ -501,7 +472,7 @@ static kvp_status claim_locked(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc) {
         if (create)
             slot = kvp__owner_add(pool, owner);
-        kvp__claim_block(pool, id, slot);
+        kvp__client_claim(pool, id, slot);
     }
     return rc;
 }
