@@ -74,6 +74,6 @@ void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur)
 {
     kvp__assert_internal(p->blocks[b].ref == 0 && p->blocks[b].state == KVP_BLOCK_IN_USE);
     kvp__account(p, &p->blocks[b], -1);
-    p->in_use--;
+    p->g.in_use--;
     kvp__free_insert(p, b, cur);
 }

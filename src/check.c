@@ -142,8 +142,8 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             CHECK(!in_vac && !in_cac && !(k->retain & KVP__R_SEG),
                   "block %u: in use but in a free set or segment", b);
             uint32_t xn = 0;
-            for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->xcap; x = p->xrefs[x].bnext) {
-                CHECK(x < p->xcap && p->xrefs[x].block == b, "block %u: xref %u points elsewhere",
+            for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->own.xcap; x = p->own.xrefs[x].bnext) {
+                CHECK(x < p->own.xcap && p->own.xrefs[x].block == b, "block %u: xref %u points elsewhere",
                       b, x);
                 xn++;
             }
@@ -188,17 +188,17 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(set_size(&st->cached) == (p->ordered ? cac[s] : 0), "stream %d: cached set size", s);
     }
     CHECK(p->ordered || p->cfg.reuse != KVP_REUSE_LOWEST, "LOWEST reuse without its free sets");
-    CHECK(in_use == p->in_use, "in_use kept %llu, counted %llu", (unsigned long long)p->in_use,
+    CHECK(in_use == p->g.in_use, "in_use kept %llu, counted %llu", (unsigned long long)p->g.in_use,
           (unsigned long long)in_use);
-    CHECK(shared == p->shared, "shared kept %llu, counted %llu", (unsigned long long)p->shared,
+    CHECK(shared == p->g.shared, "shared kept %llu, counted %llu", (unsigned long long)p->g.shared,
           (unsigned long long)shared);
-    CHECK(frag == p->fragmented, "fragmented kept %llu, counted %llu",
-          (unsigned long long)p->fragmented, (unsigned long long)frag);
-    CHECK(fill == p->fill_sum, "tokens in use kept %llu, counted %llu",
-          (unsigned long long)p->fill_sum, (unsigned long long)fill);
+    CHECK(frag == p->g.fragmented, "fragmented kept %llu, counted %llu",
+          (unsigned long long)p->g.fragmented, (unsigned long long)frag);
+    CHECK(fill == p->g.fill_sum, "tokens in use kept %llu, counted %llu",
+          (unsigned long long)p->g.fill_sum, (unsigned long long)fill);
     CHECK(published == p->nindexed, "indexed kept %u, counted %llu", p->nindexed,
           (unsigned long long)published);
-    CHECK(p->peak >= p->in_use, "peak below in_use");
+    CHECK(p->g.peak >= p->g.in_use, "peak below in_use");
     return KVP_OK;
 }
 
@@ -335,9 +335,9 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
 static uint32_t first_in_bucket(const kvp_pool *p, kvp_owner id)
 {
     uint32_t n = 0;
-    for (uint32_t l = p->obuckets[kvp__id_hash(id) & p->obmask];
-         l && l - 1 < p->ocap && n++ < p->ocap; l = p->owners[l - 1].link)
-        if (p->owners[l - 1].id == id)
+    for (uint32_t l = p->own.buckets[kvp__id_hash(id) & p->own.bmask];
+         l && l - 1 < p->own.cap && n++ < p->own.cap; l = p->own.slots[l - 1].link)
+        if (p->own.slots[l - 1].id == id)
             return l - 1;
     return KVP__NONE;
 }
@@ -345,14 +345,14 @@ static uint32_t first_in_bucket(const kvp_pool *p, kvp_owner id)
 static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
 {
     uint32_t active = 0, refs = 0, mapped = 0;
-    for (uint32_t i = 0; p->obuckets && i <= p->obmask; i++)
-        for (uint32_t l = p->obuckets[i]; l; l = p->owners[l - 1].link) {
-            CHECK(l - 1 < p->ocap && mapped++ < p->ocap && p->owners[l - 1].id != KVP_ANON &&
-                      (kvp__id_hash(p->owners[l - 1].id) & p->obmask) == i,
+    for (uint32_t i = 0; p->own.buckets && i <= p->own.bmask; i++)
+        for (uint32_t l = p->own.buckets[i]; l; l = p->own.slots[l - 1].link) {
+            CHECK(l - 1 < p->own.cap && mapped++ < p->own.cap && p->own.slots[l - 1].id != KVP_ANON &&
+                      (kvp__id_hash(p->own.slots[l - 1].id) & p->own.bmask) == i,
                   "owner index: bucket %u chains slot %u wrongly", i, l - 1);
         }
-    for (uint32_t slot = 0; slot < p->ocap; slot++) {
-        const kvp__owner *o = &p->owners[slot];
+    for (uint32_t slot = 0; slot < p->own.cap; slot++) {
+        const kvp__owner *o = &p->own.slots[slot];
         if (o->id == KVP_ANON)
             continue;
         active++;
@@ -374,7 +374,7 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
                       p->blocks[b].state == KVP_BLOCK_IN_USE,
                   "owner %llu: bad entry %u for block %u", (unsigned long long)o->id, i, b);
             if (node & KVP__XREF)
-                CHECK((node & ~KVP__XREF) < p->xcap && p->xrefs[node & ~KVP__XREF].owner == slot,
+                CHECK((node & ~KVP__XREF) < p->own.xcap && p->own.xrefs[node & ~KVP__XREF].owner == slot,
                       "xref of block %u: wrong owner", b);
             else
                 CHECK(p->blocks[b].owner == slot, "block %u: inline owner mismatch", b);
@@ -383,15 +383,15 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
               (unsigned long long)o->id, n, kvp__owner_live(o));
         refs += n;
     }
-    CHECK(active == p->nowners && mapped == active, "owners: %u active, %u mapped, kept %u",
-          active, mapped, p->nowners);
+    CHECK(active == p->own.n && mapped == active, "owners: %u active, %u mapped, kept %u",
+          active, mapped, p->own.n);
     CHECK(refs == owned_refs, "owner lists hold %u references, blocks %u", refs, owned_refs);
     uint32_t xfree = 0;
-    for (uint32_t x = p->xfree; x != KVP__NONE; x = p->xrefs[x].pos) {
-        CHECK(x < p->xcap && xfree++ < p->xcap && p->xrefs[x].block == KVP__NONE,
+    for (uint32_t x = p->own.xfree; x != KVP__NONE; x = p->own.xrefs[x].pos) {
+        CHECK(x < p->own.xcap && xfree++ < p->own.xcap && p->own.xrefs[x].block == KVP__NONE,
               "xref free list broken at %u", x);
     }
-    CHECK(xfree == p->nxfree, "xref free list %u, kept %u", xfree, p->nxfree);
+    CHECK(xfree == p->own.nxfree, "xref free list %u, kept %u", xfree, p->own.nxfree);
     return KVP_OK;
 }
 
@@ -468,7 +468,7 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
             uint32_t id, ref, anon, sref, fill, format, stream, state, flags, retain;
             kvp_owner owner;
         } rec = {b, k->ref, k->anon, k->sref, k->fill, k->format, k->stream, k->state, k->flags, k->retain,
-                 k->owner == KVP__NONE ? KVP_ANON : p->owners[k->owner].id};
+                 k->owner == KVP__NONE ? KVP_ANON : p->own.slots[k->owner].id};
         feed(h, &rec, sizeof rec);
         if (k->flags & KVP__F_PUBLISHED) {
             feed(h, &p->hashes[b], sizeof p->hashes[b]);
@@ -479,8 +479,8 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
      * digests with a commutative sum instead. */
     uint64_t owners = 0;
     XXH3_state_t oh;
-    for (uint32_t slot = 0; slot < p->ocap; slot++) {
-        const kvp__owner *o = &p->owners[slot];
+    for (uint32_t slot = 0; slot < p->own.cap; slot++) {
+        const kvp__owner *o = &p->own.slots[slot];
         if (o->id == KVP_ANON)
             continue;
         XXH3_64bits_reset(&oh);

@@ -64,8 +64,8 @@ void kvp__client_claim(kvp_pool *p, uint32_t b, uint32_t slot)
         blk->state = KVP_BLOCK_IN_USE;
         blk->prev = blk->next = KVP__NONE;
         kvp__account(p, blk, 1);
-        if (++p->in_use > p->peak)
-            p->peak = p->in_use;
+        if (++p->g.in_use > p->g.peak)
+            p->g.peak = p->g.in_use;
     }
     kvp__ref_add(p, b, slot);
 }

@@ -101,8 +101,8 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
             kvp__client_drop(pool, b, slot, &cur);
         }
         kvp__free_end(pool, &cur);
-        if (slot != KVP__NONE && kvp__owner_live(&pool->owners[slot]) == 0 &&
-            !pool->owners[slot].registered)
+        if (slot != KVP__NONE && kvp__owner_live(&pool->own.slots[slot]) == 0 &&
+            !pool->own.slots[slot].registered)
             kvp__owner_remove(pool, slot);
         pool->ctr.free_calls++;
         pool->ctr.blocks_freed += n;
@@ -128,7 +128,7 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
         return KVP_ENOTFOUND;
     }
     slot = *link - 1;
-    kvp__owner *o = &pool->owners[slot];
+    kvp__owner *o = &pool->own.slots[slot];
     kvp__cursor cur = kvp__cursor_start(o->len);
     size_t n = kvp__owner_live(o);
     uint32_t end = kvp__defer_free_owner(pool, o, &cur);

@@ -365,7 +365,7 @@ kvp_status kvp_reset_prefix_cache(kvp_pool *pool)
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    if (pool->in_use > (pool->cfg.null_block ? 1u : 0u))
+    if (pool->g.in_use > (pool->cfg.null_block ? 1u : 0u))
         rc = KVP_EBUSY;
     else
         kvp__forget_all(pool);

@@ -232,7 +232,7 @@ typedef struct kvp__owner {
     uint32_t dnext;   /* next slot on the dirty chain, as slot + 1 (0 ends it) */
 } kvp__owner;
 _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 8 for chains");
-/* Owner frees and general-path takes (p->run) since the last call that
+/* Owner frees and general-path takes (p->def.run) since the last call that
  * settled, before a take defers its record (defer.c). */
 #define KVP__DEFER_AFTER 8u
 /* Owner index buckets per owner slot: load factor at most 1/2, so a take's
@@ -316,6 +316,59 @@ typedef struct kvp__arena {
     uint8_t *next;
 } kvp__arena;
 
+/* owner.c: owner slots, the owner index chained through them, and the
+ * xref slab. */
+typedef struct kvp__owners {
+    kvp__owner *slots;  /* cap slots, line-aligned inside mem */
+    void *mem;
+    uint32_t *buckets;  /* owner index: chain heads (slot + 1; 0 = empty) */
+    uint32_t bmask;
+    uint32_t cap, n, free; /* slots, slots in use, first free slot */
+    kvp__xref *xrefs;
+    uint32_t xcap, xfree, nxfree;
+} kvp__owners;
+
+/* block.c: the gauges, kept exactly so that reading them is O(1). */
+typedef struct kvp__gauges {
+    uint64_t in_use, shared, fragmented, peak, fill_sum;
+} kvp__gauges;
+
+/* defer.c: what the deferred bookkeeping keeps of the pool's. */
+typedef struct kvp__defer {
+    uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
+                           the owners that may hold pending references */
+    uint64_t run;       /* owner frees and general-path takes since the last
+                           call that settled (64 bits, so that it never
+                           wraps) */
+} kvp__defer;
+
+/* history.c: the history ring of snapshots. */
+typedef struct kvp__history {
+    kvp_stats *ring;
+    uint32_t head, count;
+} kvp__history;
+
+/* policy_slru.c, KVP_POLICY_SLRU's ghost list: the keys of the last `cap`
+ * hashes evicted, in a ring (key, link), next to write at `next`, `used`
+ * slots filled; buckets of chains through the ring (slot + 1, 0 ends). */
+typedef struct kvp__ghost {
+    uint64_t *key;
+    uint32_t *link, *bucket;
+    uint32_t cap, bmask, next, used;
+} kvp__ghost;
+
+/* storage.c: nstreams arenas, NULL without host_arena. */
+typedef struct kvp__storage {
+    kvp__arena *arenas;
+} kvp__storage;
+
+/* sequence.c registers here; the pool only calls the hooks. */
+typedef struct kvp__seq_hooks {
+    void *reg;
+    void (*relocate)(kvp_pool *p, uint32_t from, uint32_t to);
+    void (*clear)(kvp_pool *p);
+} kvp__seq_hooks;
+
 /* Rate counters (reset by kvp_stats_reset). */
 typedef struct kvp__counters {
     uint64_t alloc_calls, blocks_allocated, free_calls, blocks_freed, reused,
@@ -359,47 +412,19 @@ struct kvp_pool {
     uint32_t *vtok;   /* cap x block_size */
     uint32_t *vparent, *vpgen, *gen;
 
-    /* ghost list (policy_slru.c, KVP_POLICY_SLRU): the keys of the last `cap`
-     * hashes evicted, in a ring (key, link), next to write at `next`, `used`
-     * slots filled; buckets of chains through the ring (slot + 1, 0 ends) */
-    struct {
-        uint64_t *key;
-        uint32_t *link, *bucket;
-        uint32_t cap, bmask, next, used;
-    } ghost;
-
-    /* sequences (sequence.c) register here; the pool only calls the hooks */
-    void *seqs;
-    void (*seq_relocate)(kvp_pool *p, uint32_t from, uint32_t to);
-    void (*seq_clear)(kvp_pool *p);
+    kvp__ghost ghost;     /* policy_slru.c */
+    kvp__seq_hooks seq;   /* sequence.c */
 
     /* events (events.c); NULL when off */
     kvp__evq *evq;
 
-    /* backing storage (storage.c): nstreams arenas, NULL without host_arena */
-    kvp__arena *arenas;
+    kvp__storage store;   /* storage.c */
 
-    /* owners: slots, the owner index chained through them, and the xref slab */
-    kvp__owner *owners; /* ocap slots, line-aligned inside omem */
-    void *omem;
-    uint32_t *obuckets; /* owner index: ocap chain heads (slot + 1; 0 = empty) */
-    uint32_t obmask;
-    uint32_t ocap, nowners, ofree;
-    kvp__xref *xrefs;
-    uint32_t xcap, xfree, nxfree;
-
-    /* gauges kept exactly, so reading them is O(1) */
-    uint64_t in_use, shared, fragmented, peak, fill_sum;
-    kvp__counters ctr;
-    uint32_t dirty;     /* first slot of the dirty chain (slot + 1; 0: none):
-                           the owners that may hold pending references */
-    uint64_t run;       /* owner frees and general-path takes since the last
-                           call that settled (defer.c; 64 bits, so that it
-                           never wraps) */
-
-    /* history ring */
-    kvp_stats *hist;
-    uint32_t hist_head, hist_count;
+    kvp__owners own;      /* owner.c */
+    kvp__gauges g;        /* block.c */
+    kvp__counters ctr;    /* stats.c */
+    kvp__defer def;       /* defer.c */
+    kvp__history hist;    /* history.c */
 
     kvp__policy pol; /* the eviction policy's row (policy.c) */
 

@@ -30,7 +30,7 @@ kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n);
  * the free one kvp__owner_add takes next, whose length counts as 0). */
 static inline kvp_status kvp__refs_reserve(kvp_pool *p, uint32_t oslot, uint32_t n)
 {
-    const kvp__owner *o = &p->owners[oslot];
+    const kvp__owner *o = &p->own.slots[oslot];
     uint32_t len = o->id == KVP_ANON ? 0 : o->len;
     return (uint64_t)len + n <= o->cap ? KVP_OK : kvp__refs_grow(p, oslot, n);
 }

@@ -88,7 +88,7 @@ static void reset_blocks(kvp_pool *p)
     kvp__fast_reset(p);
     p->nretired = 0;
     p->top = p->hwm = n;
-    p->in_use = p->shared = p->fragmented = p->peak = p->fill_sum = 0;
+    p->g.in_use = p->g.shared = p->g.fragmented = p->g.peak = p->g.fill_sum = 0;
     p->nindexed = 0;
     if (p->cfg.null_block) {
         p->st[0].fresh_lo = 1;
@@ -96,7 +96,7 @@ static void reset_blocks(kvp_pool *p)
         kvp__init_block(p, 0, 0, KVP_BLOCK_IN_USE);
         p->blocks[0].ref = p->blocks[0].anon = 1;
         p->blocks[0].flags = KVP__F_NULL | KVP__F_EVER;
-        p->in_use = p->peak = 1;
+        p->g.in_use = p->g.peak = 1;
     }
 }
 
@@ -165,7 +165,7 @@ static void free_arrays(kvp_pool *p)
         kvp__release(p, p->st[s].stk, (size_t)p->st[s].stkcap * sizeof *p->st[s].stk);
     }
     kvp__idset_free(p, &p->retired);
-    kvp__release(p, p->hist, (size_t)p->cfg.history_len * sizeof *p->hist);
+    kvp__release(p, p->hist.ring, (size_t)p->cfg.history_len * sizeof *p->hist.ring);
     kvp__release(p, p->vtok, (size_t)p->cap * p->cfg.block_size * sizeof *p->vtok);
     kvp__release(p, p->vparent, (size_t)p->cap * sizeof *p->vparent);
     kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
@@ -193,7 +193,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     p->cfg.allocator = NULL; /* the copy in p->mem is the one used */
     p->nstreams = nstreams;
     p->ts = cfg->thread_safe != 0;
-    p->ofree = p->xfree = KVP__NONE;
+    p->own.free = p->own.xfree = KVP__NONE;
 
     uint32_t cap = cfg->num_blocks ? cfg->num_blocks : 1;
     p->cap = cap;
@@ -201,8 +201,8 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
     p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
     p->buckets = kvp__zalloc(p, ((size_t)p->bmask + 1) * sizeof *p->buckets);
-    p->hist = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist);
-    rc = (!p->blocks || !p->hashes || !p->buckets || (cfg->history_len && !p->hist))
+    p->hist.ring = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist.ring);
+    rc = (!p->blocks || !p->hashes || !p->buckets || (cfg->history_len && !p->hist.ring))
              ? KVP_ENOMEM
              : KVP_OK;
     for (int s = 0; s < p->nstreams && !rc; s++) {
@@ -244,8 +244,8 @@ void kvp_pool_destroy(kvp_pool *pool)
 {
     if (!pool)
         return;
-    if (pool->seq_clear)
-        pool->seq_clear(pool);
+    if (pool->seq.clear)
+        pool->seq.clear(pool);
     kvp__owners_destroy(pool);
     free_arrays(pool);
     if (pool->ts)
@@ -260,8 +260,8 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     if (rc)
         return rc;
     bool had_index = pool->nindexed > 0;
-    if (pool->seq_clear)
-        pool->seq_clear(pool);
+    if (pool->seq.clear)
+        pool->seq.clear(pool);
     kvp__owners_reset(pool);
     for (int s = 0; s < pool->nstreams; s++) {
         kvp__idset_clear(&pool->st[s].vacant);
@@ -273,7 +273,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     reset_blocks(pool);
     kvp__policy_forget(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
-    pool->hist_head = pool->hist_count = 0;
+    pool->hist.head = pool->hist.count = 0;
     /* Queued events stay (a subscriber may already know their hashes); the
      * clear that follows them makes its view empty, as the index is. */
     kvp__ev_cleared(pool);
@@ -384,7 +384,7 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
         out->is_null = (blk->flags & KVP__F_NULL) != 0;
         out->priority = kvp__priority(blk);
         if (blk->owner != KVP__NONE)
-            out->owner = pool->owners[blk->owner].id;
+            out->owner = pool->own.slots[blk->owner].id;
         if (out->published)
             out->hash = pool->hashes[id];
     }

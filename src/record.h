@@ -163,29 +163,29 @@ static inline void kvp__account(kvp_pool *p, const kvp__block *blk, int sign)
 {
     if (!blk->fill) /* the usual case on alloc and free: no share */
         return;
-    p->fragmented += (uint64_t)(int64_t)(sign * (int)kvp__is_frag(p, blk));
-    p->fill_sum += (uint64_t)(int64_t)(sign * (int)blk->fill);
+    p->g.fragmented += (uint64_t)(int64_t)(sign * (int)kvp__is_frag(p, blk));
+    p->g.fill_sum += (uint64_t)(int64_t)(sign * (int)blk->fill);
 }
 
 /* Count n blocks handed out: allocated, in use, and the peak. */
 static inline void kvp__count_out(kvp_pool *p, uint64_t n)
 {
     p->ctr.blocks_allocated += n;
-    p->in_use += n;
-    if (p->in_use > p->peak)
-        p->peak = p->in_use;
+    p->g.in_use += n;
+    if (p->g.in_use > p->g.peak)
+        p->g.peak = p->g.in_use;
 }
 
 /* The block a reference node names, and the node's position in its
  * owner's array: the block itself for the inline owner, else its xref. */
 static inline uint32_t kvp__node_block(const kvp_pool *p, uint32_t node)
 {
-    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].block : node;
+    return node & KVP__XREF ? p->own.xrefs[node & ~KVP__XREF].block : node;
 }
 
 static inline uint32_t kvp__node_pos(const kvp_pool *p, uint32_t node)
 {
-    return node & KVP__XREF ? p->xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
+    return node & KVP__XREF ? p->own.xrefs[node & ~KVP__XREF].pos : p->blocks[node].opos;
 }
 
 /* The growth cap a configuration sets: no array, table or arena of the

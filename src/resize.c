@@ -189,8 +189,8 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
         kvp__index_replace(p, src, dst);
     }
     kvp__owner_relocate(p, dst);
-    if (p->seq_relocate)
-        p->seq_relocate(p, src, dst);
+    if (p->seq.relocate)
+        p->seq.relocate(p, src, dst);
 }
 
 kvp_status kvp_extend(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_added)

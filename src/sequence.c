@@ -79,7 +79,7 @@ static void seq_free(kvp_pool *p, kvp_seq *q)
 /* Put an empty record (no blocks, not registered) on the spare list. */
 static void seq_retire(kvp_pool *p, kvp_seq *q)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     q->next_spare = r->spare;
     r->spare = q;
 }
@@ -88,7 +88,7 @@ static void seq_retire(kvp_pool *p, kvp_seq *q)
  * walks all live sequences (relocation is rare: a shrinking boundary). */
 static void on_relocate(kvp_pool *p, uint32_t from, uint32_t to)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     for (uint32_t i = 0; i < r->n; i++)
         for (size_t k = 0; k < r->seqs[i]->nblocks; k++)
             if (r->seqs[i]->blocks[k] == from)
@@ -99,7 +99,7 @@ static void on_relocate(kvp_pool *p, uint32_t from, uint32_t to)
  * reset wholesale, so the sequences just go. */
 static void on_clear(kvp_pool *p)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     for (uint32_t i = 0; i < r->n; i++)
         seq_free(p, r->seqs[i]);
     while (r->spare) {
@@ -110,23 +110,23 @@ static void on_clear(kvp_pool *p)
     kvp__map_free(p, &r->map);
     kvp__release(p, r->seqs, r->cap * sizeof *r->seqs);
     kvp__release(p, r, sizeof *r);
-    p->seqs = NULL;
-    p->seq_relocate = NULL;
-    p->seq_clear = NULL;
+    p->seq.reg = NULL;
+    p->seq.relocate = NULL;
+    p->seq.clear = NULL;
 }
 
 /* Room for one more sequence in the registry (created on first use). */
 static kvp_status registry_reserve(kvp_pool *p)
 {
-    if (!p->seqs) {
+    if (!p->seq.reg) {
         registry *r = kvp__zalloc(p, sizeof *r);
         if (!r)
             return KVP_ENOMEM;
-        p->seqs = r;
-        p->seq_relocate = on_relocate;
-        p->seq_clear = on_clear;
+        p->seq.reg = r;
+        p->seq.relocate = on_relocate;
+        p->seq.clear = on_clear;
     }
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     if (r->n == r->cap) {
         uint32_t ncap = r->cap ? r->cap * 2 : 16;
         kvp_seq **ns = kvp__alloc(p, ncap * sizeof *ns);
@@ -143,7 +143,7 @@ static kvp_status registry_reserve(kvp_pool *p)
 
 static void registry_add(kvp_pool *p, kvp_seq *q)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     q->index = r->n;
     r->seqs[r->n++] = q;
     kvp__map_put(&r->map, q->id, q->index);
@@ -151,7 +151,7 @@ static void registry_add(kvp_pool *p, kvp_seq *q)
 
 static void registry_remove(kvp_pool *p, kvp_seq *q)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     kvp__map_del(&r->map, q->id);
     kvp_seq *last = r->seqs[--r->n];
     if (last != q) { /* move the last one into q's place */
@@ -164,7 +164,7 @@ static void registry_remove(kvp_pool *p, kvp_seq *q)
 
 static kvp_seq *registry_find(const kvp_pool *p, uint64_t id)
 {
-    const registry *r = p->seqs;
+    const registry *r = p->seq.reg;
     uint32_t i = r ? kvp__map_get(&r->map, id) : KVP__NONE;
     return i == KVP__NONE ? NULL : r->seqs[i];
 }
@@ -251,7 +251,7 @@ static kvp_status seq_reserve(kvp_pool *p, kvp_seq *q, size_t nblocks)
 static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, size_t nblocks,
                           kvp_seq **out)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     kvp_seq *q = r->spare;
     if (q) {
         r->spare = q->next_spare;

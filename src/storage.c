@@ -49,8 +49,8 @@ static uint8_t *map_arena(size_t bytes)
  * on ENOMEM no arena is left mapped. */
 kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < p->nstreams && p->arenas; s++) {
-        kvp__arena *a = &p->arenas[s];
+    for (int s = 0; s < p->nstreams && p->store.arenas; s++) {
+        kvp__arena *a = &p->store.arenas[s];
         size_t bytes = arena_size(p, s, ncap);
         if (!bytes)
             continue;
@@ -68,8 +68,8 @@ kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap)
 /* Unmap the arenas kvp__storage_reserve mapped for `ncap` blocks. */
 void kvp__storage_unreserve(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < p->nstreams && p->arenas; s++) {
-        kvp__arena *a = &p->arenas[s];
+    for (int s = 0; s < p->nstreams && p->store.arenas; s++) {
+        kvp__arena *a = &p->store.arenas[s];
         if (a->next)
             munmap(a->next, arena_size(p, s, ncap));
         a->next = NULL;
@@ -79,8 +79,8 @@ void kvp__storage_unreserve(kvp_pool *p, uint32_t ncap)
 /* Make the reserved arenas the streams' own, for `ncap` blocks. */
 void kvp__storage_commit(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < p->nstreams && p->arenas; s++) {
-        kvp__arena *a = &p->arenas[s];
+    for (int s = 0; s < p->nstreams && p->store.arenas; s++) {
+        kvp__arena *a = &p->store.arenas[s];
         if (!a->next)
             continue;
         if (a->base)
@@ -97,8 +97,8 @@ kvp_status kvp__storage_init(kvp_pool *p)
 {
     if (!p->cfg.host_arena)
         return KVP_OK;
-    p->arenas = kvp__zalloc(p, (size_t)p->nstreams * sizeof *p->arenas);
-    if (!p->arenas)
+    p->store.arenas = kvp__zalloc(p, (size_t)p->nstreams * sizeof *p->store.arenas);
+    if (!p->store.arenas)
         return KVP_ENOMEM;
     kvp_status rc = kvp__storage_reserve(p, p->cap);
     if (!rc)
@@ -109,13 +109,13 @@ kvp_status kvp__storage_init(kvp_pool *p)
 /* Unmap every arena and release their records. */
 void kvp__storage_free(kvp_pool *p)
 {
-    if (!p->arenas)
+    if (!p->store.arenas)
         return;
     for (int s = 0; s < p->nstreams; s++)
-        if (p->arenas[s].base)
-            munmap(p->arenas[s].base, p->arenas[s].bytes);
-    kvp__release(p, p->arenas, (size_t)p->nstreams * sizeof *p->arenas);
-    p->arenas = NULL;
+        if (p->store.arenas[s].base)
+            munmap(p->store.arenas[s].base, p->store.arenas[s].bytes);
+    kvp__release(p, p->store.arenas, (size_t)p->nstreams * sizeof *p->store.arenas);
+    p->store.arenas = NULL;
 }
 
 /* Copy block src's bytes to block dst (stream s): within the arena, or
@@ -123,7 +123,7 @@ void kvp__storage_free(kvp_pool *p)
 void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst)
 {
     size_t bytes = p->cfg.block_bytes[s];
-    uint8_t *base = p->arenas ? p->arenas[s].base : NULL;
+    uint8_t *base = p->store.arenas ? p->store.arenas[s].base : NULL;
     if (base) {
         memcpy(base + dst * bytes, base + src * bytes, bytes);
     } else if (p->cfg.copy) {
@@ -143,10 +143,10 @@ kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out)
         return rc;
     rc = id < pool->top && kvp__state(pool, id) != KVP_BLOCK_RETIRED ? KVP_OK : KVP_ERANGE;
     int s = rc ? 0 : kvp__stream_of(pool, id);
-    if (!rc && !pool->arenas[s].base)
+    if (!rc && !pool->store.arenas[s].base)
         rc = KVP_EINVAL;
     if (!rc)
-        *out = pool->arenas[s].base + id * pool->cfg.block_bytes[s];
+        *out = pool->store.arenas[s].base + id * pool->cfg.block_bytes[s];
     kvp__leave(pool, false);
     return rc;
 }

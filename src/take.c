@@ -51,11 +51,11 @@
  * KVP_ANON, so no value of hint can pick another owner's slot. */
 static inline uint32_t owner_slot(const kvp_pool *p, kvp_owner owner, uint32_t hint)
 {
-    return hint < p->ocap && p->owners[hint].id == owner ? hint : kvp__owner_find(p, owner);
+    return hint < p->own.cap && p->own.slots[hint].id == owner ? hint : kvp__owner_find(p, owner);
 }
 
 /* Find `owner`'s slot (owner_slot, with `hint`), or make room to create it
- * (*create set; the slot it will get is p->ofree), and room in its array
+ * (*create set; the slot it will get is p->own.free), and room in its array
  * for n more references.  For KVP_ANON *slot is NONE.  Changes nothing
  * visible. */
 static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uint32_t n,
@@ -71,7 +71,7 @@ static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uin
         if (rc)
             return rc;
         *create = true;
-        s = p->ofree;
+        s = p->own.free;
     }
     kvp_status rc = kvp__refs_reserve(p, s, n);
     if (!rc && !*create)
@@ -110,7 +110,7 @@ static inline uint32_t pop_top(kvp_pool *p, int s, uint32_t oslot, unsigned form
 static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot, bool defer)
 {
     uint32_t b = st->stk[--st->nstk];
-    kvp__owner *o = &p->owners[slot];
+    kvp__owner *o = &p->own.slots[slot];
     if (!defer) {
         kvp__record_owned(p, b, slot, o->len, (int)(st - p->st));
         prefetch_ahead(p, st, st->qhead);
@@ -238,8 +238,8 @@ take_fast(kvp_pool *pool, kvp__stream *st, const kvp_owner *owners, uint32_t *hi
 {
     if (!kvp__defer_ready(pool))
         return i;
-    kvp__owner *own = pool->owners;
-    uint32_t ocap = pool->ocap, *stk = st->stk, nstk = st->nstk;
+    kvp__owner *own = pool->own.slots;
+    uint32_t ocap = pool->own.cap, *stk = st->stk, nstk = st->nstk;
     size_t first = i;
     for (; i < n; i++) {
         size_t r = rows ? rows[i] : i;
@@ -278,11 +278,11 @@ static KVP__NOINLINE kvp_status take_slow(kvp_pool *p, kvp_stream stream, kvp_ow
     if (owner != KVP_ANON) {
         slot = owner_slot(p, owner, hint ? *hint : KVP__NONE);
         if (slot == KVP__NONE) {
-            if (p->ofree == KVP__NONE || !p->owners[p->ofree].cap || !st->nstk)
+            if (p->own.free == KVP__NONE || !p->own.slots[p->own.free].cap || !st->nstk)
                 return take_general(p, stream, owner, hint, out);
             slot = kvp__owner_add(p, owner);
             kvp__defer_tick(p);
-        } else if (p->owners[slot].len >= p->owners[slot].cap) {
+        } else if (p->own.slots[slot].len >= p->own.slots[slot].cap) {
             return take_general(p, stream, owner, hint, out);
         }
     }

@@ -158,7 +158,7 @@ static void force_refs(kvp_pool *p, kvp_block b, uint32_t refs)
 {
     kvp__block *blk = &p->blocks[b];
     if (blk->ref < 2 && refs >= 2)
-        p->shared++;
+        p->g.shared++;
     blk->anon += refs - blk->ref;
     blk->ref = refs;
     kvptest_check(p);
