@@ -28,7 +28,6 @@
 #include "idset.h"
 #include "index_walk.h"
 #include "map.h"
-#include "owner.h"
 #include "policy.h"
 #include "record.h"
 
@@ -61,7 +60,7 @@ static kvp_status fail(ctx *c, const char *fmt, ...)
 
 static int fresh_stream(const kvp_pool *p, uint32_t b)
 {
-    for (int s = 0; s < p->nstreams; s++)
+    for (int s = 0; s < kvp__streams(p); s++)
         if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
             return s;
     return -1;
@@ -98,7 +97,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             continue;
         }
         int s = k->stream;
-        CHECK(s < p->nstreams, "block %u: stream %d", b, s);
+        CHECK(s < kvp__streams(p), "block %u: stream %d", b, s);
         if (k->flags & KVP__F_PENDING) { /* kvp__defer_check checked the record */
             (*owned_refs)++;
             used[s]++;
@@ -174,7 +173,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(p->blocks[b].state == KVP_BLOCK_RETIRED, "block %u above the top not retired", b);
     CHECK(retired == p->nretired && set_size(&p->retired) == retired,
           "retired: counted %u, kept %u", retired, p->nretired);
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         const kvp__stream *st = &p->st[s];
         CHECK(st->nvacant == vac[s] && st->ncached == cac[s],
               "stream %d: vacant %u/%u cached %u/%u (kept/counted)", s, st->nvacant, vac[s],
@@ -232,7 +231,7 @@ static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
 
 static kvp_status check_lists(kvp_pool *p, ctx *c)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         const kvp__stream *st = &p->st[s];
         uint32_t total = 0;
         for (unsigned l = 0; l < KVP__LISTS; l++) {
@@ -319,7 +318,7 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
             continue;
         const kvp_hash *h = &p->hashes[b];
         uint32_t marks = 0;
-        for (int s = 0; s < p->nstreams; s++)
+        for (int s = 0; s < kvp__streams(p); s++)
             for (uint32_t d = kvp__chain_first(p, kvp__bucket_of(p, s, h)); d != KVP__NONE;
                  d = kvp__chain_next(p, d))
                 marks += p->blocks[d].stream == s && (p->blocks[d].flags & KVP__F_ANNOUNCED) &&
@@ -443,7 +442,7 @@ static uint32_t dup_rank(const kvp_pool *p, uint32_t b)
 static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
 {
     feed32(h, p->top);
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         const kvp__stream *st = &p->st[s];
         feed32(h, st->fresh_lo);
         feed32(h, st->fresh_hi);

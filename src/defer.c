@@ -62,7 +62,7 @@ void kvp__defer_count(kvp__stream *st, uint32_t n)
 void kvp__defer_tally(kvp_pool *p)
 {
     uint64_t n = 0;
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         st->nvacant -= st->untallied;
         n += st->untallied;
@@ -238,7 +238,7 @@ kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap)
             kvp__block *k = &p->blocks[b];
             DCHECK(k->state == KVP_BLOCK_VACANT && k->flags == KVP__F_EVER &&
                        k->next == KVP__STACKED && k->ref == 0 && k->owner == KVP__NONE &&
-                       k->stream < p->nstreams,
+                       k->stream < kvp__streams(p),
                    "owner %llu: pending block %u (entry %u) is not as its take left it "
                    "(state %d, flags 0x%x, ref %u)",
                    (unsigned long long)o->id, b, i, k->state, k->flags, k->ref);

@@ -190,7 +190,7 @@ uint64_t kvp_hash_external(const kvp_hash *h)
 static uint32_t copy_of(const kvp_pool *p, uint32_t b, uint8_t flags)
 {
     const kvp_hash *h = &p->hashes[b];
-    for (int s = 0; s < p->nstreams; s++)
+    for (int s = 0; s < kvp__streams(p); s++)
         for (uint32_t c = kvp__index_first(p, s, h); c != KVP__NONE; c = kvp__index_next(p, c))
             if (c != b && (p->blocks[c].flags & flags) == flags)
                 return c;

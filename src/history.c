@@ -22,7 +22,7 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
     memset(o, 0, sizeof *o);
     o->blocks = kvp__managed(p);
     o->in_use = p->g.in_use;
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         o->vacant += p->st[s].nvacant;
         o->cached += p->st[s].ncached;
     }

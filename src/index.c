@@ -124,7 +124,7 @@ kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
  * per-block callbacks and no eviction counts. */
 void kvp__forget_all(kvp_pool *p)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         for (uint32_t b; (b = kvp__policy_victim(st)) != KVP__NONE;)
             kvp__cached_to_vacant(p, b); /* unindexed below, silently */

@@ -32,7 +32,7 @@
  *   out a few takes later.
  *
  * Besides types, this header holds only the assertion and attribute macros,
- * the record bits and the pool record's size.  Every function, inline ones
+ * the record bits, the pool record's size and its stream count.  Every function, inline ones
  * included, is declared in the header of the file that owns it (record.h
  * and index_walk.h are inline only, with no .c file), and a file includes
  * the headers of what it calls; docs/ARCHITECTURE.md draws which file
@@ -435,6 +435,16 @@ struct kvp_pool {
 static inline int kvp__nstreams(const kvp_config *c)
 {
     return c->separate_kv ? 2 : 1;
+}
+
+/* Pool p's stream count, for loops over its streams: never more than the
+ * public API's stream kinds, which lets the compiler unroll them. */
+static inline int kvp__streams(const kvp_pool *p)
+{
+    int n = p->nstreams;
+    if ((unsigned)n > KVP__STREAMS_MAX)
+        __builtin_unreachable();
+    return n;
 }
 
 /* Bytes of a pool record with n streams. */

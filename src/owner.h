@@ -7,11 +7,6 @@
 
 #include "kvp_types.h"
 
-/* Live entries (references) in an owner's array. */
-static inline uint32_t kvp__owner_live(const kvp__owner *o)
-{
-    return o->len - o->dead;
-}
 
 uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id);
 kvp_status kvp__owner_reserve(kvp_pool *p);

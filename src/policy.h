@@ -8,11 +8,9 @@
 
 #include "kvp_types.h"
 
-/* The policies' rows (policy_*.c), which policy.c's table lists. */
+/* The policies' rows (policy_*.c), which policy_table.c's table lists. */
 extern const kvp__policy kvp__policy_lru, kvp__policy_slru, kvp__policy_lfu;
-kvp_status kvp__policy_config_valid(const kvp_config *c);
 kvp_status kvp__policy_refuse_fifo(const kvp_config *c);
-kvp_status kvp__policy_create(kvp_pool *p);
 void kvp__policy_destroy(kvp_pool *p);
 void kvp__policy_forget(kvp_pool *p);
 kvp_status kvp__policy_check(const kvp_pool *p, char *msg, size_t cap);

@@ -32,6 +32,7 @@
 #include "mem.h"
 #include "owner.h"
 #include "policy.h"
+#include "policy_table.h"
 #include "record.h"
 #include "resize.h"
 #include "status.h"
@@ -73,7 +74,7 @@ static uint32_t initial_blocks(const kvp_pool *p, int s)
 static void reset_blocks(kvp_pool *p)
 {
     uint32_t n = p->cfg.num_blocks;
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         st->qhead = st->qtail = st->fresh_mark = KVP__NONE;
         kvp__policy_reset(st);
@@ -159,7 +160,7 @@ static void free_arrays(kvp_pool *p)
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
     kvp__release(p, p->buckets, ((size_t)p->bmask + 1) * sizeof *p->buckets);
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__idset_free(p, &p->st[s].vacant);
         kvp__idset_free(p, &p->st[s].cached);
         kvp__release(p, p->st[s].stk, (size_t)p->st[s].stkcap * sizeof *p->st[s].stk);
@@ -205,7 +206,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     rc = (!p->blocks || !p->hashes || !p->buckets || (cfg->history_len && !p->hist.ring))
              ? KVP_ENOMEM
              : KVP_OK;
-    for (int s = 0; s < p->nstreams && !rc; s++) {
+    for (int s = 0; s < kvp__streams(p) && !rc; s++) {
         rc = kvp__idset_init(p, &p->st[s].vacant, cap);
         if (!rc)
             rc = kvp__idset_init(p, &p->st[s].cached, cap);
@@ -263,7 +264,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     if (pool->seq.clear)
         pool->seq.clear(pool);
     kvp__owners_reset(pool);
-    for (int s = 0; s < pool->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(pool); s++) {
         kvp__idset_clear(&pool->st[s].vacant);
         kvp__idset_clear(&pool->st[s].cached);
     }

@@ -103,7 +103,7 @@ static inline kvp_stream kvp__stream_value(const kvp_pool *p, int s)
  * -1 if b is not such a fresh block. */
 static inline int kvp__fresh_stream(const kvp_pool *p, uint32_t b)
 {
-    for (int s = 0; s < p->nstreams; s++)
+    for (int s = 0; s < kvp__streams(p); s++)
         if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
             return s;
     return -1;
@@ -204,6 +204,12 @@ static inline uint32_t kvp__max_blocks(const kvp_pool *p)
 static inline uint32_t kvp__managed(const kvp_pool *p)
 {
     return p->top - p->nretired;
+}
+
+/* Live entries (references) in an owner's array. */
+static inline uint32_t kvp__owner_live(const kvp__owner *o)
+{
+    return o->len - o->dead;
 }
 
 #endif /* KVP_RECORD_H */

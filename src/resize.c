@@ -57,7 +57,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     kvp_hash *nh = kvp__alloc(p, (size_t)ncap * sizeof *nh);
     uint32_t *vtok = NULL, *vparent = NULL, *vpgen = NULL, *gen = NULL;
     kvp_status rc = nb && nh ? KVP_OK : KVP_ENOMEM;
-    for (int s = 0; s < p->nstreams && !rc; s++) {
+    for (int s = 0; s < kvp__streams(p) && !rc; s++) {
         rc = kvp__idset_resize(p, &p->st[s].vacant, ncap);
         if (!rc)
             rc = kvp__idset_resize(p, &p->st[s].cached, ncap);

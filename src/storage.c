@@ -49,7 +49,7 @@ static uint8_t *map_arena(size_t bytes)
  * on ENOMEM no arena is left mapped. */
 kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < p->nstreams && p->store.arenas; s++) {
+    for (int s = 0; s < kvp__streams(p) && p->store.arenas; s++) {
         kvp__arena *a = &p->store.arenas[s];
         size_t bytes = arena_size(p, s, ncap);
         if (!bytes)
@@ -68,7 +68,7 @@ kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap)
 /* Unmap the arenas kvp__storage_reserve mapped for `ncap` blocks. */
 void kvp__storage_unreserve(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < p->nstreams && p->store.arenas; s++) {
+    for (int s = 0; s < kvp__streams(p) && p->store.arenas; s++) {
         kvp__arena *a = &p->store.arenas[s];
         if (a->next)
             munmap(a->next, arena_size(p, s, ncap));
@@ -79,7 +79,7 @@ void kvp__storage_unreserve(kvp_pool *p, uint32_t ncap)
 /* Make the reserved arenas the streams' own, for `ncap` blocks. */
 void kvp__storage_commit(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < p->nstreams && p->store.arenas; s++) {
+    for (int s = 0; s < kvp__streams(p) && p->store.arenas; s++) {
         kvp__arena *a = &p->store.arenas[s];
         if (!a->next)
             continue;
@@ -111,7 +111,7 @@ void kvp__storage_free(kvp_pool *p)
 {
     if (!p->store.arenas)
         return;
-    for (int s = 0; s < p->nstreams; s++)
+    for (int s = 0; s < kvp__streams(p); s++)
         if (p->store.arenas[s].base)
             munmap(p->store.arenas[s].base, p->store.arenas[s].bytes);
     kvp__release(p, p->store.arenas, (size_t)p->nstreams * sizeof *p->store.arenas);
