@@ -8,9 +8,10 @@
 #   make stress       long thread stress under TSan (KVP_STRESS_OPS ops/thread)
 #   make coverage     build-cov/ (gcc --coverage): unit, model, misuse, failalloc
 #                     tests + fuzz corpus replay; gcovr line coverage of src/
-#   make demo         build (quietly), replay the bundled Mooncake trace at three
-#                     capacities, run the engine example with prefix caching on
-#                     and off, then a quick benchmark
+#   make demo         scripts/demo: build (with progress lines), then a report on
+#                     the bundled Mooncake trace: hit rate by capacity and policy,
+#                     the engine example with prefix caching on and off, and the
+#                     benchmark against its targets
 #   make install      cmake --install build --prefix $(PREFIX)
 #   make clean        rm -rf build build-*
 #
@@ -150,27 +151,10 @@ coverage: bootstrap
 	  { cat $(COV_DIR)/gcovr.err; exit 1; }
 	@cat $(COV_DIR)/coverage.txt
 
-DEMO_TRACE     := data/mooncake_fast25_conversation_trace.jsonl.gz
-
-# make demo prints results only: the bootstrap and the build go to a log,
-# shown when they fail.
-DEMO_LOG       := $(BUILD_DIR)/demo-build.log
-
+# make demo prints a report: the bootstrap and the build go to a log
+# (build/demo.log, shown when they fail), with a progress line every 10 s.
 demo:
-	@echo "== installing what is missing and building (log: $(DEMO_LOG))"
-	@mkdir -p $(BUILD_DIR); $(MAKE) all > $(DEMO_LOG) 2>&1 || { tail -n 40 $(DEMO_LOG); exit 1; }
-	@echo "== kvpool sweep: prefix-cache hit rate of the bundled Mooncake trace by capacity,"
-	@echo "   under LRU and SLRU eviction, beside the optimal (clairvoyant) policy's"
-	@./$(BUILD_DIR)/kvpool sweep $(DEMO_TRACE) --capacities 1000,10000,100000 --policy lru,slru --optimal
-	@echo
-	@echo "== the engine example (examples/engine): paged attention over kvpool's blocks"
-	@scripts/engine-demo $(BUILD_DIR)
-	@echo
-	@echo "== kvpool bench --quick: ns per block beside the floor (the same work on the"
-	@echo "   simplest structure that could do it); ratio_to_floor is the figure to watch."
-	@echo "   Targets: churn <= 2, prefix <= 1.5, scale 1M within 1.5x of 1K."
-	@echo "   --quick runs 1/50 of the work: the scale rows are mostly warm-up there."
-	@./$(BUILD_DIR)/kvpool bench --quick
+	@scripts/demo $(BUILD_DIR)
 
 install: all
 	$(CMAKE) --install $(BUILD_DIR) --prefix "$(PREFIX)"

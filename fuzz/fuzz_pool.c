@@ -306,8 +306,9 @@ static void cmp_events(void)
 }
 
 /* Take the events queued since the last comparison and apply them as a
- * router would; its view must equal the model's index (mdl_events_diff),
- * which cmp_block holds equal to the pool's.  Nothing may be dropped: the
+ * router would, rejecting a stored block whose parent it does not hold; its
+ * view must equal the model's index (mdl_events_diff), which cmp_block
+ * holds equal to the pool's.  Nothing may be dropped: the
  * queue (4096 hashes) holds far more than the operations between two
  * comparisons make. */
 static void cmp_subscriber(void)

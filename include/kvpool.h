@@ -679,7 +679,18 @@ KVP_API kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner);
  * is still indexed.  Publishing a block again under the hash it has is a
  * no-op.  Errors: KVP_EINVAL (NULL argument, the null block, prefix caching
  * off), KVP_ERANGE, KVP_EDOUBLEFREE (the block is free), KVP_EBUSY (the block
- * is published under another hash, or from a callback).  O(1) expected.
+ * is published under another hash, or from a callback).  O(1) expected,
+ * however many blocks hold the same hash.
+ *
+ * Cost guarantee of the index (publish, lookup, unpublish, eviction): the
+ * index places a hash by XXH3 of its 32 bytes keyed with a secret drawn at
+ * random for each pool, so hashes chosen by a caller (given directly, made
+ * by a custom hash function or from a fixed root seed) cannot be aimed at
+ * one place, and there are at least as many places as blocks.  Should 16
+ * distinct hashes still meet in one place, the publish that finds them
+ * draws a fresh secret and re-places every entry (O(blocks), at most once
+ * per pool size of new hashes: O(1) amortized).  Copies of one hash cost
+ * nothing extra to find, add or remove.
  */
 KVP_API kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash);
 
@@ -1113,11 +1124,17 @@ KVP_API kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out);
  * copies in between, in the same or the other list, say nothing.  Unless
  * events were dropped, applying every event (STORED adds, REMOVED removes,
  * ALL_CLEARED empties) gives exactly the set of hashes in the index.
- * A parent is the hash the block was chained from.  A subscriber knows it,
- * except when it was told to forget it: a sequence that keeps running after
- * kvp_clear_index names a parent no longer indexed, or a drop lost the
- * parent's announcement.  Such a block is announced all the same; a router
- * that follows chains treats it as it treats a block after a gap.
+ * A parent is the hash the block was chained from, named only while the
+ * subscriber holds it: every STORED names as parent either nothing or a
+ * hash that applying the events before it leaves in the subscriber's view.
+ * When the parent's hash is no longer announced (a sequence that keeps
+ * running after kvp_clear_index or kvp_reset_prefix_cache, a parent
+ * unpublished, evicted, retired or shrunk away before its child was
+ * published, or a drop that lost its announcement) the block is indexed
+ * and announced without a parent, as the first block of a chain: its own
+ * hash is findable, and routers reject a stored block whose parent they do
+ * not hold.  A parent that leaves after its child was announced is removed
+ * as usual; the child stays.
  * Hashes in events are external: the last 8 bytes of the kvp_hash read
  * big-endian as an unsigned integer, with 0 replaced by 1 (0 is never sent).
  * The queue is bounded by event_capacity hashes.  When an event does not

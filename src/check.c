@@ -290,23 +290,65 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
     return KVP_OK;
 }
 
+/* One entry of the index: a published block below top, in bucket i. */
+static kvp_status check_entry(kvp_pool *p, ctx *c, uint32_t b, uint32_t i)
+{
+    CHECK(b < p->top && p->dprev[b] < p->top, "index chain %u broken at block %u", i, b);
+    CHECK(p->blocks[b].flags & KVP__F_PUBLISHED, "index holds unpublished block %u", b);
+    CHECK(kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b]) == i,
+          "block %u in the wrong bucket", b);
+    return KVP_OK;
+}
+
+static bool same_key_of(const kvp_pool *p, uint32_t a, uint32_t b)
+{
+    return p->blocks[a].stream == p->blocks[b].stream &&
+           memcmp(p->hashes[a].b, p->hashes[b].b, sizeof p->hashes[a].b) == 0;
+}
+
+/* The chains: each a list of runs, one per distinct (stream, hash), its
+ * copies consecutive, the first's dprev its last, every other marked
+ * KVP__F_COPY with its previous as dprev; no two runs of one key; nindexed
+ * entries in all. */
 static kvp_status check_index(kvp_pool *p, ctx *c)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i <= p->bmask; i++)
-        for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE; b = kvp__chain_next(p, b)) {
-            CHECK(b < p->top && n++ < p->top, "index chain %u broken", i);
-            CHECK(p->blocks[b].flags & KVP__F_PUBLISHED, "index holds unpublished block %u", b);
-            CHECK(kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b]) == i,
-                  "block %u in the wrong bucket", b);
+    for (uint32_t i = 0; i <= p->bmask; i++) {
+        uint32_t f = kvp__chain_first(p, i);
+        while (f != KVP__NONE) {
+            kvp_status rc = check_entry(p, c, f, i);
+            if (rc)
+                return rc;
+            CHECK(n++ < p->nindexed && !(p->blocks[f].flags & KVP__F_COPY),
+                  "index chain %u: more entries than %u, or copy %u first", i, p->nindexed, f);
+            uint32_t last = f, x = kvp__chain_next(p, f);
+            for (; x != KVP__NONE; last = x, x = kvp__chain_next(p, x)) {
+                if ((rc = check_entry(p, c, x, i)))
+                    return rc;
+                if (!(p->blocks[x].flags & KVP__F_COPY))
+                    break; /* x starts the next run */
+                CHECK(n++ < p->nindexed && same_key_of(p, x, f) && p->dprev[x] == last,
+                      "index chain %u: block %u in the run of block %u, after %u", i, x, f,
+                      last);
+            }
+            CHECK(p->dprev[f] == last, "index: run of block %u ends at %u, its last copy %u", f,
+                  last, p->dprev[f]);
+            uint32_t runs = 0;
+            for (uint32_t g = x; g != KVP__NONE; g = kvp__chain_skip(p, g))
+                CHECK(g < p->top && p->dprev[g] < p->top && runs++ < p->nindexed &&
+                          !same_key_of(p, f, g),
+                      "index chain %u: block %u after a run of block %u's key, or broken", i, g, f);
+            f = x;
         }
+    }
     CHECK(n == p->nindexed, "index holds %u entries, kept %u", n, p->nindexed);
     return KVP_OK;
 }
 
-/* Events: announced marks sit on indexed blocks only, at most one per hash
- * over every stream (the subscriber's view), and every indexed hash has one
- * unless an event was dropped since the index last emptied. */
+/* Events: announced marks sit on the first copies of indexed hashes only,
+ * at most one per hash over every stream (the subscriber's view), and every
+ * indexed hash has one unless an event was dropped since the index last
+ * emptied. */
 static kvp_status check_announced(kvp_pool *p, ctx *c)
 {
     bool lossy = kvp__ev_lossy(p);
@@ -314,15 +356,20 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
         uint8_t f = p->blocks[b].flags;
         CHECK(!(f & KVP__F_ANNOUNCED) || (p->evq && (f & KVP__F_PUBLISHED)),
               "block %u announced but not indexed, or events off", b);
+        CHECK(!(f & KVP__F_COPY) || (f & KVP__F_PUBLISHED), "block %u a copy, not indexed", b);
         if (!p->evq || !(f & KVP__F_PUBLISHED))
             continue;
         const kvp_hash *h = &p->hashes[b];
+        uint32_t first = kvp__index_first(p, p->blocks[b].stream, h);
+        CHECK(!(f & KVP__F_ANNOUNCED) || first == b,
+              "block %u announced but not its hash's first copy %u", b, first);
+        if (first != b)
+            continue;
         uint32_t marks = 0;
-        for (int s = 0; s < kvp__streams(p); s++)
-            for (uint32_t d = kvp__chain_first(p, kvp__bucket_of(p, s, h)); d != KVP__NONE;
-                 d = kvp__chain_next(p, d))
-                marks += p->blocks[d].stream == s && (p->blocks[d].flags & KVP__F_ANNOUNCED) &&
-                         memcmp(p->hashes[d].b, h->b, sizeof h->b) == 0;
+        for (int s = 0; s < kvp__streams(p); s++) {
+            uint32_t d = kvp__index_first(p, s, h);
+            marks += d != KVP__NONE && (p->blocks[d].flags & KVP__F_ANNOUNCED);
+        }
         CHECK(marks <= 1, "the hash of block %u is announced by %u copies", b, marks);
         CHECK(marks == 1 || lossy, "block %u is indexed, its hash not announced", b);
     }

@@ -19,10 +19,12 @@
  * hashes are published, so each indexed hash is announced again at its next
  * publish; the index emptying ends the lossy state.
  *
- * A stored block names the hash it was chained from as its parent, even
- * when the subscriber does not know it (kvp_clear_index took it out of the
- * index while its sequence ran, or a drop lost it): its own hash is in the
- * index, so it is announced (kvpool.h "Events").
+ * A stored block names the hash it was chained from as its parent only
+ * while the subscriber holds that hash (an announced copy is indexed);
+ * otherwise (kvp_clear_index, an eviction or unpublish took it out of the
+ * index while its sequence ran, or a drop lost it) it is announced without
+ * a parent: its own hash is in the index, and a router rejects a stored
+ * block whose parent it does not hold (kvpool.h "Events").
  *
  * Events made during one call coalesce: consecutive stored blocks that chain
  * (each one's parent is the previous one) share one STORED event, removals
@@ -184,16 +186,20 @@ uint64_t kvp_hash_external(const kvp_hash *h)
     return x ? x : 1;
 }
 
-/* An indexed copy of b's hash other than b, in any stream, carrying all of
- * `flags` (0: any copy); NONE if there is none.  Events are per hash, not
- * per stream: a router has no notion of kvpool's K and V lists. */
-static uint32_t copy_of(const kvp_pool *p, uint32_t b, uint8_t flags)
+/* The first indexed copy of hash h in some stream, other than b, carrying
+ * all of `flags` (0: any); NONE if there is none.  Only first copies carry
+ * the announced mark, so this finds the announced copy, and the copy that
+ * takes the mark over when b leaves.  O(streams): events are per hash, not
+ * per stream, as a router has no notion of kvpool's K and V lists. */
+static uint32_t copy_of(const kvp_pool *p, const kvp_hash *h, uint32_t b, uint8_t flags)
 {
-    const kvp_hash *h = &p->hashes[b];
-    for (int s = 0; s < kvp__streams(p); s++)
-        for (uint32_t c = kvp__index_first(p, s, h); c != KVP__NONE; c = kvp__index_next(p, c))
-            if (c != b && (p->blocks[c].flags & flags) == flags)
-                return c;
+    for (int s = 0; s < kvp__streams(p); s++) {
+        uint32_t c = kvp__index_first(p, s, h);
+        if (c != KVP__NONE && c == b)
+            c = kvp__index_next(p, b);
+        if (c != KVP__NONE && (p->blocks[c].flags & flags) == flags)
+            return c;
+    }
     return KVP__NONE;
 }
 
@@ -238,9 +244,12 @@ static void overflow(kvp_pool *p, kvp__evq *q)
 void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 {
     kvp__evq *q = p->evq;
-    if (!q || copy_of(p, b, KVP__F_ANNOUNCED) != KVP__NONE)
+    if (!q || copy_of(p, &p->hashes[b], b, KVP__F_ANNOUNCED) != KVP__NONE)
         return; /* off, or the hash is announced already */
+    /* a parent the subscriber does not hold is left out (kvpool.h "Events") */
     const kvp_hash *parent = info ? info->parent_hash : NULL;
+    if (parent && copy_of(p, parent, KVP__NONE, KVP__F_ANNOUNCED) == KVP__NONE)
+        parent = NULL;
     if (q->full) {
         drop(p, q);
         return;
@@ -286,7 +295,7 @@ void kvp__ev_stored(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
             buf->mm[buf->nmm++] = x->mm[i].hash;
             e->n_mm++;
         }
-    p->blocks[b].flags |= KVP__F_ANNOUNCED;
+    p->blocks[kvp__index_first(p, p->blocks[b].stream, &p->hashes[b])].flags |= KVP__F_ANNOUNCED;
 }
 
 void kvp__ev_removed(kvp_pool *p, uint32_t b)
@@ -295,7 +304,7 @@ void kvp__ev_removed(kvp_pool *p, uint32_t b)
     if (!q || !(p->blocks[b].flags & KVP__F_ANNOUNCED))
         return;
     p->blocks[b].flags &= (uint8_t)~KVP__F_ANNOUNCED;
-    uint32_t c = copy_of(p, b, 0);
+    uint32_t c = copy_of(p, &p->hashes[b], b, 0);
     if (c != KVP__NONE) { /* the hash stays: another copy carries the mark */
         p->blocks[c].flags |= KVP__F_ANNOUNCED;
         return;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hashing.c — chained block hashes.
+ * hashing.c — chained block hashes, and the kernel's random bytes (the
+ * keys of the pool's hash tables, a random root seed).
  *
  * Pure: bytes in, digest out.  It reads only the pool's configuration
  * (algorithm, root seed, block size), never its state, so it runs without the
@@ -23,6 +24,7 @@
 #include "status.h"
 
 #include <openssl/sha.h>
+#include <sys/random.h>
 #include <xxhash.h>
 
 /* The layout is little-endian.  On a little-endian host a value's bytes are
@@ -256,4 +258,11 @@ kvp_status kvp_hash_tokens(const kvp_pool *pool, const uint32_t *tokens, size_t 
     if (cap < nblocks)
         return KVP_ESPACE;
     return kvp__hash_chain(pool, tokens, nblocks, extra, hashes, n_known);
+}
+
+/* Fill buf with n random bytes from the kernel (the keys of the pool's
+ * hash tables, a random root): KVP_ENOMEM if it gives fewer. */
+kvp_status kvp__random(void *buf, size_t n)
+{
+    return getrandom(buf, n, 0) == (ssize_t)n ? KVP_OK : KVP_ENOMEM;
 }

@@ -3,77 +3,204 @@
  * index.c — the content index: block hash -> block, per stream, and the calls
  * that publish, find, evict and forget content.
  *
- * What it owns: the bucket array, each published block's digest and its
- * place in a bucket chain, and the eviction count.
+ * What it owns: the bucket array, its secret, each published block's digest
+ * and its place in a bucket chain (kvp__block.hnext and p->dprev), and the
+ * eviction count.
  *
- * Built as chaining through the block records (kvp__block.hnext) rather than
- * a separate table such as map.c's: a block holds at most one hash, so the
- * index can never need more entries than there are blocks, never allocates
- * on publish, and removing a block's entry is a walk of one short chain;
- * keys are 32-byte digests, too large to keep in probe entries.  Other
- * files read it through kvp__index_first / kvp__index_next
- * (index_walk.h), never by walking the chains (check.c, which verifies
- * them, aside).  The bucket array has
- * at least 1.5 buckets per block (load factor <= 2/3: kvp__bucket_count).
+ * Shape.  Chaining through the block records rather than a separate table
+ * such as map.c's: a block holds at most one hash, so the index never needs
+ * more entries than there are blocks and never allocates on publish; keys
+ * are 32-byte digests, too large to keep in probe entries.  The copies of
+ * one (stream, hash) are consecutive in their chain, in publish order: a
+ * run.  A run's first copy is the one lookup returns; its dprev names the
+ * run's last copy, every other copy carries KVP__F_COPY and its dprev names
+ * the copy before it.  So a walk of a chain visits distinct hashes only
+ * (first copy, then the entry after its last copy; a first copy alone, the
+ * usual case, is followed by no copy and its dprev is not read), a publish
+ * appends after its run's last copy, and a removal relinks the copy's
+ * neighbours.  Every call costs O(distinct
+ * hashes in one chain), however many copies a hash has.  Other files read
+ * the index through kvp__index_first / kvp__index_next (index_walk.h),
+ * never by walking the chains (check.c, which verifies them, aside).
+ *
+ * Chain length.  kvp__bucket_of is XXH3 keyed with a random secret drawn
+ * per pool, so hashes chosen by a caller (hashes given to kvp_publish, a
+ * custom hash function, a fixed root seed) land in buckets the caller
+ * cannot predict: with at least one bucket per block, a chain holds about
+ * one distinct hash.  Should a chain reach KVP__CHAIN_MAX distinct hashes
+ * anyway (a caller that learnt the secret), the publish that finds it so
+ * draws a fresh secret and re-chains the whole index in place, at most once
+ * per bucket-count new hashes, so that re-chaining costs O(1) amortized.
  *
  * Invariants:
  * - A block is in a chain iff it is published; it is in the chain of
- *   kvp__bucket_of(its stream, its digest).
- * - New entries go to the tail of their chain, and relocation replaces an
- *   entry in place, so among blocks with equal hashes the chain order is the
- *   publish order: lookup returns the first published still indexed.
+ *   kvp__bucket_of(its stream, its digest), in the run of its (stream,
+ *   digest), the only run of that key in the chain.
+ * - Runs are in publish order, and relocation replaces an entry in place:
+ *   lookup returns the first published still indexed.
  * - A cached block is always published (free, content findable).
  */
 #include "index.h"
 #include "events.h"
 #include "freelist.h"
 #include "guard.h"
+#include "hashing.h"
 #include "index_walk.h"
 #include "mem.h"
 #include "policy.h"
 #include "record.h"
 
-/* Link b (digest already stored) at the tail of its chain, and tell the
- * event queue (`info` says what the publisher knows; may be NULL). */
+/* Is indexed block c a copy of (s, h)? */
+static bool same_key(const kvp_pool *p, uint32_t c, int s, const kvp_hash *h)
+{
+    return p->blocks[c].stream == (unsigned)s && memcmp(p->hashes[c].b, h->b, sizeof h->b) == 0;
+}
+
+/* The link naming first copy f in its chain: the bucket, or the hnext of
+ * the previous run's last copy.  O(distinct hashes in the chain). */
+static uint32_t *link_to_first(kvp_pool *p, uint32_t f)
+{
+    uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[f].stream, &p->hashes[f])];
+    while (*link != f + 1)
+        link = &p->blocks[p->dprev[*link - 1]].hnext;
+    return link;
+}
+
+/* The first copy of indexed block b's run. */
+static uint32_t first_of(const kvp_pool *p, uint32_t b)
+{
+    return kvp__index_first(p, p->blocks[b].stream, &p->hashes[b]);
+}
+
+/* Is indexed block b the last copy of its run? */
+static bool is_last(const kvp_pool *p, uint32_t b)
+{
+    uint32_t n = kvp__chain_next(p, b);
+    return n == KVP__NONE || kvp__index_is_first(p, n);
+}
+
+/* Move every run of the n chains of `old` to its chain in p->buckets
+ * (under the current secret and mask), whole and in order.  `old` may be
+ * p->buckets itself: the chains are first strung into one list through the
+ * runs' last copies, emptying `old`, then dealt out.  O(n + entries). */
+static void rechain(kvp_pool *p, uint32_t *old, uint32_t n)
+{
+    uint32_t list = 0, *tail = &list;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!old[i])
+            continue;
+        *tail = old[i];
+        old[i] = 0;
+        uint32_t last = p->dprev[*tail - 1];
+        while (p->blocks[last].hnext)
+            last = p->dprev[p->blocks[last].hnext - 1];
+        tail = &p->blocks[last].hnext;
+    }
+    for (uint32_t f = list - 1u; f != KVP__NONE;) {
+        uint32_t last = p->dprev[f], next = kvp__chain_next(p, last);
+        uint32_t *head = &p->buckets[kvp__bucket_of(p, p->blocks[f].stream, &p->hashes[f])];
+        p->blocks[last].hnext = *head;
+        *head = f + 1;
+        f = next;
+    }
+}
+
+/* A chain reached KVP__CHAIN_MAX distinct hashes: draw a fresh secret and
+ * re-chain in place, unless the last re-keying was fewer than a bucket
+ * count of new hashes ago, or the kernel gives no random bytes (the index
+ * stays as it is, correct, its chain long). */
+static KVP__COLD void rekey(kvp_pool *p)
+{
+    if (p->rekey_in || kvp__random(p->secret, sizeof p->secret))
+        return;
+    rechain(p, p->buckets, p->bmask + 1);
+    p->rekey_in = p->bmask + 1;
+}
+
+kvp_status kvp__index_init(kvp_pool *p)
+{
+    return kvp__random(p->secret, sizeof p->secret);
+}
+
+/* Link b (digest already stored) after the last copy of its run, or as a
+ * run of its own at the head of its chain, and tell the event queue
+ * (`info` says what the publisher knows; may be NULL). */
 void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 {
-    uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
-    while (*link)
-        link = &p->blocks[*link - 1].hnext;
-    *link = b + 1;
-    p->blocks[b].hnext = 0;
+    int s = p->blocks[b].stream;
+    uint32_t *head = &p->buckets[kvp__bucket_of(p, s, &p->hashes[b])], distinct = 0, f;
+    for (f = *head - 1u; f != KVP__NONE && !same_key(p, f, s, &p->hashes[b]);
+         f = kvp__chain_skip(p, f))
+        distinct++;
+    if (f != KVP__NONE) {
+        uint32_t last = p->dprev[f];
+        p->blocks[b].hnext = p->blocks[last].hnext;
+        p->blocks[last].hnext = b + 1;
+        p->dprev[b] = last;
+        p->dprev[f] = b;
+        p->blocks[b].flags |= KVP__F_COPY;
+    } else {
+        p->dprev[b] = b;
+        p->blocks[b].hnext = *head;
+        *head = b + 1;
+        if (p->rekey_in)
+            p->rekey_in--;
+    }
     p->blocks[b].flags |= KVP__F_PUBLISHED;
     p->nindexed++;
+    if (f == KVP__NONE && distinct >= KVP__CHAIN_MAX)
+        rekey(p);
     kvp__policy_published(p, b);
     kvp__ev_stored(p, b, info);
 }
 
-static uint32_t *link_to(kvp_pool *p, uint32_t b)
+/* Take indexed block b out of its chain, its run's order otherwise kept. */
+static void unlink_entry(kvp_pool *p, uint32_t b)
 {
-    uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
-    while (*link != b + 1)
-        link = &p->blocks[*link - 1].hnext;
-    return link;
+    kvp__block *blk = &p->blocks[b];
+    uint32_t prev = p->dprev[b], next = blk->hnext - 1u;
+    if (kvp__index_is_first(p, b)) {
+        uint32_t *link = link_to_first(p, b);
+        if (prev == b) { /* the only copy */
+            *link = blk->hnext;
+        } else {         /* the second copy becomes the first */
+            p->dprev[next] = prev;
+            p->blocks[next].flags &= (uint8_t)~KVP__F_COPY;
+            *link = next + 1;
+        }
+    } else {
+        p->dprev[is_last(p, b) ? first_of(p, b) : next] = prev;
+        p->blocks[prev].hnext = blk->hnext;
+    }
+    blk->hnext = 0;
 }
 
 void kvp__index_remove(kvp_pool *p, uint32_t b)
 {
-    uint32_t *link = link_to(p, b);
-    *link = p->blocks[b].hnext;
-    p->blocks[b].hnext = 0;
     kvp__ev_removed(p, b);
-    p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
+    unlink_entry(p, b);
+    p->blocks[b].flags &=
+        (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED | KVP__F_COPY);
     p->nindexed--;
     if (p->gen)
         p->gen[b]++; /* children recorded against this content no longer match */
 }
 
-/* Block `to` takes over `from`'s entry, at the same place in the chain.
+/* Block `to` takes over `from`'s entry, at the same place in its run.
  * `to` already carries from's digest and stream. */
 void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to)
 {
-    uint32_t *link = link_to(p, from);
-    *link = to + 1;
+    uint32_t prev = p->dprev[from], next = p->blocks[from].hnext - 1u;
+    if (kvp__index_is_first(p, from)) {
+        *link_to_first(p, from) = to + 1;
+        p->dprev[to] = prev == from ? to : prev;
+        if (prev != from)
+            p->dprev[next] = to;
+    } else {
+        p->dprev[is_last(p, from) ? first_of(p, from) : next] = to;
+        p->blocks[prev].hnext = to + 1;
+        p->dprev[to] = prev;
+    }
     p->blocks[to].hnext = p->blocks[from].hnext;
     p->blocks[from].hnext = 0;
 }
@@ -93,8 +220,8 @@ void kvp__unindex(kvp_pool *p, uint32_t b)
     kvp__notify_evict(p, &p->hashes[b], b);
 }
 
-/* Re-chain every entry into `nbuckets` buckets, keeping chain order among
- * equal hashes (they share a chain before and after).  All or nothing. */
+/* Re-chain every entry into `nbuckets` buckets, each run whole and in
+ * order.  All or nothing. */
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
 {
     uint32_t *nb = kvp__zalloc(p, (size_t)nbuckets * sizeof *nb);
@@ -103,18 +230,7 @@ kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
     uint32_t *old = p->buckets, oldn = p->bmask + 1;
     p->buckets = nb;
     p->bmask = nbuckets - 1;
-    for (uint32_t i = 0; i < oldn; i++) {
-        uint32_t b = old[i] - 1u;
-        while (b != KVP__NONE) {
-            uint32_t next = kvp__chain_next(p, b);
-            uint32_t *link = &nb[kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b])];
-            while (*link)
-                link = &p->blocks[*link - 1].hnext;
-            *link = b + 1;
-            p->blocks[b].hnext = 0;
-            b = next;
-        }
-    }
+    rechain(p, old, oldn);
     kvp__release(p, old, (size_t)oldn * sizeof *old);
     return KVP_OK;
 }
@@ -133,7 +249,8 @@ void kvp__forget_all(kvp_pool *p)
         for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE;) {
             uint32_t next = kvp__chain_next(p, b);
             p->blocks[b].hnext = 0;
-            p->blocks[b].flags &= (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED);
+            p->blocks[b].flags &=
+                (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED | KVP__F_COPY);
             if (p->gen)
                 p->gen[b]++;
             b = next;

@@ -13,6 +13,7 @@ void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to);
 uint32_t kvp__index_find(const kvp_pool *p, int s, const kvp_hash *h);
 void kvp__unindex(kvp_pool *p, uint32_t b);
 void kvp__forget_all(kvp_pool *p);
+kvp_status kvp__index_init(kvp_pool *p);
 kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets);
 
 kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint32_t **vparent,

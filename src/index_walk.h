@@ -16,51 +16,56 @@ static inline uint32_t kvp__chain_first(const kvp_pool *p, uint32_t bucket)
     return p->buckets[bucket] - 1u;
 }
 
+/* The block after indexed block b in its chain (NONE at the end). */
 static inline uint32_t kvp__chain_next(const kvp_pool *p, uint32_t b)
 {
     return p->blocks[b].hnext - 1u;
 }
 
-/* The content index's bucket of (stream, hash): the last 8 bytes identify a
- * block under every algorithm.  A full 64-bit finalizer (murmur3's fmix64)
- * makes every input bit reach the low bits: digests are random, but hashes
- * made from small integers (trace ids stored big-endian) vary only in their
- * top bytes as read here, and a multiply alone would leave those out. */
+/* Is indexed block b the first copy of its (stream, hash)? */
+static inline bool kvp__index_is_first(const kvp_pool *p, uint32_t b)
+{
+    return !(p->blocks[b].flags & KVP__F_COPY);
+}
+
+/* The entry after the run that first copy b starts: b's own next entry
+ * when that is no copy (b is alone, the usual case: nothing more read),
+ * else the entry after b's last copy (NONE at the end). */
+static inline uint32_t kvp__chain_skip(const kvp_pool *p, uint32_t b)
+{
+    uint32_t n = kvp__chain_next(p, b);
+    return n != KVP__NONE && (p->blocks[n].flags & KVP__F_COPY) ? kvp__chain_next(p, p->dprev[b])
+                                                                   : n;
+}
+
+/* The content index's bucket of (stream, hash): XXH3 of the whole digest
+ * keyed with the pool's random secret, so that no caller choosing hashes
+ * can aim them at one bucket; the stream flips the top bits. */
 static inline uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    uint64_t x;
-    memcpy(&x, h->b + 24, sizeof x);
+    uint64_t x = XXH3_64bits_withSecret(h->b, sizeof h->b, p->secret, sizeof p->secret);
     x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (uint32_t)x & p->bmask;
+    return (uint32_t)(x ^ x >> 32) & p->bmask;
 }
 
 /* The content index's iterator: the indexed blocks of stream s holding
  * hash h, in publish order.  kvp__index_first gives the first (NONE if
  * none), kvp__index_next the one after indexed block b with the same
- * stream and hash (NONE after the last).  Read-only, for index.c, events.c
- * and check.c. */
-static inline uint32_t kvp__index_next_from(const kvp_pool *p, uint32_t c, int s,
-                                            const kvp_hash *h)
+ * stream and hash (NONE after the last): O(distinct hashes in a chain),
+ * then O(1) per copy.  Read-only, for index.c, events.c and check.c. */
+static inline uint32_t kvp__index_first(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    for (; c != KVP__NONE; c = kvp__chain_next(p, c))
+    for (uint32_t c = kvp__chain_first(p, kvp__bucket_of(p, s, h)); c != KVP__NONE;
+         c = kvp__chain_skip(p, c))
         if (p->blocks[c].stream == (unsigned)s && memcmp(p->hashes[c].b, h->b, sizeof h->b) == 0)
             return c;
     return KVP__NONE;
 }
 
-static inline uint32_t kvp__index_first(const kvp_pool *p, int s, const kvp_hash *h)
-{
-    return kvp__index_next_from(p, kvp__chain_first(p, kvp__bucket_of(p, s, h)), s, h);
-}
-
 static inline uint32_t kvp__index_next(const kvp_pool *p, uint32_t b)
 {
-    return kvp__index_next_from(p, kvp__chain_next(p, b), p->blocks[b].stream, &p->hashes[b]);
+    uint32_t n = kvp__chain_next(p, b);
+    return n == KVP__NONE || kvp__index_is_first(p, n) ? KVP__NONE : n;
 }
 
 #endif /* KVP_INDEX_WALK_H */

@@ -51,6 +51,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
+/* XXH3 inlined: the content index's bucket function runs on every publish
+ * and lookup, and a call into the shared library would cost as much as the
+ * hash itself. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #ifndef KVP_DEBUG
 #define KVP_DEBUG 0
@@ -120,6 +125,8 @@
 #define KVP__F_MARK 0x20u      /* per-call mark (admission), always clear between calls */
 #define KVP__F_PENDING 0x40u   /* kvp__check's mark on pending references' blocks, set
                                   and cleared inside it */
+#define KVP__F_COPY 0x80u      /* indexed, not the first copy of its (stream, hash)
+                                  (index.c) */
 
 /* Eviction policy bits of a block record (policy.c): its retention
  * priority, whether it was claimed (or its hash found in the ghost list)
@@ -190,8 +197,9 @@ typedef struct kvp__block {
                               anonymous ones, so kvp_free cannot drop them) */
     uint32_t owner;        /* owner slot of the inline reference, or NONE */
     uint32_t xhead;        /* first xref (further owners), or NONE */
-    uint32_t hnext;        /* next block in the same index bucket, as a link
-                              (id + 1; 0 ends the chain: see kvp__chain) */
+    uint32_t hnext;        /* indexed: the next block in its index bucket's
+                              chain, as a link (id + 1; 0 ends the chain:
+                              see index.c) */
     uint16_t fill;
     /* Byte-wide fields as bit-fields of unsigned int, not uint8_t: a store
      * through a character type may alias any object, so each one made the
@@ -241,6 +249,11 @@ _Static_assert(sizeof(kvp__owner) == 40, "owner records: 32 bytes for the take, 
 #define KVP__OWNER_BUCKETS 2u
 #define KVP__OWNER_MAX_REFS (1u << 30) /* largest array (dead counts up to 2^31 - 1) */
 #define KVP__LINE 64
+/* Keyed hash tables (the content index, SLRU's ghost list): the size of
+ * each one's random XXH3 secret, and the longest chain (distinct keys) a
+ * table keeps before it draws a fresh secret and rebuilds (index.c). */
+#define KVP__SECRET XXH3_SECRET_SIZE_MIN
+#define KVP__CHAIN_MAX 16u
 
 /* Map from 64-bit ids to 32-bit values (map.c). */
 typedef struct kvp__map_entry {
@@ -350,11 +363,14 @@ typedef struct kvp__history {
 
 /* policy_slru.c, KVP_POLICY_SLRU's ghost list: the keys of the last `cap`
  * hashes evicted, in a ring (key, link), next to write at `next`, `used`
- * slots filled; buckets of chains through the ring (slot + 1, 0 ends). */
+ * slots filled; buckets of chains through the ring (slot + 1, 0 ends);
+ * keys made with its own random secret, renewed like the index's. */
 typedef struct kvp__ghost {
     uint64_t *key;
     uint32_t *link, *bucket;
     uint32_t cap, bmask, next, used;
+    uint32_t rekey_in;
+    uint8_t secret[KVP__SECRET];
 } kvp__ghost;
 
 /* storage.c: nstreams arenas, NULL without host_arena. */
@@ -398,13 +414,21 @@ struct kvp_pool {
     kvp__idset retired; /* retired ids below top */
     uint32_t nretired;
 
-    /* index: chained through kvp__block.hnext, bucket count the power of two
-     * in [1.5 cap, 3 cap) (kvp__bucket_count): load factor at most 2/3 */
+    /* index (index.c): chained through kvp__block.hnext and dprev, copies
+     * of one (stream, hash) consecutive in publish order; bucket count the
+     * power of two in [cap, 2 cap) (kvp__bucket_count): at most one distinct
+     * (stream, hash) per bucket on average */
     uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
                            zeroed array is an empty index and costs no
                            page faults at creation */
+    uint32_t *dprev;    /* cap entries: a first copy's last copy, any other
+                           copy's (KVP__F_COPY) previous one (ids, indexed
+                           blocks only) */
     uint32_t bmask;
     uint32_t nindexed;
+    uint32_t rekey_in;  /* new (stream, hash) entries still to come before a
+                           chain over KVP__CHAIN_MAX may re-key the index */
+    uint8_t secret[KVP__SECRET]; /* the bucket function's key (random) */
 
     /* verified hits (cfg.verify_hits): per block, the tokens and the parent
      * (id and content generation) recorded at publish, and the block's own

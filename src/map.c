@@ -15,8 +15,9 @@
  * the owner index (owner.c) is on the take's path and chains through the
  * owner records it reads anyway, saving the map's separate entry line; the
  * content index (index.c) has 32-byte keys, at most one per block, and
- * chains through the block records, so it never allocates on publish and
- * needs no entry storage; SLRU's ghost list (policy_slru.c) drops its oldest key
+ * chains through the block records (copies of one hash consecutive), so it
+ * never allocates on publish and needs no entry storage; SLRU's ghost list
+ * (policy_slru.c) drops its oldest key
  * at every insertion, which a chain through its ring unlinks in place where
  * this map would shift a run back.  A sequence lookup is once per call, not per
  * block, so a plain map serves it best.

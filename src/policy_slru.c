@@ -21,6 +21,7 @@
  * chain, with no table to probe or shift.
  */
 #include "policy.h"
+#include "hashing.h"
 #include "mem.h"
 
 #include <stdio.h>
@@ -41,24 +42,14 @@ static void slru_insert(kvp_pool *p, uint32_t b)
         kvp__seg_demote(p, st, k, 1);
 }
 
-/* A 64-bit key for stream s's hash h: every byte counts, so hashes that
- * differ anywhere get different keys but with probability 2^-64, and every
- * bit of the key depends on every byte (the words are folded in turn and
- * the result finalized as MurmurHash3's fmix64 does), so its low bits pick
- * a bucket even for hashes that differ in one byte. */
-static uint64_t ghost_key(int s, const kvp_hash *h)
+/* A 64-bit key for stream s's hash h: XXH3 of the whole digest keyed with
+ * the ghost list's random secret, so hashes that differ anywhere get
+ * different keys but with probability 2^-64, and a caller choosing hashes
+ * cannot aim them at one bucket (the key's low bits pick it). */
+static uint64_t ghost_key(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    uint64_t w[4];
-    memcpy(w, h->b, sizeof w);
-    uint64_t x = (uint64_t)s;
-    for (int i = 0; i < 4; i++)
-        x = (x ^ w[i]) * 0x9e3779b97f4a7c15ull + (x >> 31);
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
+    uint64_t x = XXH3_64bits_withSecret(h->b, sizeof h->b, p->ghost.secret, sizeof p->ghost.secret);
+    return x ^ (uint64_t)s * 0x9e3779b97f4a7c15ull;
 }
 
 /* The ghost list: a ring of `cap` slots, each holding the key of one
@@ -83,10 +74,12 @@ static void ghost_unlink(kvp_pool *p, uint32_t *link, uint32_t s)
     p->ghost.link[s] = GHOST_DEAD;
 }
 
-/* The slot holding key in the chain that `head` starts, or NONE. */
-static uint32_t ghost_find(const kvp_pool *p, uint32_t head, uint64_t key)
+/* The slot holding key in the chain that `head` starts, or NONE; *len
+ * counts the entries passed. */
+static uint32_t ghost_find(const kvp_pool *p, uint32_t head, uint64_t key, uint32_t *len)
 {
-    for (uint32_t e = head; e; e = p->ghost.link[e - 1])
+    *len = 0;
+    for (uint32_t e = head; e; e = p->ghost.link[e - 1], ++*len)
         if (p->ghost.key[e - 1] == key)
             return e - 1;
     return KVP__NONE;
@@ -106,7 +99,8 @@ static kvp_status ghost_create(kvp_pool *p)
     p->ghost.key = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.key);
     p->ghost.link = kvp__alloc(p, (size_t)cap * sizeof *p->ghost.link);
     p->ghost.bucket = kvp__zalloc(p, (size_t)nb * sizeof *p->ghost.bucket);
-    if (!p->ghost.key || !p->ghost.link || !p->ghost.bucket) {
+    if (!p->ghost.key || !p->ghost.link || !p->ghost.bucket ||
+        kvp__random(p->ghost.secret, sizeof p->ghost.secret)) {
         ghost_destroy(p);
         return KVP_ENOMEM;
     }
@@ -130,19 +124,40 @@ static void ghost_clear(kvp_pool *p)
     p->ghost.next = p->ghost.used = 0;
 }
 
+/* A chain reached KVP__CHAIN_MAX keys: draw a fresh secret and forget
+ * every remembered hash (the keys cannot be remade under the new secret
+ * without their digests; the ghost list is a hint), unless the last
+ * re-keying was fewer than `cap` evictions ago or the kernel gives no
+ * random bytes.  True if it re-keyed. */
+static bool ghost_rekey(kvp_pool *p)
+{
+    if (p->ghost.rekey_in || kvp__random(p->ghost.secret, sizeof p->ghost.secret))
+        return false;
+    ghost_clear(p);
+    p->ghost.rekey_in = p->ghost.cap;
+    return true;
+}
+
 /* Block b's hash is being evicted: remember it (its older entry goes),
  * forgetting the oldest remembered when the ring is full.  O(1) expected:
- * chains hold fewer entries than one per bucket. */
+ * keys are keyed hashes, so chains hold fewer entries than one per bucket
+ * whatever hashes a caller chooses, and a chain at KVP__CHAIN_MAX
+ * re-keys (amortized O(1)). */
 static void ghost_evicted(kvp_pool *p, uint32_t b)
 {
-    uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
+    if (p->ghost.rekey_in)
+        p->ghost.rekey_in--;
+    uint64_t key = ghost_key(p, p->blocks[b].stream, &p->hashes[b]);
+    uint32_t len, old = ghost_find(p, *ghost_chain(p, key), key, &len);
+    if (old == KVP__NONE && len >= KVP__CHAIN_MAX && ghost_rekey(p))
+        key = ghost_key(p, p->blocks[b].stream, &p->hashes[b]);
     uint32_t s = p->ghost.next;
     if (p->ghost.used < p->ghost.cap)
         p->ghost.used++;
     else if (p->ghost.link[s] != GHOST_DEAD)
         ghost_unlink(p, ghost_chain(p, p->ghost.key[s]), s);
-    uint32_t *head = ghost_chain(p, key), old = ghost_find(p, *head, key);
-    if (old != KVP__NONE)
+    uint32_t *head = ghost_chain(p, key);
+    if ((old = ghost_find(p, *head, key, &len)) != KVP__NONE)
         ghost_unlink(p, head, old);
     p->ghost.key[s] = key;
     p->ghost.link[s] = *head;
@@ -154,8 +169,8 @@ static void ghost_evicted(kvp_pool *p, uint32_t b)
  * claimed once (KVP__R_HIT), and leaves the ghost list.  O(1) expected. */
 static void ghost_published(kvp_pool *p, uint32_t b)
 {
-    uint64_t key = ghost_key(p->blocks[b].stream, &p->hashes[b]);
-    uint32_t *head = ghost_chain(p, key), s = ghost_find(p, *head, key);
+    uint64_t key = ghost_key(p, p->blocks[b].stream, &p->hashes[b]);
+    uint32_t *head = ghost_chain(p, key), len, s = ghost_find(p, *head, key, &len);
     if (s == KVP__NONE)
         return;
     ghost_unlink(p, head, s);

@@ -38,7 +38,6 @@
 #include "status.h"
 #include "storage.h"
 
-#include <sys/random.h>
 
 /* ------------------------------------------------------------------------ */
 /* Configuration and lifecycle                                               */
@@ -159,6 +158,7 @@ static void free_arrays(kvp_pool *p)
 {
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
+    kvp__release(p, p->dprev, (size_t)p->cap * sizeof *p->dprev);
     kvp__release(p, p->buckets, ((size_t)p->bmask + 1) * sizeof *p->buckets);
     for (int s = 0; s < kvp__streams(p); s++) {
         kvp__idset_free(p, &p->st[s].vacant);
@@ -201,9 +201,10 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     p->bmask = kvp__bucket_count(cap) - 1;
     p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
     p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
+    p->dprev = kvp__alloc(p, (size_t)cap * sizeof *p->dprev);
     p->buckets = kvp__zalloc(p, ((size_t)p->bmask + 1) * sizeof *p->buckets);
     p->hist.ring = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist.ring);
-    rc = (!p->blocks || !p->hashes || !p->buckets || (cfg->history_len && !p->hist.ring))
+    rc = (!p->blocks || !p->hashes || !p->dprev || !p->buckets || (cfg->history_len && !p->hist.ring))
              ? KVP_ENOMEM
              : KVP_OK;
     for (int s = 0; s < kvp__streams(p) && !rc; s++) {
@@ -223,10 +224,10 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = kvp__storage_init(p);
     if (!rc)
         rc = kvp__events_init(p);
-    if (!rc && cfg->random_root &&
-        getrandom(p->cfg.root_seed.b, sizeof p->cfg.root_seed.b, 0) !=
-            (ssize_t)sizeof p->cfg.root_seed.b)
-        rc = KVP_ENOMEM;
+    if (!rc && cfg->random_root)
+        rc = kvp__random(p->cfg.root_seed.b, sizeof p->cfg.root_seed.b);
+    if (!rc)
+        rc = kvp__index_init(p);
     if (!rc && p->ts && pthread_mutex_init(&p->lock, NULL) != 0)
         rc = KVP_ENOMEM;
     if (rc) {

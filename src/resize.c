@@ -32,16 +32,15 @@ uint32_t kvp__pow2_at_least(uint32_t n)
     return b;
 }
 
-/* Index buckets for `cap` blocks: the power of two in [1.5 cap, 3 cap), so
- * the load factor is at most 2/3 and the buckets cost at most 12 bytes per
- * block (above 2^30 blocks: 2^31 buckets, the most a 32-bit mask holds).
- * Publishing walks its chain to the tail and evicting walks to the block,
- * each step a read of another block's record, so the load factor bounds
- * the cost of a publish. */
+/* Index buckets for `cap` blocks: the power of two in [cap, 2 cap), so
+ * there is at most one distinct (stream, hash) per bucket on average and
+ * the buckets cost at most 8 bytes per block (above 2^31 blocks: 2^31
+ * buckets, the most a 32-bit mask holds).  A publish, lookup or eviction
+ * walks the distinct hashes of one chain (index.c), each step a read of
+ * another block's record, so the load factor bounds their cost. */
 uint32_t kvp__bucket_count(uint32_t cap)
 {
-    uint32_t want = cap > (1u << 30) ? (1u << 31) : cap + (cap + 1) / 2;
-    return kvp__pow2_at_least(want);
+    return kvp__pow2_at_least(cap > (1u << 31) ? (1u << 31) : cap);
 }
 
 /* Make the arrays hold at least `need` ids. */
@@ -55,8 +54,9 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
         ncap = need;
     kvp__block *nb = kvp__alloc(p, (size_t)ncap * sizeof *nb);
     kvp_hash *nh = kvp__alloc(p, (size_t)ncap * sizeof *nh);
+    uint32_t *nd = kvp__alloc(p, (size_t)ncap * sizeof *nd);
     uint32_t *vtok = NULL, *vparent = NULL, *vpgen = NULL, *gen = NULL;
-    kvp_status rc = nb && nh ? KVP_OK : KVP_ENOMEM;
+    kvp_status rc = nb && nh && nd ? KVP_OK : KVP_ENOMEM;
     for (int s = 0; s < kvp__streams(p) && !rc; s++) {
         rc = kvp__idset_resize(p, &p->st[s].vacant, ncap);
         if (!rc)
@@ -75,6 +75,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     if (rc) {
         kvp__release(p, nb, (size_t)ncap * sizeof *nb);
         kvp__release(p, nh, (size_t)ncap * sizeof *nh);
+        kvp__release(p, nd, (size_t)ncap * sizeof *nd);
         if (vtok) {
             kvp__release(p, vtok, (size_t)ncap * bs * sizeof *vtok);
             kvp__release(p, vparent, (size_t)ncap * sizeof *vparent);
@@ -85,10 +86,13 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     }
     memcpy(nb, p->blocks, (size_t)p->top * sizeof *nb);
     memcpy(nh, p->hashes, (size_t)p->top * sizeof *nh);
+    memcpy(nd, p->dprev, (size_t)p->top * sizeof *nd);
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
+    kvp__release(p, p->dprev, (size_t)p->cap * sizeof *p->dprev);
     p->blocks = nb;
     p->hashes = nh;
+    p->dprev = nd;
     if (vtok) {
         kvp__release(p, p->vtok, (size_t)p->cap * bs * sizeof *vtok);
         kvp__release(p, p->vparent, (size_t)p->cap * sizeof *vparent);

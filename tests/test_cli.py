@@ -34,8 +34,8 @@ BLOCK = 512
 
 REPLAY_KEYS = {"requests", "rejected", "blocks_requested", "blocks_hit", "hit_rate",
                "tokens_hit_rate", "evictions", "peak_in_use", "seconds", "load_seconds"}
-CSV_HEADER = ("trace,capacity,requests,blocks_requested,blocks_hit,hit_rate,"
-              "tokens_hit_rate,evictions")
+CSV_HEADER = ("trace,capacity,requests,rejected,blocks_requested,blocks_hit,hit_rate,"
+              "tokens_hit_rate,evictions,seconds")
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
 
@@ -63,10 +63,15 @@ def replay_json(trace, capacity, binary=KVPOOL):
     """`kvpool replay --json` as a dict (asserting success and a quiet stderr)."""
     p = run("replay", trace, "--capacity", capacity, "--json", binary=binary)
     assert p.returncode == 0, p.stderr
-    assert p.stderr == ""  # no progress bar when stderr is not a terminal
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1
-    return json.loads(lines[0])
+    r = json.loads(lines[0])
+    # no progress bar when stderr is not a terminal; a warning only for rejections
+    if r["rejected"]:
+        assert p.stderr.startswith("kvpool replay: warning: ") and p.stderr.count("\n") == 1
+    else:
+        assert p.stderr == ""
+    return r
 
 
 def model(requests, capacity):
@@ -152,12 +157,49 @@ def test_replay_rejects_requests_larger_than_pool(tmp_path):
     assert r["tokens_hit_rate"] == pytest.approx(1024 / 3584)
 
 
+def test_replay_warns_when_it_rejects_requests(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", TAIL_FIRST)
+    p = run("replay", trace, "--capacity", 1)
+    assert p.returncode == 0
+    assert p.stderr == ("kvpool replay: warning: 3 of 6 requests rejected (more blocks than "
+                        "--capacity 1); capacity 3, the longest request, admits them all\n")
+    assert run("replay", trace, "--capacity", 3).stderr == ""
+
+
 def test_replay_capacity_zero_holds_everything(tmp_path):
     reqs = [(1536, [0, 1, 2]), (1536, [0, 1, 3]), (1024, [0, 4]), (512, [7])]
     r = replay_json(write_trace(tmp_path / "t.jsonl", reqs), 0)
     check_consistent(r)
     assert (r["blocks_requested"], r["blocks_hit"], r["evictions"], r["rejected"]) == (9, 3, 0, 0)
     assert r["capacity"] == 9
+
+
+def limited_memory():
+    """For preexec_fn: at most 1 GiB of address space, so a pool sized to an
+    unreachable capacity (2^31 blocks: over 8 GB) cannot be created."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.parametrize("command", ["replay", "sweep"])
+def test_pool_is_no_larger_than_the_trace(tmp_path, command):
+    reqs = [(1536, [0, 1, 2]), (1536, [0, 1, 3]), (1024, [0, 4]), (512, [7])]
+    trace = write_trace(tmp_path / "t.jsonl", reqs)
+    flag = "--capacity" if command == "replay" else "--capacities"
+    extra = ("--json",) if command == "replay" else ("--csv", tmp_path / "s.csv")
+    p = subprocess.run([str(KVPOOL), command, str(trace), flag, "2147483647", *map(str, extra)],
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=limited_memory)
+    assert p.returncode == 0, p.stderr
+    if command == "replay":
+        r = json.loads(p.stdout)
+        assert r["capacity"] == 2147483647
+        whole = replay_json(trace, 0)
+        for key in ("blocks_hit", "evictions", "rejected", "peak_in_use", "tokens_hit"):
+            assert r[key] == whole[key]
+    else:
+        row = next(csv.DictReader((tmp_path / "s.csv").read_text().splitlines()))
+        assert (row["capacity"], row["blocks_hit"], row["evictions"]) == ("2147483647", "3", "0")
 
 
 def test_tokens_hit_capped_at_input_length(tmp_path):
@@ -376,14 +418,19 @@ def test_sweep_csv(tmp_path):
         (str(t), c) for t in (a, b) for c in ("2", "4", "0")]
     for row in rows:
         single = replay_json(Path(row["trace"]), int(row["capacity"]))
-        for key in ("requests", "blocks_requested", "blocks_hit", "evictions"):
+        for key in ("requests", "rejected", "blocks_requested", "blocks_hit", "evictions"):
             assert int(row[key]) == single[key]
         for key in ("hit_rate", "tokens_hit_rate"):
             assert float(row[key]) == pytest.approx(single[key], abs=1e-6)
-    # the table on stdout: a header, a rule, one line per row
+    assert {r["rejected"] for r in rows} == {"3", "1", "0"}  # capacity 2 rejects 3-block requests
+    # the table on stdout: a header, a rule, one line per row, the CSV's columns
     lines = p.stdout.splitlines()
-    assert lines[0].split()[:2] == ["trace", "capacity"]
+    assert lines[0].split() == CSV_HEADER.split(",")
     assert len(lines) == 2 + len(rows)
+    for line, row in zip(lines[2:], rows):
+        cells = line.split()
+        assert cells[1:4] == [row["capacity"], row["requests"], row["rejected"]]
+        assert float(cells[-1]) == pytest.approx(float(row["seconds"]), abs=6e-4)
 
 
 @pytest.mark.skipif(shutil.which("gnuplot") is None, reason="gnuplot not installed")
@@ -414,7 +461,7 @@ def test_bench_quick_json():
     by = collections.defaultdict(list)
     for o in objs:
         by[o["workload"]].append(o)
-    assert set(by) == {"churn", "prefix", "scale"}
+    assert set(by) == {"churn", "prefix", "publish", "scale"}
     (churn,) = by["churn"]
     assert churn["call"] == "kvp_take_each"
     for kind in ("single", "lookup"):  # kvp_take_hinted, kvp_take: one call per block
@@ -424,6 +471,8 @@ def test_bench_quick_json():
     for o in by["prefix"]:
         assert {"us_per_request", "hit_rate", "floor_hit_rate"} <= o.keys()
         assert 0 < o["hit_rate"] <= 1 and 0 < o["floor_hit_rate"] <= 1
+    assert [(o["keys"], o["blocks"]) for o in by["publish"]] == [
+        ("duplicates", 1000), ("crafted", 1000), ("duplicates", 8000), ("crafted", 8000)]
     assert [o["blocks"] for o in by["scale"]] == [1024, 65536, 1048576]
     for o in by["scale"]:
         assert {"bytes_per_block", "create_ms"} <= o.keys()
@@ -479,3 +528,34 @@ def test_bundled_trace_matches_python_model(bundled_head, capacity):
     if capacity == 0:
         assert r["evictions"] == 0
     assert not math.isnan(r["hit_rate"])
+
+
+CONTROL_NAME = b"e\x1b[31mred\tx\xc2\x85y\xff\x7f.jsonl"
+CONTROL_SHOWN = b"e\\x1b[31mred\\x09x\\xc2\\x85y\\xff\\x7f.jsonl"
+
+
+def no_controls(out):
+    """No control byte (but line ends), no C1 control, nothing invalid as UTF-8."""
+    text = out.decode("utf-8")  # raises on invalid UTF-8
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f for c in text)
+
+
+@pytest.mark.parametrize("args", [
+    ("replay", "--capacity", "2"),
+    ("sweep", "--capacities", "2"),
+    ("curve",),
+])
+def test_control_characters_in_trace_names_are_escaped(tmp_path, args):
+    name = os.fsencode(tmp_path) + b"/" + CONTROL_NAME
+    write_trace(Path(os.fsdecode(name)), TAIL_FIRST)
+    p = subprocess.run([os.fsencode(KVPOOL), args[0].encode(), name, *map(str.encode, args[1:])],
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    no_controls(p.stdout)
+    assert CONTROL_SHOWN in p.stdout
+    bad = name[:-6] + b".missing"
+    p = subprocess.run([os.fsencode(KVPOOL), args[0].encode(), bad, *map(str.encode, args[1:])],
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 1
+    no_controls(p.stderr)
+    assert CONTROL_SHOWN[:-6] + b".missing" in p.stderr

@@ -7,9 +7,12 @@ option) instead of the last one silently winning, and a value out of range
 is refused with a message that states the range.  Every refusal prints
 nothing on stdout, so nothing ran.
 """
+import json
+import subprocess
+
 import pytest
 
-from test_cli import KVPOOL, TAIL_FIRST, binaries, run, write_trace
+from test_cli import BUNDLED, KVPOOL, TAIL_FIRST, binaries, run, write_trace
 
 pytestmark = pytest.mark.skipif(not KVPOOL.exists(), reason=f"{KVPOOL} not built")
 
@@ -142,3 +145,64 @@ def test_help_for_each_command_comes_from_the_command():
         assert direct.stdout == via_help.stdout
         assert direct.stdout.startswith(f"usage: kvpool {cmd}")
         assert "may be given once" in direct.stdout
+
+
+@pytest.mark.parametrize("spelled, plain", [("slru:050", "slru:50"), ("slru:0100", "slru:100"),
+                                            ("slru:000", "slru:0")])
+def test_policy_percent_takes_leading_zeros_like_every_count(spelled, plain):
+    a = run("replay", BUNDLED, "--capacity", "2000", "--policy", spelled, "--json")
+    b = run("replay", BUNDLED, "--capacity", "2000", "--policy", plain, "--json")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr
+    keep = lambda out: {k: v for k, v in json.loads(out).items() if "second" not in k}
+    assert keep(a.stdout) == keep(b.stdout)
+
+
+def test_a_byte_order_mark_is_named(tmp_path):
+    trace = tmp_path / "bom.jsonl"
+    trace.write_bytes(b"\xef\xbb\xbf" + write_trace(tmp_path / "t.jsonl", TAIL_FIRST).read_bytes())
+    p = run("replay", trace, "--capacity", "4")
+    assert p.returncode == 1 and p.stdout == ""
+    assert f"{trace}:1: starts with a UTF-8 byte-order mark" in p.stderr
+
+
+def test_standard_input_twice_by_two_names_is_refused(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", TAIL_FIRST)
+    p = subprocess.run(f"cat '{trace}' | '{KVPOOL}' sweep - /dev/stdin --capacities 4",
+                       shell=True, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert "'-' and '/dev/stdin' are the same input (standard input)" in p.stderr
+
+
+@pytest.mark.parametrize("content, says", [
+    ("timestamp,input_length,output_length,hash_ids\n0,600,5,0 1\n", "is not a JSON object"),
+    ('[{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}]\n',
+     "is a JSON array"),
+])
+def test_a_file_that_is_not_json_lines_says_what_a_trace_is(tmp_path, content, says):
+    trace = tmp_path / "t.csv"
+    trace.write_text(content)
+    p = run("replay", trace, "--capacity", "4")
+    assert p.returncode == 1 and p.stdout == ""
+    assert f"{trace}:1: not a trace: the line {says}" in p.stderr
+    for word in ("JSON Lines", "timestamp", "input_length", "output_length", "hash_ids",
+                 "kvpool replay --help"):
+        assert word in p.stderr
+    assert "Problem while parsing" not in p.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["sweep", "t", "--capacity", "4"], "unknown option '--capacity'; did you mean --capacities?"),
+    (["replay", "t", "--capcity", "4"], "did you mean --capacity?"),
+    (["swep", "t"], "unknown command 'swep'; did you mean 'sweep'?"),
+    (["bench", "--trace", "t"], "--trace is the trace of the load workload"),
+])
+def test_misspellings_get_the_closest_name(args, says):
+    p = run(*args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert says in p.stderr.splitlines()[0], p.stderr
+
+
+def test_an_unknown_command_far_from_every_name_lists_them():
+    p = run("zzz")
+    assert p.returncode == 2
+    assert "replay, sweep, curve, bench" in p.stderr and len(p.stderr.splitlines()) == 2

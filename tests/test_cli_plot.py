@@ -181,7 +181,7 @@ def fake_gnuplot(tmp_path, body):
 # gnuplot's shape of failing: it echoes the line, points at it, and says why,
 # after opening (so creating, empty) its output file.
 NOISY_FAILURE = r"""
-out=$(sed -n "s/^set output '\(.*\)'$/\1/p")
+out=$(sed -n 's/^set output "\(.*\)"$/\1/p')
 : > "$out"
 echo "gnuplot> plot '-' using 1:2" >&2
 echo "                ^" >&2
@@ -234,3 +234,58 @@ def test_rates_of_zero_sit_above_the_frame_without_negative_ticks(tmp_path):
     assert all(y0 < y < y1 - 5 for _, y in points), (points, (y0, y1))
     _, ys = tick_labels(text)
     assert ys and all(float(v) >= 0 for v in ys), ys
+
+
+@need_gnuplot
+@pytest.mark.parametrize("name", ["it''s", "a'b", 'say "hi"', "back\\slash", "%s%d"])
+@pytest.mark.parametrize("command", ["sweep", "curve"])
+def test_plot_titles_keep_quotes_and_backslashes(tmp_path, name, command):
+    import html
+    trace = write_trace(tmp_path / f"{name}.jsonl", TAIL_FIRST)
+    other = write_trace(tmp_path / "other.jsonl", TAIL_FIRST)
+    out = tmp_path / "p.svg"
+    args = ("--capacities", "2,4") if command == "sweep" else ()
+    p = run(command, trace, other, *args, "--plot", out)
+    assert p.returncode == 0, p.stderr
+    texts = [html.unescape(t) for t in re.findall(r"<text>([^<]*)</text>", out.read_text())]
+    shown = name.replace("\\", "\\\\")  # as in tables: a backslash doubled
+    assert any(shown in t for t in texts), texts
+
+
+@need_gnuplot
+def test_curve_plot_marks_the_target_names_the_trace_and_starts_at_zero(tmp_path):
+    import html
+    trace = write_trace(tmp_path / "one_trace.jsonl", TAIL_FIRST)
+    out = tmp_path / "c.svg"
+    p = run("curve", trace, "--target", "0.9", "--plot", out, "--json")
+    assert p.returncode == 0, p.stderr
+    reached = json.loads(p.stdout)["target"]["capacity"]
+    svg = out.read_text()
+    texts = [html.unescape(t) for t in re.findall(r"<text>([^<]*)</text>", svg)]
+    assert any(t.endswith(": one_trace.jsonl") for t in texts), texts  # the title
+    assert f"target reached at {reached}" in texts
+    _, ys = tick_labels(svg)
+    assert float(ys[0]) == 0  # hit rates from 0
+    text = run("curve", trace, "--target", "0.9").stdout
+    assert "target 0.9 of the unlimited hit rate (hit rate " in text
+
+
+@need_gnuplot
+@pytest.mark.parametrize("command", ["sweep", "curve"])
+def test_several_traces_name_each_ceiling_and_keep_the_legend_small(tmp_path, command):
+    import html
+    traces = [write_trace(tmp_path / f"mk_{w}_trace.jsonl", TAIL_FIRST) for w in ("ab", "cd")]
+    out = tmp_path / "c.svg"
+    args = ("--capacities", "2,4,8") if command == "sweep" else ("--target", "0.5", "--mark", "3")
+    p = run(command, *traces, *args, "--optimal", "--plot", out)
+    assert p.returncode == 0, p.stderr
+    svg = out.read_text()
+    texts = [html.unescape(t) for t in re.findall(r"<text>([^<]*)</text>", svg)]
+    ceilings = [t for t in texts if "unlimited capacity" in t]
+    assert sorted(t.split(",")[0] for t in ceilings) == ["ab", "cd"], ceilings
+    _, _, _, y1 = svg_frame(svg)
+    height = float(re.search(r"height=\"(\d+)", svg).group(1))
+    key_ys = [float(y) for y, t in re.findall(
+        r'<g transform="translate\([\d.]+,([\d.]+)\)"[^>]*>\s*<text>([^<]*)</text>', svg)
+        if float(y) > y1 + 30]
+    assert key_ys and max(key_ys) - min(key_ys) < height / 5

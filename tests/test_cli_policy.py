@@ -179,8 +179,8 @@ def test_sweep_prints_every_policy_and_prefix(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(out.read_text().splitlines()))
     assert out.read_text().splitlines()[0] == (
-        "trace,policy,priority_prefix,capacity,requests,blocks_requested,blocks_hit,"
-        "hit_rate,tokens_hit_rate,evictions")
+        "trace,policy,priority_prefix,capacity,requests,rejected,blocks_requested,blocks_hit,"
+        "hit_rate,tokens_hit_rate,evictions,seconds")
     # traces as given, policies as given, prefixes and capacities ascending
     assert [(r["trace"], r["policy"], r["priority_prefix"], r["capacity"]) for r in rows] == [
         (str(t), pol, pre, cap) for t in (a, b) for pol in ("slru", "lru")

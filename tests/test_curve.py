@@ -304,6 +304,37 @@ def test_sampling_estimates_the_curve(bundled_curve):
     assert s["unlimited"]["hit_rate"] == pytest.approx(exact["unlimited"]["hit_rate"], abs=0.02)
 
 
+@pytest.mark.parametrize("rate", ["0.3", "0.1", "0.02"])
+def test_sampled_results_hold_within_their_stated_bound(bundled_curve, tmp_path, rate):
+    exact, _ = bundled_curve
+    out = tmp_path / "s.csv"
+    (s,) = curve_json(BUNDLED, "--sample", rate, "--csv", out)
+    sample = s["sample"]
+    assert sample["distinct_blocks"] >= 1000
+    assert sample["resolved_from"] == pytest.approx(400 / float(rate), rel=1e-3)
+    est = read_csv(out)
+    top = est[max(est)][0]
+    total = s["blocks_requested"]
+    checked = 0
+    for c, (hits, _) in exact.items():
+        if c >= sample["resolved_from"]:
+            assert abs(est.get(c, (top,))[0] - hits) / total <= sample["hit_rate_bound"]
+            checked += 1
+    assert checked > 1000
+    text = ok("curve", BUNDLED, "--sample", rate, "--target-rate", "0.3")
+    line = next(x for x in text.splitlines() if x.startswith("sample: "))
+    assert f"{sample['distinct_blocks']} distinct blocks" in line
+    assert f"+-{sample['hit_rate_bound']:.4f}" in line
+    assert "estimated: hit rate +-" in text
+
+
+@pytest.mark.parametrize("rate", ["1e-7", "1e-4"])
+def test_too_small_a_sample_is_refused(rate):
+    p = run("curve", BUNDLED, "--sample", rate, "--target-rate", "0.3")
+    assert p.returncode == 1 and p.stdout == ""
+    assert "fewer than the 1000" in p.stderr and "--sample" in p.stderr
+
+
 def test_several_traces_get_a_trace_column(tmp_path):
     rng = random.Random(3)
     a = write_trace(tmp_path / "a.jsonl", tree_trace(rng, 30, 40, 6))

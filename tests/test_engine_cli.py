@@ -100,7 +100,7 @@ def test_cached_tokens_match_replay(tmp_path):
     r = run("replay", trace, "--capacity", 0, "--json", binary=KVPOOL)
     assert r.returncode == 0, r.stderr
     replay = json.loads(r.stdout)
-    _, s = engine_json("--requests", n, "--blocks", 100000, "--output-tokens", 1, *SMALL)
+    _, s = engine_json("--requests", n, "--blocks", 100000, "--output-tokens", 1, *SMALL[:4])
     assert s["prefill_tokens_cached"] == replay["tokens_hit"] * 4 // 512
     assert s["prefill_tokens_cached"] > 0
 
@@ -135,6 +135,51 @@ def test_checkpoint(tmp_path):
     r = run("--trace", BUNDLED, "--requests", 2, "--model", ckpt)
     assert r.returncode == 1
     assert "header says" in r.stderr
+
+
+def test_checkpoint_size_is_checked_before_allocating(tmp_path):
+    """A 28-byte header claiming about 3.6e9 weights (14 GB) is refused for its
+    size, under a 1 GiB address-space limit that the weights could not fit."""
+    import resource
+    ckpt = tmp_path / "huge.bin"
+    ckpt.write_bytes(array.array("i", [8192, 16384, 6, 64, 8, 32000, 4096]).tobytes())
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    r = subprocess.run([str(ENGINE), "--trace", str(BUNDLED), "--model", str(ckpt)],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert r.returncode == 1
+    assert "28 bytes, its header says" in r.stderr
+    assert "out of memory" not in r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--trace", BUNDLED, "--threads", "64"], "--threads: expected a thread count from 1 to 8"),
+    (["--trace", BUNDLED, "--spec-tokens", "99999"],
+     "--spec-tokens: expected a token count from 0 to 16"),
+    (["--trace", BUNDLED, "--blocks", "0"], "--blocks: expected a block count from 1 to"),
+    (["--trace", BUNDLED, "--requests", "0"], "--requests: expected a request count from 1"),
+    ([], "a trace is required: kvpool-engine TRACE, or --trace FILE"),
+    ([BUNDLED, "--trace", BUNDLED], "give the trace once"),
+])
+def test_usage_errors_name_the_option_and_its_limits(args, says):
+    r = run(*args)
+    assert r.returncode == 2
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("kvpool-engine: ") and says in first, r.stderr
+    assert "kvpool:" not in r.stderr
+
+
+def test_errors_are_prefixed_with_the_engine_name(tmp_path):
+    r = run("--trace", tmp_path / "missing.jsonl")
+    assert r.returncode == 1
+    assert r.stderr.startswith("kvpool-engine: ") and "kvpool:" not in r.stderr
+
+
+def test_positional_trace_is_the_trace():
+    a = run(BUNDLED, "--requests", 4, "--json", *SMALL)
+    b = run("--trace", BUNDLED, "--requests", 4, "--json", *SMALL)
+    assert a.returncode == 0, a.stderr
+    strip = lambda out: [json.loads(x).get("output") for x in out.splitlines()]
+    assert strip(a.stdout) == strip(b.stdout)
 
 
 @pytest.mark.parametrize("args", [

@@ -7,8 +7,10 @@
  * callback fires once, with the right hash and block, when a cached block is
  * handed out again), claim of a cached block (off the free list, content
  * kept, LRU position renewed) and of a block in use, duplicate hashes (lookup
- * returns the first published still indexed; evicting one never removes
- * another's entry), kvp_evict in LRU order, kvp_ensure_free, kvp_clear_index,
+ * returns the first published still indexed, also over thousands of copies
+ * unpublished, freed, evicted and published again at random; evicting one
+ * never removes another's entry), the bucket function (spread of structured
+ * and of crafted hashes, the bucket count), kvp_evict in LRU order, kvp_ensure_free, kvp_clear_index,
  * kvp_reset_prefix_cache (refused while busy, working when idle), pools
  * without prefix caching, and re-entrant calls from the eviction callback
  * (every pool call refused with KVP_EBUSY, thread_safe 0 and 1; another pool
@@ -783,8 +785,226 @@ static void test_bucket_spread(void **state)
     kvp_pool_destroy(pool);
 }
 
-/* The bucket count keeps the load factor in (1/3, 2/3] and the buckets'
- * memory at most 12 bytes per block, for every pool size; a pool's index
+/* Many copies of one hash (and a few of two others, in the same pool):
+ * after every random unpublish, free, eviction and re-publish, lookup
+ * returns the copy published first among those still indexed, as a plain
+ * list of the copies in publish order says; the pool checks clean. */
+static void test_many_duplicates(void **state)
+{
+    (void)state;
+    enum { N = 3000, OPS = 6000 };
+    kvp_pool *pool = kvptest_pool(N, KVP_REUSE_LIFO);
+    static kvp_block order[3][4 * N];     /* per hash: copies in publish order */
+    static size_t norder[3];
+    static uint8_t alive[N], freed[N];    /* indexed; cached (free) */
+    static int key[N];                    /* which hash a block was published under */
+    static kvp_block lru[N];              /* cached blocks, oldest free first */
+    size_t nlru = 0, lru_at = 0;
+    uint64_t rng = 42;
+    for (kvp_block i = 0; i < N; i++) {
+        kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        key[b] = kvptest_rand_below(&rng, 10) ? 0 : 1 + (int)kvptest_rand_below(&rng, 2);
+        kvptest_publish(pool, b, 900 + (uint64_t)key[b]);
+        order[key[b]][norder[key[b]]++] = b;
+        alive[b] = 1;
+    }
+    for (int op = 0; op < OPS; op++) {
+        kvp_block b = (kvp_block)kvptest_rand_below(&rng, N);
+        switch (kvptest_rand_below(&rng, 4)) {
+        case 0: /* unpublish a copy, in use or cached */
+            if (alive[b]) {
+                KVP_ASSERT_OK(kvp_unpublish(pool, b));
+                alive[b] = 0;
+            } else {
+                uint64_t fp = kvptest_fp(pool);
+                KVP_ASSERT_STATUS(kvp_unpublish(pool, b), KVP_ENOTFOUND);
+                KVP_ASSERT_EQ(kvptest_fp(pool), fp);
+            }
+            break;
+        case 1: /* publish again a block in use that lost its hash */
+            if (!alive[b] && !freed[b]) {
+                kvptest_publish(pool, b, 900 + (uint64_t)key[b]);
+                order[key[b]][norder[key[b]]++] = b;
+                alive[b] = 1;
+            }
+            break;
+        case 2: /* free an indexed copy: cached, still found */
+            if (alive[b] && !freed[b]) {
+                KVP_ASSERT_OK(kvp_free(pool, &b, 1, 1));
+                freed[b] = 1;
+                lru[nlru++] = b;
+            }
+            break;
+        default: { /* evict the oldest cached copy still indexed */
+            while (lru_at < nlru && !alive[lru[lru_at]])
+                lru_at++;
+            uint32_t n = 0;
+            KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &n));
+            KVP_ASSERT_EQ(n, lru_at < nlru);
+            if (n)
+                alive[lru[lru_at++]] = 0;
+            break;
+        }
+        }
+        for (int k = 0; k < 3; k++) {
+            kvp_block want = KVP_NO_BLOCK;
+            for (size_t i = 0; i < norder[k] && want == KVP_NO_BLOCK; i++)
+                if (alive[order[k][i]] && key[order[k][i]] == k) {
+                    /* the last publish of a block is its place */
+                    size_t last = i;
+                    for (size_t j = i + 1; j < norder[k]; j++)
+                        if (order[k][j] == order[k][i])
+                            last = j;
+                    if (last == i)
+                        want = order[k][i];
+                }
+            if (kvptest_lookup(pool, 900 + (uint64_t)k) != want)
+                fail_msg("op %d: hash %d: lookup gives block %u, the first indexed copy is %u",
+                         op, k, (unsigned)kvptest_lookup(pool, 900 + (uint64_t)k), (unsigned)want);
+        }
+        if (op % 500 == 0)
+            kvptest_check(pool);
+    }
+    kvptest_done(pool);
+}
+
+/* The inverse of MurmurHash3's fmix64 finalizer (each step undone). */
+static uint64_t unfmix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0x9cb4b2f8129337dbull; /* inverse of 0xc4ceb9fe1a85ec53 */
+    x ^= x >> 33;
+    x *= 0x4f74430c22a54005ull; /* inverse of 0xff51afd7ed558ccd */
+    x ^= x >> 33;
+    return x;
+}
+
+/* Hashes crafted to share one bucket under an unkeyed finalizer of the
+ * last 8 bytes (fmix64 values whose low 32 bits are zero) spread under the
+ * keyed bucket function: no chain holds more than KVP__CHAIN_MAX distinct
+ * hashes, and every one of them is found. */
+static void test_crafted_hashes_spread(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    kvp_pool *pool = kvptest_pool(N, KVP_REUSE_LIFO);
+    for (uint64_t i = 0; i < N; i++) {
+        kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        kvp_hash h = {{0}};
+        uint64_t x = unfmix((i + 1) << 32);
+        memcpy(h.b + 24, &x, sizeof x);
+        KVP_ASSERT_OK(kvp_publish(pool, b, &h));
+    }
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i <= pool->bmask; i++) {
+        uint32_t n = 0;
+        for (uint32_t f = kvp__chain_first(pool, i); f != KVP__NONE; f = kvp__chain_skip(pool, f))
+            n++;
+        longest = n > longest ? n : longest;
+    }
+    if (longest > KVP__CHAIN_MAX)
+        fail_msg("a chain holds %u distinct hashes", longest);
+    for (uint64_t i = 0; i < N; i++) {
+        kvp_hash h = {{0}};
+        uint64_t x = unfmix((i + 1) << 32);
+        memcpy(h.b + 24, &x, sizeof x);
+        kvp_block out;
+        KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &h, &out));
+    }
+    kvptest_done(pool);
+}
+
+/* Hashes picked to share one bucket under the pool's own secret (as a
+ * caller that learnt it could): the publish that finds KVP__CHAIN_MAX
+ * distinct hashes in its chain draws a fresh secret and re-chains in place.
+ * Every hash, and the order of a hash's copies, survives; the pool checks
+ * clean and no chain is left over the bound. */
+static void test_rekey_on_long_chain(void **state)
+{
+    (void)state;
+    enum { N = 1024, K = KVP__CHAIN_MAX + 1 };
+    kvp_pool *pool = kvptest_pool(N, KVP_REUSE_LIFO);
+    kvp_hash hs[K];
+    uint64_t rng = 7;
+    for (int k = 0; k < K;) {
+        kvp_hash h = {{0}};
+        for (int w = 0; w < 4; w++) {
+            uint64_t v = kvptest_rand(&rng);
+            memcpy(h.b + 8 * w, &v, sizeof v);
+        }
+        if (kvp__bucket_of(pool, 0, &h) == 0)
+            hs[k++] = h;
+    }
+    uint8_t secret[sizeof pool->secret];
+    memcpy(secret, pool->secret, sizeof secret);
+    kvp_block first[K], second[K];
+    for (int k = 0; k < K; k++) {
+        first[k] = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        second[k] = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        KVP_ASSERT_OK(kvp_publish(pool, first[k], &hs[k]));
+        if (k + 1 < K) /* a second copy of each but the last, before it */
+            KVP_ASSERT_OK(kvp_publish(pool, second[k], &hs[k]));
+    }
+    KVP_ASSERT_OK(kvp_publish(pool, second[K - 1], &hs[K - 1]));
+    assert_true(memcmp(secret, pool->secret, sizeof secret) != 0);
+    for (uint32_t i = 0; i <= pool->bmask; i++) {
+        uint32_t n = 0;
+        for (uint32_t f = kvp__chain_first(pool, i); f != KVP__NONE; f = kvp__chain_skip(pool, f))
+            n++;
+        if (n > KVP__CHAIN_MAX)
+            fail_msg("bucket %u holds %u distinct hashes after re-keying", i, n);
+    }
+    kvptest_check(pool);
+    for (int k = 0; k < K; k++) {
+        kvp_block out;
+        KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &hs[k], &out));
+        KVP_ASSERT_EQ(out, first[k]);
+        KVP_ASSERT_OK(kvp_unpublish(pool, first[k]));
+        KVP_ASSERT_OK(kvp_lookup(pool, KVP_STREAM_SHARED, &hs[k], &out));
+        KVP_ASSERT_EQ(out, second[k]);
+    }
+    kvptest_done(pool);
+}
+
+/* SLRU's ghost list keys evicted hashes the same way: hashes picked to
+ * share one of its buckets under its secret fill that chain up to
+ * KVP__CHAIN_MAX; the next eviction into it draws a fresh secret and starts
+ * the list again with that one key; the pool checks clean. */
+static void test_ghost_rekey(void **state)
+{
+    (void)state;
+    enum { N = 64, K = KVP__CHAIN_MAX + 1 };
+    kvp_config cfg = kvptest_config(N);
+    cfg.policy = KVP_POLICY_SLRU;
+    kvp_pool *pool = kvptest_create(&cfg);
+    uint8_t secret[sizeof pool->ghost.secret];
+    memcpy(secret, pool->ghost.secret, sizeof secret);
+    uint64_t rng = 11;
+    for (uint32_t k = 0; k < K;) {
+        kvp_hash h;
+        for (int w = 0; w < 4; w++) {
+            uint64_t v = kvptest_rand(&rng);
+            memcpy(h.b + 8 * w, &v, sizeof v);
+        }
+        uint64_t key =
+            XXH3_64bits_withSecret(h.b, sizeof h.b, pool->ghost.secret, sizeof pool->ghost.secret);
+        if (key & pool->ghost.bmask)
+            continue;
+        kvp_block b = kvptest_take(pool, KVP_STREAM_SHARED, 1);
+        KVP_ASSERT_OK(kvp_publish(pool, b, &h));
+        KVP_ASSERT_OK(kvp_free(pool, &b, 1, 1));
+        uint32_t n = 0;
+        KVP_ASSERT_OK(kvp_evict(pool, KVP_STREAM_SHARED, 1, &n));
+        KVP_ASSERT_EQ(n, 1);
+        k++;
+        KVP_ASSERT_EQ(pool->ghost.used, k < K ? k : 1);
+    }
+    assert_true(memcmp(secret, pool->ghost.secret, sizeof secret) != 0);
+    kvptest_done(pool);
+}
+
+/* The bucket count keeps the load factor in (1/2, 1] and the buckets'
+ * memory at most 8 bytes per block, for every pool size; a pool's index
  * really has that many buckets, also after growth. */
 static void test_bucket_count(void **state)
 {
@@ -793,8 +1013,8 @@ static void test_bucket_count(void **state)
                                     65536, 1048576, 1u << 30};
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
         uint64_t cap = caps[i], b = kvp__bucket_count(caps[i]);
-        if ((b & (b - 1)) != 0 || 2 * b < 3 * cap || b >= 3 * cap)
-            fail_msg("cap %llu: %llu buckets, not the power of two in [1.5 cap, 3 cap)",
+        if ((b & (b - 1)) != 0 || b < cap || b >= 2 * cap)
+            fail_msg("cap %llu: %llu buckets, not the power of two in [cap, 2 cap)",
                      (unsigned long long)cap, (unsigned long long)b);
     }
     KVP_ASSERT_EQ(kvp__bucket_count(KVP_MAX_BLOCKS), 1u << 31);
@@ -1059,6 +1279,10 @@ int main(void)
         cmocka_unit_test(test_publish_lookup_unpublish),
         cmocka_unit_test(test_bucket_spread),
         cmocka_unit_test(test_bucket_count),
+        cmocka_unit_test(test_many_duplicates),
+        cmocka_unit_test(test_crafted_hashes_spread),
+        cmocka_unit_test(test_rekey_on_long_chain),
+        cmocka_unit_test(test_ghost_rekey),
         cmocka_unit_test(test_lazy_eviction),
         cmocka_unit_test(test_claim_cached),
         cmocka_unit_test(test_claim_used_and_vacant),

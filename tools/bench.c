@@ -522,7 +522,11 @@ static const char usage_bench[] =
     "          unique suffix of [256, 1024] tokens, 20,000 requests, with SHA-256\n"
     "          and with XXH3-128; each through the call-level path (hash_tokens,\n"
     "          claim_prefix, alloc, publish_each, free: api \"calls\") and through\n"
-    "          the sequence API (seq_create, seq_admit, seq_destroy: api \"seq\")\n"
+    "          the sequence API (seq_create, seq_admit, seq_destroy: api \"seq\");\n"
+    "          then workload \"publish\": 10,000 and 80,000 blocks published in one\n"
+    "          publish_each under one hash (keys \"duplicates\") or under hashes\n"
+    "          that share a bucket without a keyed hash (keys \"crafted\"), the\n"
+    "          floor the same publish of random distinct hashes\n"
     "  scale   churn at 1,024 blocks (8 sequences, [16, 256] tokens), 65,536 and\n"
     "          1,048,576 blocks (4,096 sequences): ns per block, pool creation\n"
     "          time, resident bytes per block\n"
@@ -533,7 +537,7 @@ static const char usage_bench[] =
     "          one replay at 10,000 blocks, each repetition running all in turn\n"
     "\n"
     "  --workload W  churn, prefix, scale, load or all (default all: not load)\n"
-    "  --trace FILE  the trace of the load workload\n"
+    "  --trace FILE  the trace of the load workload (only with --workload load)\n"
     "  --quick       1/50 of the operations (same pool sizes), for tests\n"
     "  --json        one JSON object per workload and configuration per line:\n"
     "                workload, ns_per_block, floor_ns_per_block, ratio_to_floor;\n"
@@ -556,7 +560,7 @@ static const char usage_bench[] =
  * [--trace FILE]`. */
 int kvpt_cmd_bench(int argc, char **argv)
 {
-    const char *workload = "all", *trace = "data/mooncake_fast25_conversation_trace.jsonl.gz";
+    const char *workload = "all", *trace = NULL;
     int quick = 0;
     bench_out out = {0, NULL};
     const kvpt_opt opts[] = {
@@ -576,6 +580,11 @@ int kvpt_cmd_bench(int argc, char **argv)
     int prefix_on = all || strcmp(workload, "prefix") == 0;
     int scale_on = all || strcmp(workload, "scale") == 0;
     int load_on = strcmp(workload, "load") == 0; /* needs a trace file: asked by name */
+    if (trace && !load_on)
+        return kvpt_usage_error("bench", "--trace is the trace of the load workload: give "
+                                         "--workload load with it");
+    if (!trace)
+        trace = "data/mooncake_fast25_conversation_trace.jsonl.gz";
 
     /* Fixed threshold: every large allocation is its own mapping, returned
      * on free, so resident growth around a pool is that pool's. */

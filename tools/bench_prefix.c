@@ -278,6 +278,110 @@ static int prefix_run(bench_out *out, prefix *p, const char *hash_name, int use_
     return bench_emit(out, o, config, details);
 }
 
+/* ---- publish: duplicates and crafted hashes ----------------------------- */
+
+/* One publish row: n blocks taken, then published in one kvp_publish_each
+ * (timed) under `keys`; the floor publishes n random distinct hashes the
+ * same way.  Duplicates (every block under one hash) and crafted hashes
+ * (ones an unkeyed finalizer of the last 8 bytes puts in one bucket) must
+ * cost about what random ones do, at every n. */
+typedef struct publish_run {
+    uint32_t n;
+    kvp_block *ids;
+    kvp_hash *keys, *random;
+} publish_run;
+
+/* Publish n blocks of a fresh pool under hs[0..n) and return the seconds. */
+static double publish_time(uint32_t n, kvp_block *ids, const kvp_hash *hs)
+{
+    kvp_config cfg;
+    kvp_config_default(&cfg);
+    cfg.block_size = BENCH_BLOCK_TOKENS;
+    cfg.num_blocks = n;
+    kvp_pool *pool;
+    kvp_status rc = kvp_pool_create(&cfg, &pool);
+    if (rc != KVP_OK)
+        return kvpt_lib_error("kvp_pool_create", rc);
+    size_t got = 0;
+    rc = kvp_alloc(pool, KVP_STREAM_SHARED, (size_t)n * BENCH_BLOCK_TOKENS, 1, KVP_FMT_FP16, ids,
+                   n, &got);
+    double t0 = kvpt_now();
+    if (rc == KVP_OK)
+        rc = kvp_publish_each(pool, ids, hs, n, NULL);
+    double t = kvpt_now() - t0;
+    kvp_pool_destroy(pool);
+    return rc == KVP_OK ? t : kvpt_lib_error("publish", rc);
+}
+
+static double publish_lib(void *ctx)
+{
+    publish_run *r = ctx;
+    return publish_time(r->n, r->ids, r->keys);
+}
+
+static double publish_floor(void *ctx)
+{
+    publish_run *r = ctx;
+    return publish_time(r->n, r->ids, r->random);
+}
+
+/* MurmurHash3's fmix64, undone step by step: crafted keys are inverses of
+ * values whose low 32 bits are zero. */
+static uint64_t unfmix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0x9cb4b2f8129337dbull;
+    x ^= x >> 33;
+    x *= 0x4f74430c22a54005ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static int publish_rows(bench_out *out, unsigned scale)
+{
+    static const char *const kinds[] = {"duplicates", "crafted"};
+    static const uint32_t sizes[] = {10000, 80000};
+    int ret = 0;
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0] && !ret; z++) {
+        uint32_t n = sizes[z] / (scale > 1 ? 10 : 1);
+        publish_run r = {n, malloc(n * sizeof *r.ids), calloc(n, sizeof *r.keys),
+                         calloc(n, sizeof *r.random)};
+        if (!r.ids || !r.keys || !r.random)
+            ret = kvpt_error("out of memory");
+        bench_rng rng = {BENCH_SEED};
+        for (uint32_t i = 0; i < n && !ret; i++)
+            for (int w = 0; w < 4; w++) {
+                uint64_t v = bench_rng_next(&rng);
+                memcpy(r.random[i].b + 8 * w, &v, sizeof v);
+            }
+        for (size_t k = 0; k < 2 && !ret; k++) {
+            for (uint32_t i = 0; i < n; i++) {
+                memset(&r.keys[i], 0, sizeof r.keys[i]);
+                uint64_t x = k == 0 ? 1 : unfmix64((uint64_t)(i + 1) << 32);
+                memcpy(r.keys[i].b + 24, &x, sizeof x);
+            }
+            double lib_s, floor_s;
+            if (bench_reps(publish_lib, publish_floor, &r, &lib_s, &floor_s)) {
+                ret = -1;
+                break;
+            }
+            double ns = lib_s * 1e9 / n, fl = floor_s * 1e9 / n;
+            char config[96];
+            snprintf(config, sizeof config, "%s keys, %u blocks", kinds[k], n);
+            json_t *o = json_pack("{s:s, s:s, s:I, s:f, s:f, s:f, s:s, s:i}", "workload",
+                                  "publish", "keys", kinds[k], "blocks", (json_int_t)n,
+                                  "ns_per_block", ns, "floor_ns_per_block", fl,
+                                  "ratio_to_floor", ns / fl, "prng", "splitmix64", "reps",
+                                  BENCH_REPS);
+            ret = bench_emit(out, o, config, "kvp_publish_each; floor: random distinct hashes");
+        }
+        free(r.ids);
+        free(r.keys);
+        free(r.random);
+    }
+    return ret;
+}
+
 /* See bench.h: both hashes, both library paths. */
 int bench_prefix(bench_out *out, unsigned scale)
 {
@@ -315,7 +419,7 @@ int bench_prefix(bench_out *out, unsigned scale)
         if (failed)
             goto out;
     }
-    ret = 0;
+    ret = publish_rows(out, scale);
 out:
     free(p->tokens);
     free(p->start);

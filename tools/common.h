@@ -21,15 +21,21 @@ enum {
     KVPT_EXIT_USAGE = 2    /* bad command line */
 };
 
-/* Report a command-line error for `cmd` on stderr, followed by a hint to run
- * --help; returns KVPT_EXIT_USAGE so callers can `return kvpt_usage_error(..)`. */
+/* The program's name in messages: "kvpool" unless a program sets it (the
+ * engine example: "kvpool-engine"). */
+extern const char *kvpt_program;
+
+/* Report a command-line error for `cmd` ("replay"; NULL: the program has no
+ * subcommands) on stderr as "PROGRAM CMD: message", followed by a hint to
+ * run --help; returns KVPT_EXIT_USAGE so callers can
+ * `return kvpt_usage_error(..)`. */
 int kvpt_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Report an error on stderr as "kvpool: message"; returns KVPT_EXIT_ERROR. */
+/* Report an error on stderr as "PROGRAM: message"; returns KVPT_EXIT_ERROR. */
 int kvpt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Report a failed library call as "kvpool: what: message"; returns -1 so
+/* Report a failed library call as "PROGRAM: what: message"; returns -1 so
  * internal routines can `return kvpt_lib_error(..)`. */
 int kvpt_lib_error(const char *what, int status);
 
@@ -40,7 +46,30 @@ double kvpt_now(void);
  * Returns 0 on success, -1 on anything else (empty, sign, junk, overflow). */
 int kvpt_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
+/* The longest text kvpt_safe_copy writes, with its NUL: four bytes out for
+ * each of 4095 bytes in ("\\xNN"), then "..." when cut. */
+#define KVPT_SAFE_MAX (4 * 4095 + 4)
+
+/* Copy `s` into out[cap] (cap >= 5) for a terminal: every control
+ * character (C0, DEL, C1) and every byte of invalid UTF-8 as \xNN, a
+ * backslash doubled, the rest as it is; cut at a character boundary with
+ * "..." when it does not fit.  Returns out. */
+char *kvpt_safe_copy(char *out, size_t cap, const char *s);
+
+/* kvpt_safe_copy into one of eight static buffers of KVPT_SAFE_MAX bytes,
+ * used in turn: for a file name in a message or a table, valid until eight
+ * more calls.  Main thread only. */
+const char *kvpt_safe_text(const char *s);
+
 /* ---- command lines ------------------------------------------------------ */
+
+/* The word of words[0..n) closest to `word` by edit distance (insertions,
+ * deletions, substitutions of bytes), when it is close enough to be a
+ * misspelling (at most a third of the longer word, at least 1) or `word`
+ * is a prefix of it; else NULL.  Ties go to the earlier word.  For "did
+ * you mean" hints.  O(n x length^2). */
+const char *kvpt_closest(const char *word, const char *const *words, size_t n);
+
 
 /* How an option's value is read into kvpt_opt.dest. */
 typedef enum kvpt_opt_kind {
@@ -65,7 +94,8 @@ typedef struct kvpt_opt {
 
 /* A subcommand's command line: its options and its positional arguments. */
 typedef struct kvpt_cli {
-    const char *cmd;        /* "replay": names the command in messages */
+    const char *cmd;        /* "replay": names the command in messages (NULL:
+                               the program has no subcommands) */
     const char *usage;      /* the whole --help text */
     const kvpt_opt *opts;   /* ended by an entry whose name is NULL */
     const char *arg_name;   /* positional arguments, e.g. "TRACE" */
@@ -83,7 +113,8 @@ typedef struct kvpt_cli {
  * with getopt_long (options and arguments in any order, unique prefixes of
  * option names accepted, "--" ends the options).  --help / -h prints
  * cli->usage on stdout.  Refused, each with one line naming the option and
- * what it allows, then a --help hint on stderr: an unknown option, a missing
+ * what it allows, then a --help hint on stderr: an unknown option (with the
+ * closest option's name when one is close, kvpt_closest), a missing
  * value, a value out of its range or not among its choices, an option given
  * twice (by any spelling), a required option missing, too few or too many
  * positional arguments.
@@ -99,41 +130,62 @@ int kvpt_parse_args(const kvpt_cli *cli, int argc, char **argv, int *first);
 
 /* ---- files -------------------------------------------------------------- */
 
-/* Create an empty temporary file "DIR/.BASE.XXXXXX" beside `path` (mode 0600,
- * removed by nobody but the caller) and copy its name into tmp[cap].
- * Returns its open descriptor, or -1 with errno set (ENAMETOOLONG when the
- * name does not fit).  A file that can be created this way can be written
- * at `path` by kvpt_replace_file. */
-int kvpt_temp_beside(const char *path, char *tmp, size_t cap);
+/* A file the tool writes (--csv, --plot), checked before any work and
+ * written only when complete.  A regular file (or a new one) is written as
+ * a temporary file beside it, renamed over it in one step, so it is never
+ * seen empty or partial; a character device or a FIFO (/dev/null,
+ * /dev/stdout, a named pipe) is written in place, its contents first
+ * collected in a temporary file under $TMPDIR (default /tmp), and so is
+ * the file standard output goes to (/dev/stdout), after what the command
+ * prints there.  A symbolic link is followed: the file it names is
+ * written, the link stays; a link to nothing is refused. */
+enum { KVPT_OUT_REPLACE, KVPT_OUT_DEVICE, KVPT_OUT_STDOUT };
 
-/* Check before any work that a file can be written at `path`: it is not
- * empty, not a directory, and a file can be created in its directory.  Returns 0, or
- * prints "kvpool: what PATH: reason" (`what` such as "--csv") and returns -1.
+typedef struct kvpt_output {
+    const char *what;  /* the option, "--csv": names it in messages */
+    const char *path;  /* as given */
+    char dest[4096];   /* the file written: path, or what its link names */
+    int in_place;      /* KVPT_OUT_REPLACE, _DEVICE (device or FIFO) or _STDOUT */
+    char tmp[4096];    /* the temporary file, once made */
+} kvpt_output;
+
+/* Check before any work that `path` can be written as option `what`:
+ * the name is not empty; a link resolves; what it names is not a
+ * directory, a block device or a socket; it is not one of the n `inputs`
+ * (the same file by device and inode; "-" is standard input); a file can
+ * be created beside a regular one, a device or FIFO is writable.  Fills
+ * *o.  Returns 0, or prints "kvpool: what PATH: reason" and returns -1.
  * Leaves nothing behind. */
-int kvpt_check_writable(const char *what, const char *path);
+int kvpt_output_check(kvpt_output *o, const char *what, const char *path,
+                      char *const *inputs, size_t n_inputs);
 
-/* Finish a file written and closed at `tmp` (from kvpt_temp_beside): give it
- * the mode a new file would have (0666 less the umask) and rename it over
- * `path` in one step, so `path` is never seen empty or partial.  On failure
- * removes tmp.  Returns 0, or -1 with errno set. */
-int kvpt_replace_file(const char *tmp, const char *path);
+/* Create o's temporary file (mode 0600; its name in o->tmp).  Returns its
+ * open descriptor, or -1 with errno set. */
+int kvpt_output_temp(kvpt_output *o);
+
+/* Move o's temporary file, written and closed, to o->dest: renamed over a
+ * regular file with the mode a new file would have (0666 less the umask),
+ * or copied into a device, a FIFO (opening it waits for its reader) or
+ * standard output (flushed first).
+ * Removes the temporary file in every case.  Returns 0, or -1 with errno
+ * set. */
+int kvpt_output_commit(kvpt_output *o);
+
+/* Open o's temporary file as a stream.  Returns it, or NULL with
+ * "kvpool: PATH: reason" printed and nothing left behind. */
+FILE *kvpt_output_open(kvpt_output *o);
+
+/* Close `f` (from kvpt_output_open) and, when every write and the close
+ * succeeded, commit it.  Returns KVPT_EXIT_OK, or KVPT_EXIT_ERROR with
+ * "kvpool: PATH: reason" printed and the temporary file removed. */
+int kvpt_output_close(kvpt_output *o, FILE *f);
 
 /* Check before any work that each of the n trace paths can be read: it
  * exists, is readable and is not a directory; "-" (standard input) at most
- * once.  Returns -1 when all can, else the exit code to return with the
+ * once, and no pipe, FIFO or device twice under two names ("-" and
+ * /dev/stdin).  Returns -1 when all can, else the exit code to return with the
  * refusal printed (KVPT_EXIT_USAGE for "-" twice, KVPT_EXIT_ERROR
  * otherwise). */
 int kvpt_check_traces(const char *cmd, char *const *paths, size_t n);
-
-/* Open a temporary file beside `path` for writing (kvpt_temp_beside; its
- * name into tmp[cap]).  Returns the stream, or NULL with "kvpool: PATH:
- * reason" printed and nothing left behind. */
-FILE *kvpt_open_beside(const char *path, char *tmp, size_t cap);
-
-/* Close `f` (from kvpt_open_beside on tmp) and, when every write and the
- * close succeeded, rename it over `path` (kvpt_replace_file).  Returns
- * KVPT_EXIT_OK, or KVPT_EXIT_ERROR with "kvpool: PATH: reason" printed and
- * tmp removed. */
-int kvpt_close_beside(FILE *f, const char *tmp, const char *path);
 
 #endif /* KVPT_COMMON_H */

@@ -51,6 +51,7 @@ typedef struct slot {
     uint64_t value;  /* pass: last touch time (0: none); dense: the new id */
     uint64_t parent; /* pass: the id before it in its first request, + 1; 0
                         for a first block */
+    uint64_t misses; /* pass: its uses that miss at capacity pass.miss_at */
 } slot;
 
 typedef struct idmap {
@@ -175,6 +176,10 @@ void kvpt_dense_free(kvpt_dense *d)
 
 /* ---- the reuse-distance pass ---------------------------------------------- */
 
+/* The fewest distinct ids a sample may track: with fewer, reuse distances
+ * rest on too few ids for the bounds below to hold. */
+#define SAMPLE_MIN_IDS 1000
+
 /* Sampling threshold scale: an id is sampled when mix(id) mod 2^24 is below
  * rate x 2^24. */
 #define SAMPLE_BITS 24
@@ -252,6 +257,8 @@ typedef struct pass {
     uint64_t sampled, sampled_tokens; /* of those, tracked */
     int tree;               /* no tracked id had two parents */
     size_t bad_request;     /* the first request giving one a second parent */
+    uint64_t miss_at;       /* the capacity slot.misses counts misses at */
+    double miss_sq;         /* the sum over tracked ids of misses squared */
 } pass;
 
 /* Count `blocks` blocks and `tokens` tokens in bucket b.  Returns -1 when
@@ -307,6 +314,7 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
 {
     memset(p, 0, sizeof *p);
     p->tree = 1;
+    p->miss_at = max_len < t->max_blocks ? max_len : t->max_blocks;
     idmap m = {0};
     timeline c = {0};
     slot **slots = malloc((t->max_blocks ? t->max_blocks : 1) * sizeof *slots);
@@ -356,6 +364,10 @@ static int reuse_pass(const kvpt_trace *t, uint64_t max_len, uint32_t threshold,
                 d = (uint64_t)((double)d * SAMPLE_ALL / threshold);
             if (k == 0 || d > deepest)
                 deepest = d;
+            if (deepest >= p->miss_at) { /* (m + 1)^2 - m^2 */
+                p->miss_sq += 2.0 * (double)s->misses + 1;
+                s->misses++;
+            }
             uint64_t tok = block_tokens(t, q, i, n);
             p->sampled++;
             p->sampled_tokens += tok;
@@ -393,6 +405,7 @@ out:
 /* Options of one `kvpool curve` run. */
 typedef struct opts {
     const char *csv, *plot;
+    kvpt_output csv_out, plot_out; /* checked before any work */
     int json, optimal, all, sample_check;
     uint32_t threshold;     /* sampling: SAMPLE_ALL = exact */
     double target_share, target_rate; /* < 0: not asked */
@@ -412,6 +425,9 @@ typedef struct result {
     size_t bad_request;
     double load_seconds, seconds, optimal_seconds;
     double err_max, err_mean;   /* --sample-check */
+    uint64_t sample_ids;        /* --sample: the distinct ids tracked */
+    double sample_bound;        /* --sample: the hit rate's error bound */
+    uint64_t resolved;          /* --sample: the smallest capacity resolved */
     /* the table's capacities, with their hits; optimal only at C >= lo */
     uint64_t *grid, *grid_blocks, *grid_tokens, *opt_blocks, *opt_tokens;
     size_t n_grid;
@@ -609,6 +625,53 @@ static int sample_check(result *r, const kvpt_trace *t)
     return 0;
 }
 
+/*
+ * The error bounds of a sampled pass p into r, or a refusal when it tracked
+ * fewer than SAMPLE_MIN_IDS ids (returns -1, printed).  Ids fall in the
+ * sample independently with probability q, and the estimate of the hits at
+ * a capacity C is the uses less the tracked ids' misses over q: its
+ * variance over the sample is (1 - q) / q^2 times the sum of their squared
+ * misses, largest at the smallest capacity, so two standard errors there
+ * bound the hit rate's at every capacity.  A tracked reuse distance d
+ * stands for d / q blocks, counted from about q x d ids: its relative
+ * standard error is 1 / sqrt(q x d), within 10% at two standard errors
+ * from d = 400 / q up, the smallest capacity the sample resolves.  The
+ * bound is completed by band_of once the curve is known.
+ */
+static int sample_bounds(result *r, const pass *p, const opts *o)
+{
+    double q = (double)o->threshold / SAMPLE_ALL;
+    r->sample_ids = p->distinct;
+    if (p->distinct < SAMPLE_MIN_IDS) {
+        /* none tracked: the trace has no more distinct blocks than blocks */
+        double need = p->distinct ? q * SAMPLE_MIN_IDS / (double)p->distinct
+                                  : SAMPLE_MIN_IDS / (double)(p->uses ? p->uses : 1);
+        kvpt_error("%s: --sample %.3g tracks %llu distinct blocks, fewer than the %d an error "
+                   "bound needs: use --sample %.2g or more, or leave out --sample",
+                   kvpt_safe_text(r->path), q, (unsigned long long)p->distinct, SAMPLE_MIN_IDS,
+                   need < 1 ? ceil(need * 1.2 * 1000) / 1000 : 1.0);
+        return -1;
+    }
+    r->sample_bound = p->uses ? 2 * sqrt((1 - q) * p->miss_sq) / (q * (double)p->uses) : 0;
+    r->resolved = (uint64_t)ceil(400 / q);
+    return 0;
+}
+
+/* The most the estimated block hit rate changes between capacities C / 1.1
+ * and 1.1 C, for C from r->resolved (or the largest request) up: what a
+ * capacity known within 10% adds to the hit rate's error. */
+static double band_of(const result *r)
+{
+    uint64_t worst = 0;
+    uint64_t c0 = r->resolved > r->lo ? r->resolved : r->lo;
+    for (uint64_t c = c0; c <= r->hi; c++) {
+        uint64_t a = (uint64_t)floor((double)c / 1.1), b = (uint64_t)ceil((double)c * 1.1);
+        uint64_t d = r->blocks[b < r->hi ? b : r->hi] - r->blocks[a > r->lo ? a : r->lo];
+        worst = d > worst ? d : worst;
+    }
+    return r->blocks_requested ? (double)worst / (double)r->blocks_requested : 0;
+}
+
 /* Load one trace and compute everything the options ask for into *r.
  * Returns 0, or -1 with the error printed. */
 static int curve_one(const char *path, const opts *o, result *r)
@@ -631,6 +694,10 @@ static int curve_one(const char *path, const opts *o, result *r)
         goto out;
     r->tree = p.tree;
     r->bad_request = p.bad_request;
+    if (o->threshold != SAMPLE_ALL && sample_bounds(r, &p, o)) {
+        pass_free(&p);
+        goto out;
+    }
     r->distinct = o->threshold == SAMPLE_ALL
                       ? p.distinct
                       : (uint64_t)llround((double)p.distinct * SAMPLE_ALL / o->threshold);
@@ -647,6 +714,8 @@ static int curve_one(const char *path, const opts *o, result *r)
     }
     fill_from_pass(r, &p, r->lo, r->hi, o->threshold);
     pass_free(&p);
+    if (o->threshold != SAMPLE_ALL)
+        r->sample_bound += band_of(r);
     r->unl_blocks = r->blocks[r->hi];
     r->unl_tokens = r->tokens[r->hi];
     if (o->all && fill_below(r, &t, o->threshold))
@@ -692,7 +761,8 @@ static double rate(uint64_t hit, uint64_t of)
 static void print_text(const result *r, const opts *o)
 {
     printf("%s: %llu requests, %llu blocks, %llu distinct, largest request %llu blocks\n",
-           r->path, (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
+           kvpt_safe_text(r->path), (unsigned long long)r->requests,
+           (unsigned long long)r->blocks_requested,
            (unsigned long long)r->distinct, (unsigned long long)r->largest);
     printf("LRU curve for capacities %llu..%llu %s in %.3f s (load %.3f s)%s\n",
            (unsigned long long)r->from, (unsigned long long)r->hi,
@@ -704,6 +774,11 @@ static void print_text(const result *r, const opts *o)
     if (!r->tree)
         printf("warning: request %zu gives a hash id a second parent: a replay may differ "
                "from this curve\n", r->bad_request + 1);
+    if (o->threshold != SAMPLE_ALL)
+        printf("sample: %llu distinct blocks (rate %.3g); hit rates within +-%.4f, capacities "
+               "within 10%% from %llu up (2 standard errors)\n",
+               (unsigned long long)r->sample_ids, (double)o->threshold / SAMPLE_ALL,
+               r->sample_bound, (unsigned long long)r->resolved);
     if (o->sample_check && o->threshold != SAMPLE_ALL)
         printf("sampling error against the exact curve: max %.5f, mean %.5f (block hit "
                "rate)\n", r->err_max, r->err_mean);
@@ -731,14 +806,22 @@ static void print_text(const result *r, const opts *o)
     double need = target_blocks(r, o);
     if (need >= 0) {
         uint64_t c = smallest_reaching(r, need);
+        char asked[96];
+        if (o->target_share >= 0)
+            snprintf(asked, sizeof asked, "%g of the unlimited hit rate (hit rate %.4f)",
+                     o->target_share, need / (double)r->blocks_requested);
+        else
+            snprintf(asked, sizeof asked, "hit rate %g", o->target_rate);
         if (c)
-            printf("target %.4f hit rate (%s): reached at capacity %llu (hit rate %.4f)\n",
-                   need / (double)r->blocks_requested,
-                   o->target_share >= 0 ? "share of unlimited" : "asked",
+            printf("target %s: reached at capacity %llu (hit rate %.4f)\n", asked,
                    (unsigned long long)c, rate(r->blocks[c], r->blocks_requested));
         else
-            printf("target %.4f hit rate: not reached at any capacity\n",
-                   need / (double)r->blocks_requested);
+            printf("target %s: not reached at any capacity\n", asked);
+        if (c && o->threshold != SAMPLE_ALL)
+            printf("  estimated: hit rate +-%.4f; %s\n", r->sample_bound,
+                   c >= r->resolved ? "capacity within 10%"
+                                    : "capacity below what the sample resolves (use a larger "
+                                      "--sample)");
     }
     fputc('\n', stdout);
 }
@@ -779,26 +862,31 @@ static int print_json(const result *r, const opts *o)
         return kvpt_error("cannot render JSON");
     if (o->optimal)
         json_object_set_new(obj, "optimal_seconds", json_real(r->optimal_seconds));
+    if (o->threshold != SAMPLE_ALL)
+        json_object_set_new(obj, "sample", json_pack("{s:I, s:f, s:I}", "distinct_blocks",
+                                                     (json_int_t)r->sample_ids, "hit_rate_bound",
+                                                     r->sample_bound, "resolved_from",
+                                                     (json_int_t)r->resolved));
     if (o->sample_check && o->threshold != SAMPLE_ALL)
         json_object_set_new(obj, "sample_error", json_pack("{s:f, s:f}", "max_abs",
                                                            r->err_max, "mean_abs", r->err_mean));
     double need = target_blocks(r, o);
     if (need >= 0) {
         uint64_t c = smallest_reaching(r, need);
-        json_object_set_new(obj, "target", json_pack("{s:f, s:o}", "hit_rate",
-            need / (double)r->blocks_requested, "capacity",
-            c ? json_integer((json_int_t)c) : json_null()));
+        json_t *tg = json_pack("{s:f, s:o}", "hit_rate", need / (double)r->blocks_requested,
+                               "capacity", c ? json_integer((json_int_t)c) : json_null());
+        if (tg && o->threshold != SAMPLE_ALL)
+            json_object_set_new(tg, "capacity_resolved", json_boolean(c && c >= r->resolved));
+        json_object_set_new(obj, "target", tg);
     }
     return kvpt_json_line(obj) ? kvpt_error("cannot render JSON") : KVPT_EXIT_OK;
 }
 
 /* Write every capacity of every trace as CSV (a trace column first when
- * there are several), through a temporary file renamed over `path` once
- * complete. */
-static int write_csv(const result *rs, size_t n, const char *path)
+ * there are several) into `out`, which sees it only once complete. */
+static int write_csv(const result *rs, size_t n, kvpt_output *out)
 {
-    char tmp[4096];
-    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    FILE *f = kvpt_output_open(out);
     if (!f)
         return KVPT_EXIT_ERROR;
     fputs(n > 1 ? "trace," : "", f);
@@ -815,19 +903,25 @@ static int write_csv(const result *rs, size_t n, const char *path)
                     (unsigned long long)r->tokens[c], rate(r->tokens[c], r->tokens_requested));
         }
     }
-    return kvpt_close_beside(f, tmp, path);
+    return kvpt_output_close(out, f);
 }
 
 /* Points of the LRU line per trace: log-spaced capacities. */
 #define PLOT_POINTS 600
 
 /* Draw every trace's LRU curve with its unlimited ceiling, the optimal
- * points and the marks.  Returns an exit code. */
-static int plot_curves(const result *rs, size_t n, const opts *o)
+ * points, the marks and the capacity a --target reached, each line named
+ * by its trace when there are several (the one trace in the title
+ * otherwise).  Returns an exit code. */
+static int plot_curves(const result *rs, char *const *paths, size_t n, opts *o)
 {
-    size_t per = PLOT_POINTS + 1 + 64 + 64;
+    /* a colour per trace: gnuplot's defaults without yellow (5) */
+    static const int colour[] = {1, 2, 3, 4, 6, 7, 8};
+    size_t pre, suf;
+    kvpt_name_affixes(paths, n, &pre, &suf);
+    size_t per = PLOT_POINTS + 1 + 64 + 64 + 1;
     kvpt_chart ch;
-    if (kvpt_chart_init(&ch, n * per, 3 * n, 4 * n * 160))
+    if (kvpt_chart_init(&ch, n * per, 4 * n, 5 * n * 160))
         return KVPT_EXIT_ERROR;
     double *x = ch.x, *y = ch.y;
     kvpt_series *series = ch.series;
@@ -847,13 +941,18 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
             py[k++] = rate(r->blocks[c], r->blocks_requested);
             last = c;
         }
-        const char *name = kvpt_base_name(r->path);
+        const char *base = kvpt_base_name(r->path);
+        char name[64] = "";
+        if (n > 1)
+            snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - pre - suf), base + pre);
         const char *sep = n > 1 ? ": " : "";
+        int lc = colour[i % (sizeof colour / sizeof colour[0])];
         double unl = rate(r->unl_blocks, r->blocks_requested);
-        snprintf(titles[nt], sizeof titles[nt], "LRU%s%s", sep, n > 1 ? name : "");
-        snprintf(titles[nt + 1], sizeof titles[nt + 1], "unlimited capacity: %.4f", unl);
+        snprintf(titles[nt], sizeof titles[nt], "LRU%s%s", sep, name);
+        snprintf(titles[nt + 1], sizeof titles[nt + 1], "%s%sunlimited capacity: %.4f", name,
+                 n > 1 ? ", " : "", unl);
         series[ns++] =
-            (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2", 0};
+            (kvpt_series){titles[nt], k, px, py, titles[nt + 1], unl, "lines lw 2", lc};
         nt += 2;
         px += k;
         py += k;
@@ -864,10 +963,10 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
                 py[m++] = rate(r->opt_blocks[g], r->blocks_requested);
             }
         if (m) {
-            snprintf(titles[nt], sizeof titles[nt], "optimal (Belady, prefix-respecting)%s%s",
-                     sep, n > 1 ? name : "");
+            snprintf(titles[nt], sizeof titles[nt], "%s%s", n > 1 ? "optimal: " :
+                     "optimal (Belady, prefix-respecting)", name);
             series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
-                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2", 0};
+                                         "linespoints lw 1.5 dt 3 pt 6 ps 1.2", lc};
         }
         px += m;
         py += m;
@@ -880,13 +979,28 @@ static int plot_curves(const result *rs, size_t n, const opts *o)
                     break;
                 }
         if (m) {
-            snprintf(titles[nt], sizeof titles[nt], "marked capacities%s%s", sep,
-                     n > 1 ? name : "");
+            snprintf(titles[nt], sizeof titles[nt], "%s%s", n > 1 ? "marks: " :
+                     "marked capacities", name);
             series[ns++] = (kvpt_series){titles[nt++], m, px, py, NULL, 0,
-                                         "points pt 7 ps 1.6", 0};
+                                         "points pt 7 ps 1.6", lc};
+        }
+        px += m;
+        py += m;
+        double need = target_blocks(r, o);
+        uint64_t c = need >= 0 ? smallest_reaching(r, need) : 0;
+        if (c) {
+            px[0] = (double)c;
+            py[0] = rate(r->blocks[c], r->blocks_requested);
+            snprintf(titles[nt], sizeof titles[nt], "target reached at %llu%s%s",
+                     (unsigned long long)c, sep, name);
+            series[ns++] = (kvpt_series){titles[nt++], 1, px, py, NULL, 0,
+                                         "points pt 5 ps 2", lc};
         }
     }
-    return kvpt_chart_hit_rate(&ch, o->plot, "LRU prefix-cache hit rate at every capacity", ns);
+    char title[200];
+    snprintf(title, sizeof title, "LRU prefix-cache hit rate at every capacity%s%s",
+             n == 1 ? ": " : "", n == 1 ? kvpt_base_name(rs[0].path) : "");
+    return kvpt_chart_hit_rate(&ch, &o->plot_out, title, ns);
 }
 
 /* ---- command -------------------------------------------------------------- */
@@ -956,9 +1070,10 @@ static const char usage_curve[] =
     "                    tokens_hit_rate}, seconds (the passes), load_seconds, points\n"
     "                    (the table's rows: capacity, blocks_hit, hit_rate,\n"
     "                    tokens_hit, tokens_hit_rate, optimal {same four}), and\n"
-    "                    optimal_seconds, sample_error, target when asked\n"
-    "  --plot FILE       hit rate against capacity (log scale) with the unlimited\n"
-    "                    ceiling, the marks and the optimal points; PNG or SVG\n"
+    "                    optimal_seconds, sample, sample_error, target when asked\n"
+    "  --plot FILE       hit rate against capacity (log scale, hit rate from 0) with\n"
+    "                    the unlimited ceiling, the marks, the optimal points and\n"
+    "                    the capacity a target reaches; PNG or SVG\n"
     "  --mark A,B,C      capacities to show in the table and on the plot (exact at\n"
     "                    any capacity, by their own pass below the largest request)\n"
     "  --target S        the smallest capacity reaching share S of the unlimited hit\n"
@@ -971,23 +1086,33 @@ static const char usage_curve[] =
     "  --all-capacities  the CSV and the target search start at capacity 1\n"
     "  --sample RATE     track only the blocks whose hash falls in a RATE share\n"
     "                    (SHARDS): memory and time shrink by about RATE, figures are\n"
-    "                    estimates\n"
+    "                    estimates.  Refused when fewer than 1000 distinct blocks\n"
+    "                    fall in the sample.  Printed with every sampled result:\n"
+    "                    the sample's size, a bound on the error of every hit rate\n"
+    "                    (two standard errors over which ids are sampled, plus what\n"
+    "                    a capacity off by 10% changes) and the capacity from which\n"
+    "                    the sample resolves capacities within 10% (400 / RATE);\n"
+    "                    JSON: sample {distinct_blocks, hit_rate_bound,\n"
+    "                    resolved_from}, and target.capacity_resolved\n"
     "  --sample-check    with --sample, also run the exact pass and report the\n"
     "                    largest and mean absolute error of the block hit rate\n"
     "\n"
-    "Each option may be given once.\n";
+    "Each option may be given once.  CSV and plot files appear complete or not at\n"
+    "all: a regular FILE is replaced, a device or FIFO is written in place, a\n"
+    "symbolic link is followed (its target is written), and a FILE that is one of\n"
+    "the TRACEs is refused.\n";
 
 /* Refuse what can be refused before any work: a trace that cannot be
  * opened, standard input named twice, output files that cannot be created,
  * a plot without gnuplot.  Returns an exit code, or -1 to go on. */
-static int check_before(char **paths, size_t n, const opts *o)
+static int check_before(char **paths, size_t n, opts *o)
 {
     int rc = kvpt_check_traces("curve", paths, n);
     if (rc >= 0)
         return rc;
-    if (o->plot && kvpt_plot_check(o->plot))
+    if (o->plot && kvpt_plot_check(&o->plot_out, o->plot, paths, n))
         return KVPT_EXIT_ERROR;
-    if (o->csv && kvpt_check_writable("--csv", o->csv))
+    if (o->csv && kvpt_output_check(&o->csv_out, "--csv", o->csv, paths, n))
         return KVPT_EXIT_ERROR;
     return -1;
 }
@@ -1063,9 +1188,9 @@ int kvpt_cmd_curve(int argc, char **argv)
     if (done_n == n) {
         rc = KVPT_EXIT_OK;
         if (o.csv)
-            rc = write_csv(rs, n, o.csv);
+            rc = write_csv(rs, n, &o.csv_out);
         if (rc == KVPT_EXIT_OK && o.plot)
-            rc = plot_curves(rs, n, &o);
+            rc = plot_curves(rs, paths, n, &o);
     }
     for (size_t i = 0; i < n; i++)
         result_free(&rs[i]);

@@ -94,7 +94,19 @@ int main(int argc, char **argv)
                KVPOOL_VERSION_PATCH);
         return KVPT_EXIT_OK;
     }
-    fprintf(stderr, "kvpool: unknown command '%s'\n\n", name);
-    usage(stderr);
+    const char *names[N_COMMANDS];
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        names[i] = commands[i].name;
+    const char *near = kvpt_closest(name, names, N_COMMANDS);
+    if (near)
+        fprintf(stderr, "kvpool: unknown command '%s'; did you mean '%s'?\n"
+                        "Try 'kvpool %s --help', or 'kvpool --help' for every command.\n",
+                kvpt_safe_text(name), near, near);
+    else
+        fprintf(stderr, "kvpool: unknown command '%s'; the commands are:", kvpt_safe_text(name));
+    for (size_t i = 0; !near && i < N_COMMANDS; i++)
+        fprintf(stderr, " %s%s", names[i], i + 1 < N_COMMANDS ? "," : "\n");
+    if (!near)
+        fputs("Try 'kvpool --help'.\n", stderr);
     return KVPT_EXIT_USAGE;
 }

@@ -5,19 +5,21 @@
  * The script and the data go to gnuplot's standard input, the data inline
  * ('-' files); gnuplot's own output (warnings, errors) goes to an unnamed
  * temporary file and never reaches the terminal: a failure is reported as
- * one line of ours.  gnuplot draws into a temporary file beside the target,
- * renamed over it only once complete, so the target is never empty or
- * partial.  Axes are fitted here rather than left to gnuplot, so that every
+ * one line of ours.  gnuplot draws into the output's temporary file
+ * (kvpt_output), moved to the target only once complete, so the target is
+ * never empty or partial.  Axes are fitted here rather than left to gnuplot, so that every
  * chart frames its data the same way: a margin on each side, no point on
  * the frame, tick labels in one format.  Titles are written as
- * single-quoted gnuplot strings with the terminal in noenhanced mode, so
- * file names with underscores or quotes print as they are.
+ * double-quoted gnuplot strings (backslash escapes) with the terminal in
+ * noenhanced mode, so file names with underscores, quotes or backslashes
+ * print as they are.
  */
 #define _GNU_SOURCE /* pipe2, environ */
 
 #include "plot.h"
 
 #include "common.h"
+#include "output.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -74,28 +76,30 @@ const char *kvpt_plot_terminal(const char *path)
     return NULL;
 }
 
-/* Write `s` as a single-quoted gnuplot string ('' stands for a quote). */
-static void gp_string(FILE *gp, const char *s)
+/* Write `text`, made printable (kvpt_safe_text), as a double-quoted gnuplot
+ * string: a backslash before each '"' and '\\'.  (Single quotes would
+ * need '' for a quote, and gnuplot 5.4 misreads two of those in a row.) */
+static void gp_string(FILE *gp, const char *text)
 {
-    fputc('\'', gp);
+    const char *s = kvpt_safe_text(text);
+    fputc('"', gp);
     for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', gp);
-        if (*s != '\n' && *s != '\r')
-            fputc(*s, gp);
+        if (*s == '"' || *s == '\\')
+            fputc('\\', gp);
+        fputc(*s, gp);
     }
-    fputc('\'', gp);
+    fputc('"', gp);
 }
 
 /* See plot.h. */
-int kvpt_plot_check(const char *path)
+int kvpt_plot_check(kvpt_output *o, const char *path, char *const *inputs, size_t n_inputs)
 {
     if (!on_path("gnuplot")) {
         kvpt_error("--plot needs gnuplot, which is not on PATH: install it with "
                    "`apt-get install gnuplot-nox`, or leave out --plot");
         return -1;
     }
-    return kvpt_check_writable("--plot", path);
+    return kvpt_output_check(o, "--plot", path, inputs, n_inputs);
 }
 
 /* ---- axes --------------------------------------------------------------- */
@@ -115,16 +119,18 @@ static double nice_step(double raw)
 
 /* The y range [*lo, *hi] grown by a margin, so no point touches the frame;
  * a flat set of values gets a band around it.  Values that are all >= 0
- * (rates, counts) dip below 0 by at most 4% of the axis, too little for a
- * negative tick. */
+ * (rates, counts) are drawn from 0, so heights compare as ratios: the axis
+ * dips below 0 by at most 4% of it, too little for a negative tick. */
 static void fit_y(double *lo, double *hi)
 {
+    int non_negative = *lo >= 0;
+    if (non_negative)
+        *lo = 0;
     double span = *hi - *lo;
     double pad = span > 0 ? span * 0.08 : fabs(*hi) > 0 ? fabs(*hi) * 0.1 : 0.05;
-    int non_negative = *lo >= 0;
     *lo -= pad;
     *hi += pad;
-    if (non_negative && *lo < 0)
+    if (non_negative)
         *lo = -fmin(pad, *hi * 0.04);
 }
 
@@ -358,11 +364,12 @@ static int write_script(FILE *gp, const char *out, const char *path, const char 
 }
 
 /* See plot.h. */
-int kvpt_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
+int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char *ylabel,
               const kvpt_series *series, size_t n_series)
 {
+    const char *path = o->path;
     if (!kvpt_plot_terminal(path)) {
-        kvpt_error("%s: a plot's file name must end in .png or .svg", path);
+        kvpt_error("%s: a plot's file name must end in .png or .svg", kvpt_safe_text(path));
         return -1;
     }
     if (!on_path("gnuplot")) {
@@ -370,10 +377,10 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
                         "with `apt-get install gnuplot-nox` and run again\n");
         return 1;
     }
-    char tmp[4096], why[256] = "";
-    int fd = kvpt_temp_beside(path, tmp, sizeof tmp);
+    char why[256] = "";
+    int fd = kvpt_output_temp(o);
     if (fd < 0) {
-        kvpt_error("%s: cannot create the plot: %s", path, strerror(errno));
+        kvpt_error("%s: cannot create the plot: %s", kvpt_safe_text(path), strerror(errno));
         return -1;
     }
     close(fd);
@@ -384,7 +391,7 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
     if (!gp) {
         snprintf(why, sizeof why, "out of memory");
     } else {
-        int nothing = write_script(gp, tmp, path, title, xlabel, ylabel, series, n_series);
+        int nothing = write_script(gp, o->tmp, path, title, xlabel, ylabel, series, n_series);
         if (fclose(gp) != 0)
             snprintf(why, sizeof why, "out of memory");
         else if (nothing)
@@ -394,19 +401,55 @@ int kvpt_plot(const char *path, const char *title, const char *xlabel, const cha
     }
     free(script);
     struct stat st;
-    if (rc == 0 && (stat(tmp, &st) != 0 || st.st_size == 0)) {
+    if (rc == 0 && (stat(o->tmp, &st) != 0 || st.st_size == 0)) {
         snprintf(why, sizeof why, "gnuplot wrote nothing");
         rc = -1;
     }
-    if (rc == 0 && kvpt_replace_file(tmp, path) != 0) {
+    if (rc == 0 && kvpt_output_commit(o) != 0) {
         snprintf(why, sizeof why, "%s", strerror(errno));
         rc = -1;
     }
     if (rc != 0) {
-        unlink(tmp);
-        kvpt_error("%s: no plot drawn: %s", path, why);
+        if (o->tmp[0])
+            unlink(o->tmp);
+        kvpt_error("%s: no plot drawn: %s", kvpt_safe_text(path), why);
     }
     return rc;
+}
+
+/* Whether `c` separates the words of a file name. */
+static int is_sep(char c)
+{
+    return c == '_' || c == '-' || c == '.';
+}
+
+/* See plot.h. */
+void kvpt_name_affixes(char *const *paths, size_t n, size_t *pre, size_t *suf)
+{
+    *pre = *suf = 0;
+    if (n < 2)
+        return;
+    const char *first = kvpt_base_name(paths[0]);
+    size_t len0 = strlen(first), p = len0, q = len0;
+    for (size_t i = 1; i < n; i++) {
+        const char *name = kvpt_base_name(paths[i]);
+        size_t len = strlen(name), k = 0;
+        while (k < p && k < len && name[k] == first[k])
+            k++;
+        p = k;
+        for (k = 0; k < q && k < len && name[len - 1 - k] == first[len0 - 1 - k]; k++)
+            ;
+        q = k;
+    }
+    while (p > 0 && !is_sep(first[p - 1])) /* end after a separator */
+        p--;
+    while (q > 0 && !is_sep(first[len0 - q])) /* start at a separator */
+        q--;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(kvpt_base_name(paths[i])) <= p + q)
+            p = q = 0;
+    *pre = p;
+    *suf = q;
 }
 
 /* See plot.h. */
@@ -427,9 +470,9 @@ int kvpt_chart_init(kvpt_chart *c, size_t n_points, size_t n_series, size_t titl
 }
 
 /* See plot.h. */
-int kvpt_chart_hit_rate(kvpt_chart *c, const char *path, const char *title, size_t n_series)
+int kvpt_chart_hit_rate(kvpt_chart *c, kvpt_output *o, const char *title, size_t n_series)
 {
-    int rc = kvpt_plot(path, title, "capacity (blocks of 512 tokens, log scale)",
+    int rc = kvpt_plot(o, title, "capacity (blocks of 512 tokens, log scale)",
                        "block hit rate", c->series, n_series) == 0
                  ? KVPT_EXIT_OK
                  : KVPT_EXIT_ERROR;

@@ -11,6 +11,8 @@
 #ifndef KVPT_PLOT_H
 #define KVPT_PLOT_H
 
+#include "common.h"
+
 #include <stddef.h>
 
 /* One line of the chart: n points (x[i], y[i]), drawn in the order given
@@ -34,26 +36,33 @@ typedef struct kvpt_series {
 const char *kvpt_plot_terminal(const char *path);
 
 /* Check that a plot can be drawn at `path` (its extension checked by the
- * caller with kvpt_plot_terminal): gnuplot is on PATH, `path` is not a
- * directory, and a file can be created in its directory.  Returns 0, or -1
- * with the reason printed as one line naming --plot.  Leaves nothing
- * behind. */
-int kvpt_plot_check(const char *path);
+ * caller with kvpt_plot_terminal): gnuplot is on PATH and `path` can be
+ * written as kvpt_output_check says (not one of the n `inputs`), filling
+ * *o.  Returns 0, or -1 with the reason printed as one line naming --plot.
+ * Leaves nothing behind. */
+int kvpt_plot_check(kvpt_output *o, const char *path, char *const *inputs, size_t n_inputs);
 
 /*
- * Draw the series into `path` (PNG or SVG by extension) with a log-scaled x
+ * Draw the series into o (from kvpt_plot_check; PNG or SVG by extension) with a log-scaled x
  * axis; points with x <= 0 are left out, and at least one point must
  * remain.  Both axes are fitted to the points and ceilings with a margin on
  * every side; x ticks are labelled as whole numbers with thousands
  * separators (or %g), y ticks at a round step with a fixed number of
- * decimals.  gnuplot draws into a temporary file in path's directory that
- * is renamed over `path` only when complete and not empty; its own messages
+ * decimals.  gnuplot draws into o's temporary file, committed
+ * (kvpt_output_commit) only when complete and not empty; its own messages
  * are never shown.  Returns 0 on success, 1 when gnuplot is not on PATH (an
  * install hint was printed), -1 on failure (one line printed, `path`
  * untouched, no temporary file left).
  */
-int kvpt_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
+int kvpt_plot(kvpt_output *o, const char *title, const char *xlabel, const char *ylabel,
               const kvpt_series *series, size_t n_series);
+
+/* How many leading and trailing bytes the base names of the n paths share,
+ * cut at word separators ('_', '-', '.'; "mooncake_fast25_" and
+ * "_trace.jsonl.gz" of the two bundled traces), so a chart can tell them
+ * apart by what differs; both 0 when that would leave a name empty or
+ * n < 2. */
+void kvpt_name_affixes(char *const *paths, size_t n, size_t *pre, size_t *suf);
 
 /* The memory of a hit-rate chart for the caller to fill: the points, the
  * series and the text of their titles. */
@@ -68,8 +77,8 @@ typedef struct kvpt_chart {
 int kvpt_chart_init(kvpt_chart *c, size_t n_points, size_t n_series, size_t title_bytes);
 
 /* Draw c's first n_series series as block hit rate against capacity (in
- * blocks of 512 tokens) into `path` with kvpt_plot, then free c's memory.
+ * blocks of 512 tokens) into o with kvpt_plot, then free c's memory.
  * Returns an exit code. */
-int kvpt_chart_hit_rate(kvpt_chart *c, const char *path, const char *title, size_t n_series);
+int kvpt_chart_hit_rate(kvpt_chart *c, kvpt_output *o, const char *title, size_t n_series);
 
 #endif /* KVPT_PLOT_H */

@@ -52,15 +52,11 @@ int kvpt_policy_parse(const char *s, kvpt_replay_opts *o)
     kvp_policy pol;
     if (kvp_policy_parse(name, &pol) != KVP_OK || (s[len] && pol == KVP_POLICY_LRU))
         return -1;
-    unsigned pct = 50;
-    if (s[len]) {
-        const char *d = s + len + 1;
-        size_t n = strspn(d, "0123456789");
-        if (n == 0 || n > 3 || d[n] || (pct = (unsigned)atoi(d)) > 100)
-            return -1;
-    }
+    uint64_t pct = 50; /* digits as every count of the tool: leading zeros allowed */
+    if (s[len] && kvpt_parse_u64(s + len + 1, 100, &pct))
+        return -1;
     o->policy = pol;
-    o->protected_percent = pct;
+    o->protected_percent = (uint32_t)pct;
     return 0;
 }
 
@@ -136,17 +132,21 @@ int kvpt_replay(const kvpt_trace *t, uint64_t capacity, const kvpt_replay_opts *
     if (!opts)
         opts = &lru;
     memset(r, 0, sizeof *r);
+    uint64_t whole = t->total_blocks ? t->total_blocks : 1;
     if (capacity == 0)
-        capacity = t->total_blocks ? t->total_blocks : 1;
-    if (capacity > KVP_MAX_BLOCKS)
-        capacity = KVP_MAX_BLOCKS;
+        capacity = whole;
     r->capacity = capacity;
+    /* every block the replay allocates is one of the trace's, so a pool of
+     * `whole` blocks never evicts: any larger one gives the same figures */
+    uint64_t pool_blocks = capacity < whole ? capacity : whole;
+    if (pool_blocks > KVP_MAX_BLOCKS)
+        pool_blocks = KVP_MAX_BLOCKS;
 
     kvp_config cfg;
     kvp_config_default(&cfg);
     cfg.block_size = KVPT_TRACE_BLOCK_TOKENS;
-    cfg.num_blocks = (uint32_t)capacity;
-    cfg.max_blocks = (uint32_t)capacity;
+    cfg.num_blocks = (uint32_t)pool_blocks;
+    cfg.max_blocks = (uint32_t)pool_blocks;
     cfg.prefix_caching = 1;
     cfg.reuse = KVP_REUSE_LIFO;
     cfg.policy = opts->policy;
@@ -235,7 +235,7 @@ static void print_replay_table(const kvpt_trace *t, const kvpt_replay_opts *o,
         return;
     double bps = r->seconds > 0 ? (double)r->blocks_requested / r->seconds : 0.0;
     kvpt_table_cell(tab, "trace");
-    kvpt_table_cell(tab, "%s", t->path);
+    kvpt_table_cell(tab, "%s", kvpt_safe_text(t->path));
     kvpt_table_cell(tab, "capacity (blocks)");
     kvpt_table_cell(tab, "%llu", (unsigned long long)r->capacity);
     char label[16];
@@ -314,7 +314,8 @@ static const char usage_replay[] =
     "prefix caching.  Per request, in file order: claim the longest cached prefix of\n"
     "its hash_ids, allocate the rest (evicting cached blocks as --policy says),\n"
     "publish them, then free all of them tail first so they stay cached.  A request\n"
-    "with more hash ids than BLOCKS is rejected (counted, no hits).  The pool is\n"
+    "with more hash ids than BLOCKS is rejected (counted, no hits, and a warning\n"
+    "on stderr names the capacity that admits every request).  The pool is\n"
     "created with prefault, as a server would at start-up, so its page faults fall\n"
     "before the timed loop.\n"
     "\n"
@@ -325,7 +326,10 @@ static const char usage_replay[] =
     "stream) or a line breaking a rule is refused as \"FILE:LINE: what is wrong\".\n"
     "\n"
     "  --capacity BLOCKS  pool size in blocks, 0 to 2147483647; 0 = large enough\n"
-    "                     for the whole trace\n"
+    "                     for the whole trace.  A pool larger than the trace's\n"
+    "                     block count (the sum of its requests' hash ids) never\n"
+    "                     evicts and gives the same figures, so the pool is\n"
+    "                     created no larger than that\n"
     "  --policy P         which cached block is evicted first: lru (the default),\n"
     "                     the least recently freed; or slru, segmented LRU with\n"
     "                     a ghost list: a block claimed again since it was\n"
@@ -412,6 +416,12 @@ int kvpt_cmd_replay(int argc, char **argv)
         else
             print_replay_table(&t, &ro, &r);
     }
+    if (rc == 0 && r.rejected)
+        fprintf(stderr, "kvpool replay: warning: %llu of %llu requests rejected (more blocks "
+                        "than --capacity %llu); capacity %llu, the longest request, admits "
+                        "them all\n",
+                (unsigned long long)r.rejected, (unsigned long long)r.requests,
+                (unsigned long long)r.capacity, (unsigned long long)t.max_blocks);
     kvpt_trace_free(&t);
     return rc ? KVPT_EXIT_ERROR : KVPT_EXIT_OK;
 }

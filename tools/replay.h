@@ -39,7 +39,7 @@ int kvpt_policy_parse(const char *s, kvpt_replay_opts *o);
 void kvpt_policy_label(const kvpt_replay_opts *o, char *buf, size_t cap);
 
 typedef struct kvpt_replay_result {
-    uint64_t capacity;          /* blocks in the pool (0 resolved) */
+    uint64_t capacity;          /* the capacity asked for (0 resolved) */
     uint64_t requests, rejected;
     uint64_t blocks_requested, blocks_hit;
     uint64_t tokens_requested;  /* sum of input_length */
@@ -51,7 +51,8 @@ typedef struct kvpt_replay_result {
 /*
  * Replay every request of `t` in file order through a fresh pool of
  * `capacity` blocks (0: one block per hash id in the whole trace, so nothing
- * is ever evicted) with the eviction of `opts` (NULL: LRU, no priorities)
+ * is ever evicted; a larger capacity is served by a pool of that size,
+ * whose figures are the same) with the eviction of `opts` (NULL: LRU, no priorities)
  * and fill *r.  `progress` (may be NULL) is advanced from `progress_base` by
  * one per request.  Returns 0, or -1 with the error printed (the pool cannot
  * be created, or a library call fails).

@@ -11,7 +11,7 @@
  * be checked without replaying is checked first (the lists, the plot's
  * extension, gnuplot, that the output files can be created), so a sweep
  * that cannot finish is refused before its work, not after.  Output files
- * are written beside their targets and renamed over them complete.  The
+ * appear complete (kvpt_output, common.h).  The
  * plot also draws each trace's ceiling: its hit rate with unlimited
  * capacity (no eviction, so the same under every policy), from the replay
  * at capacity 0, run for the plot when the sweep has no capacity that large.
@@ -41,7 +41,9 @@ static const char usage_sweep[] =
     "and priority prefix, and print a table.\n"
     "\n"
     "  --capacities A,B,C  block counts from 0 to 2147483647, comma-separated, each\n"
-    "                      once (0 = the whole trace); sorted ascending, 0 last\n"
+    "                      once (0 = the whole trace); sorted ascending, 0 last.\n"
+    "                      Pools are no larger than the trace's block count, as in\n"
+    "                      `kvpool replay`: a larger one gives the same figures\n"
     "  --policy P,Q        eviction policies, comma-separated, each once: lru (the\n"
     "                      default), slru, lfu, NAME:PERCENT (`kvpool replay\n"
     "                      --help`);\n"
@@ -55,12 +57,12 @@ static const char usage_sweep[] =
     "                      curve --optimal`: clairvoyant, the most any policy can\n"
     "                      hit) at each capacity from the trace's largest request\n"
     "                      up: an optimal_hit_rate column, and points on the plot\n"
-    "  --csv FILE          write trace,capacity,requests,blocks_requested,blocks_hit,\n"
-    "                      hit_rate,tokens_hit_rate,evictions (trace = the path as\n"
-    "                      given on the command line), with policy and\n"
-    "                      priority_prefix after trace and optimal_hit_rate last\n"
-    "                      when those options are given (empty below the largest\n"
-    "                      request)\n"
+    "  --csv FILE          the table's columns: trace,capacity,requests,rejected,\n"
+    "                      blocks_requested,blocks_hit,hit_rate,tokens_hit_rate,\n"
+    "                      evictions,seconds (trace = the path as given on the\n"
+    "                      command line), with policy and priority_prefix after\n"
+    "                      trace and optimal_hit_rate before seconds when those\n"
+    "                      options are given (empty below the largest request)\n"
     "  --plot FILE         draw hit rate against capacity (log scale), one line per\n"
     "                      trace and setting (titled by the trace's file name and\n"
     "                      the setting) and, dashed, each trace's hit rate with\n"
@@ -71,7 +73,9 @@ static const char usage_sweep[] =
     "\n"
     "Each option may be given once.  The command line, gnuplot and the output\n"
     "directories are checked before the first replay; CSV and plot files appear\n"
-    "complete or not at all.\n";
+    "complete or not at all.  A regular FILE is replaced, a device or FIFO is\n"
+    "written in place, a symbolic link is followed (its target is written), and\n"
+    "a FILE that is one of the TRACEs is refused.\n";
 
 /* Results of a sweep: n_traces x n_cfgs x n_caps replays, row-major by trace
  * then setting; each trace's hit rate with unlimited capacity (for the
@@ -188,16 +192,15 @@ static void cfg_label(const kvpt_replay_opts *c, char *buf, size_t cap)
                  (unsigned long long)c->priority_prefix);
 }
 
-/* Write the sweep as CSV with the documented header, through a temporary
- * file renamed over `path` once complete. */
-static int write_csv(const sweep *s, const char *path)
+/* Write the sweep as CSV with the documented header into `out`, which
+ * sees it only once complete. */
+static int write_csv(const sweep *s, kvpt_output *out)
 {
-    char tmp[4096];
-    FILE *f = kvpt_open_beside(path, tmp, sizeof tmp);
+    FILE *f = kvpt_output_open(out);
     if (!f)
         return KVPT_EXIT_ERROR;
-    fprintf(f, "trace%s%s,capacity,requests,blocks_requested,blocks_hit,hit_rate,"
-               "tokens_hit_rate,evictions%s\n",
+    fprintf(f, "trace%s%s,capacity,requests,rejected,blocks_requested,blocks_hit,hit_rate,"
+               "tokens_hit_rate,evictions%s,seconds\n",
             s->show_policy ? ",policy" : "", s->show_prefix ? ",priority_prefix" : "",
             s->optimal ? ",optimal_hit_rate" : "");
     for (size_t i = 0; i < s->n_traces; i++) {
@@ -211,8 +214,9 @@ static int write_csv(const sweep *s, const char *path)
                     fprintf(f, ",%s", label);
                 if (s->show_prefix)
                     fprintf(f, ",%llu", (unsigned long long)s->cfgs[k].priority_prefix);
-                fprintf(f, ",%llu,%llu,%llu,%llu,%.6f,%.6f,%llu", (unsigned long long)s->caps[j],
-                        (unsigned long long)r->requests, (unsigned long long)r->blocks_requested,
+                fprintf(f, ",%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%llu",
+                        (unsigned long long)s->caps[j], (unsigned long long)r->requests,
+                        (unsigned long long)r->rejected, (unsigned long long)r->blocks_requested,
                         (unsigned long long)r->blocks_hit, kvpt_hit_rate(r),
                         kvpt_tokens_hit_rate(r), (unsigned long long)r->evictions);
                 if (s->optimal) {
@@ -221,11 +225,11 @@ static int write_csv(const sweep *s, const char *path)
                     if (!isnan(o))
                         fprintf(f, "%.6f", o);
                 }
-                fputc('\n', f);
+                fprintf(f, ",%.6f\n", r->seconds);
             }
         }
     }
-    return kvpt_close_beside(f, tmp, path);
+    return kvpt_output_close(out, f);
 }
 
 /* Print the sweep as an aligned table. */
@@ -255,7 +259,7 @@ static void print_sweep_table(const sweep *s)
         for (size_t k = 0; k < s->n_cfgs; k++) {
             for (size_t j = 0; j < s->n_caps; j++) {
                 const kvpt_replay_result *r = &s->res[(i * s->n_cfgs + k) * s->n_caps + j];
-                kvpt_table_cell(tab, "%s", kvpt_base_name(s->paths[i]));
+                kvpt_table_cell(tab, "%s", kvpt_safe_text(kvpt_base_name(s->paths[i])));
                 char label[16];
                 kvpt_policy_label(&s->cfgs[k], label, sizeof label);
                 if (s->show_policy)
@@ -285,44 +289,6 @@ static void print_sweep_table(const sweep *s)
     kvpt_table_free(tab);
 }
 
-/* Whether `c` separates the words of a file name. */
-static int is_sep(char c)
-{
-    return c == '_' || c == '-' || c == '.';
-}
-
-/* How many leading and trailing bytes the base names of all traces share,
- * cut at word separators ("mooncake_fast25_" and "_trace.jsonl.gz" of two
- * bundled traces), so the plot can tell them apart by what differs; both 0
- * when that would leave a name empty or there is one trace. */
-static void common_affixes(const sweep *s, size_t *pre, size_t *suf)
-{
-    *pre = *suf = 0;
-    if (s->n_traces < 2)
-        return;
-    const char *first = kvpt_base_name(s->paths[0]);
-    size_t len0 = strlen(first), p = len0, q = len0;
-    for (size_t i = 1; i < s->n_traces; i++) {
-        const char *name = kvpt_base_name(s->paths[i]);
-        size_t len = strlen(name), k = 0;
-        while (k < p && k < len && name[k] == first[k])
-            k++;
-        p = k;
-        for (k = 0; k < q && k < len && name[len - 1 - k] == first[len0 - 1 - k]; k++)
-            ;
-        q = k;
-    }
-    while (p > 0 && !is_sep(first[p - 1])) /* end after a separator */
-        p--;
-    while (q > 0 && !is_sep(first[len0 - q])) /* start at a separator */
-        q--;
-    for (size_t i = 0; i < s->n_traces; i++)
-        if (strlen(kvpt_base_name(s->paths[i])) <= p + q)
-            p = q = 0;
-    *pre = p;
-    *suf = q;
-}
-
 /* gnuplot colours for the settings of a sweep with several (or with the
  * optimal points): its default colours without yellow (5), black for the
  * optimal; the traces told apart by their point shapes. */
@@ -338,7 +304,7 @@ static const int trace_point[] = {7, 5, 9, 11, 13}; /* filled: circle, square, t
  * named by what their file names do not share.  Without --policy,
  * --priority-prefix and --optimal: one line per trace in gnuplot's colours,
  * titled by the file name.  Returns an exit code. */
-static int plot_sweep(const sweep *s, const char *path)
+static int plot_sweep(const sweep *s, kvpt_output *out)
 {
     enum { NAME = 64, TITLE = 192, STYLE = 64 };
     size_t lines = s->n_traces * s->n_cfgs, n_series = lines + (s->optimal ? s->n_traces : 0);
@@ -354,7 +320,7 @@ static int plot_sweep(const sweep *s, const char *path)
     int plain = s->n_cfgs == 1 && !s->optimal && !s->show_policy && !s->show_prefix;
     size_t ns = 0, pre = 0, suf = 0;
     if (!plain)
-        common_affixes(s, &pre, &suf);
+        kvpt_name_affixes(s->paths, s->n_traces, &pre, &suf);
     for (size_t i = 0; i < s->n_traces; i++) {
         char cut[NAME];
         const char *name = kvpt_base_name(s->paths[i]);
@@ -420,7 +386,7 @@ static int plot_sweep(const sweep *s, const char *path)
         snprintf(chart, sizeof chart, "Prefix-cache hit rate by capacity: %.*s*%s",
                  (int)(pre < NAME ? pre : NAME), first, first + strlen(first) - suf);
     }
-    rc = kvpt_plot(path, chart, "capacity (blocks of 512 tokens, log scale)", "block hit rate",
+    rc = kvpt_plot(out, chart, "capacity (blocks of 512 tokens, log scale)", "block hit rate",
                    series, ns) == 0
              ? KVPT_EXIT_OK
              : KVPT_EXIT_ERROR;
@@ -436,14 +402,15 @@ out:
 /* Refuse what can be refused before the first replay: a trace that cannot
  * be opened, standard input named twice, output files that cannot be
  * created, a plot without gnuplot.  Returns an exit code, or -1 to go on. */
-static int check_before(const sweep *s, const char *csv, const char *plot)
+static int check_before(const sweep *s, const char *csv, const char *plot,
+                        kvpt_output *csv_out, kvpt_output *plot_out)
 {
     int rc = kvpt_check_traces("sweep", s->paths, s->n_traces);
     if (rc >= 0)
         return rc;
-    if (plot && kvpt_plot_check(plot))
+    if (plot && kvpt_plot_check(plot_out, plot, s->paths, s->n_traces))
         return KVPT_EXIT_ERROR;
-    if (csv && kvpt_check_writable("--csv", csv))
+    if (csv && kvpt_output_check(csv_out, "--csv", csv, s->paths, s->n_traces))
         return KVPT_EXIT_ERROR;
     return -1;
 }
@@ -489,7 +456,8 @@ static int sweep_trace(sweep *s, size_t i, int want_ceiling)
     int more = want_ceiling && !unlimited;
     size_t runs = s->n_cfgs * s->n_caps;
     kvpt_progress prog;
-    kvpt_progress_start(&prog, kvpt_base_name(s->paths[i]), t.n_requests * (runs + more));
+    kvpt_progress_start(&prog, kvpt_safe_text(kvpt_base_name(s->paths[i])),
+                        t.n_requests * (runs + more));
     int failed = 0;
     for (size_t k = 0; k < s->n_cfgs && !failed; k++)
         for (size_t j = 0; j < s->n_caps && !failed; j++)
@@ -571,7 +539,8 @@ int kvpt_cmd_sweep(int argc, char **argv)
                                        "whole trace, is drawn as the dashed ceiling)");
         goto out;
     }
-    if ((rc = check_before(&s, csv, plot)) >= 0)
+    kvpt_output csv_out, plot_out;
+    if ((rc = check_before(&s, csv, plot, &csv_out, &plot_out)) >= 0)
         goto out;
     rc = KVPT_EXIT_ERROR;
     s.res = calloc(s.n_traces * s.n_cfgs * s.n_caps, sizeof *s.res);
@@ -587,9 +556,9 @@ int kvpt_cmd_sweep(int argc, char **argv)
     print_sweep_table(&s);
     rc = KVPT_EXIT_OK;
     if (csv)
-        rc = write_csv(&s, csv);
+        rc = write_csv(&s, &csv_out);
     if (rc == KVPT_EXIT_OK && plot)
-        rc = plot_sweep(&s, plot);
+        rc = plot_sweep(&s, &plot_out);
 out:
     free(s.caps);
     free(s.cfgs);

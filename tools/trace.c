@@ -73,6 +73,7 @@ typedef struct fill {
  * input bytes inflate has used, so it is the offset of the next one. */
 typedef struct reader {
     const char *name;       /* for messages: the path, or "standard input" */
+    char name_buf[KVPT_SAFE_MAX]; /* the path made printable (kvpt_safe_copy) */
     int fd, own_fd;         /* own_fd: close it at the end */
     int eof;                /* read() returned 0 */
     int gzip;               /* the input starts with the gzip magic */
@@ -190,10 +191,10 @@ static int reader_open(reader *r, const char *path)
 {
     memset(r, 0, sizeof *r);
     int is_stdin = strcmp(path, "-") == 0;
-    r->name = is_stdin ? "standard input" : path;
+    r->name = is_stdin ? "standard input" : kvpt_safe_copy(r->name_buf, sizeof r->name_buf, path);
     r->fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0) {
-        kvpt_error("%s: %s", path, strerror(errno));
+        kvpt_error("%s: %s", kvpt_safe_text(path), strerror(errno));
         return -1;
     }
     r->own_fd = !is_stdin;
@@ -444,6 +445,40 @@ static int is_blank(const char *line, size_t len)
     return 1;
 }
 
+/* What a trace is, for a first line that is not one: whoever gave a CSV
+ * file or a JSON array needs the format, not the parser's complaint. */
+#define TRACE_FORMAT                                                                    \
+    "a trace is JSON Lines, one JSON object per line with the Mooncake fields "         \
+    "timestamp, input_length, output_length and hash_ids (see `kvpool replay --help` " \
+    "and data/README.md)"
+
+/* Report line r->lineno (len bytes at `line`) that kvpt_trace_add_line
+ * refused with `err`: a leading UTF-8 byte-order mark by name; a first
+ * request line that does not even start as a JSON object with what a trace
+ * is; anything else as the parser said. */
+static void report_line(const reader *r, const kvpt_trace *t, const char *line, size_t len,
+                        const char *err)
+{
+    if (len >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0) {
+        kvpt_error("%s:%zu: starts with a UTF-8 byte-order mark (bytes EF BB BF), which JSON "
+                   "Lines does not allow: remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' FILE)",
+                   r->name, r->lineno);
+        return;
+    }
+    size_t skip = strspn(line, " \t");
+    if (t->n_requests == 0 && line[skip] != '{' &&
+        (strncmp(err, "bad JSON", 8) == 0 || strcmp(err, "not a JSON object") == 0)) {
+        char head[41];
+        snprintf(head, sizeof head, "%.*s", (int)(len - skip < 40 ? len - skip : 40),
+                 line + skip);
+        kvpt_error("%s:%zu: not a trace: the line is %s ('%s'); " TRACE_FORMAT, r->name,
+                   r->lineno, line[skip] == '[' ? "a JSON array" : "not a JSON object",
+                   kvpt_safe_text(head));
+        return;
+    }
+    kvpt_error("%s:%zu: %s", r->name, r->lineno, err);
+}
+
 /* Read `path` line by line: with `t`, parse each into *t (which ends empty
  * on error); without, only count the lines and their bytes (newlines
  * included) into *lines and *bytes.  Returns 0, or -1 with the error
@@ -461,7 +496,7 @@ static int read_lines(const char *path, kvpt_trace *t, uint64_t *lines, uint64_t
         if (!t)
             *bytes += len + 1;
         else if (!is_blank(line, len) && kvpt_trace_add_line(t, line, len, err, sizeof err)) {
-            kvpt_error("%s:%zu: %s", r.name, r.lineno, err);
+            report_line(&r, t, line, len, err);
             got = -1;
             break;
         }

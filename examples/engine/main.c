@@ -21,33 +21,40 @@
 #define TRACE_ID_TOKENS 512u
 
 static const char usage_text[] =
-    "usage: kvpool-engine --trace FILE [options]\n"
+    "usage: kvpool-engine TRACE [options]\n"
+    "       kvpool-engine --trace FILE [options]\n"
     "\n"
     "Serve the first requests of a Mooncake trace with a small Llama-shaped model\n"
     "whose KV cache lives in kvpool, and report what the cache saved.\n"
     "\n"
-    "  --trace FILE          Mooncake trace (JSON Lines, plain or .gz)\n"
-    "  --requests N          serve the first N requests (default 64)\n"
-    "  --blocks B            pool size in blocks (default 4096)\n"
+    "  TRACE, --trace FILE   Mooncake trace (JSON Lines, plain or .gz)\n"
+    "  --requests N          serve the first N requests (1 to 16777216; default 64)\n"
+    "  --blocks B            pool size in blocks (1 to 16777216; default 4096)\n"
     "  --no-prefix-caching   compute every prompt token\n"
     "  --seed S              weights (unless --model) and sampling (default 0)\n"
     "  --json                one JSON line per request, then a summary line\n"
-    "  --block-tokens T      tokens per trace hash id (default 16)\n"
-    "  --block-size K        tokens per kvpool block (default 16)\n"
-    "  --max-tokens M        cap on tokens generated per request (default 16)\n"
+    "  --block-tokens T      tokens per trace hash id (1 to 512; default 16)\n"
+    "  --block-size K        tokens per kvpool block (1 to 65535; default 16)\n"
+    "  --max-tokens M        cap on tokens generated per request (1 to 65536;\n"
+    "                        default 16)\n"
     "  --output-tokens M     generate exactly M tokens per request instead of the\n"
-    "                        trace's scaled output length (default 0: scaled)\n"
-    "  --budget N            tokens computed per step (default 512)\n"
-    "  --max-running N       requests running at once (default 256)\n"
-    "  --temperature X       0 for greedy (default 1)\n"
-    "  --threads N           threads computing decode steps (default 1; above 1\n"
-    "                        the pool is created thread_safe)\n"
+    "                        trace's scaled output length (0 to 65536; default 0:\n"
+    "                        scaled)\n"
+    "  --budget N            tokens computed per step (1 to 16777216, at least\n"
+    "                        --max-running; default 512)\n"
+    "  --max-running N       requests running at once (1 to 1048576; default 256)\n"
+    "  --temperature X       0 to 100, 0 for greedy (default 1)\n"
+    "  --threads N           threads computing decode steps (1 to 8; default 1;\n"
+    "                        above 1 the pool is created thread_safe)\n"
     "  --spec-tokens K       speculative decoding: draft up to K tokens a step by\n"
-    "                        prompt lookup, roll rejected ones back (default 0)\n"
+    "                        prompt lookup, roll rejected ones back (0 to 16;\n"
+    "                        default 0)\n"
     "  --model FILE          llama2.c checkpoint instead of seeded weights\n"
     "  --retire-at STEP      shrink the pool at this step by --retire blocks\n"
-    "  --retire N\n"
+    "                        (0 to 1073741824)\n"
+    "  --retire N            (0 to 16777216)\n"
     "\n"
+    "Each option may be given once.\n"
     "Exit status: 0 success, 1 bad input or failure, 2 bad command line.\n";
 
 typedef struct opts {
@@ -59,90 +66,64 @@ typedef struct opts {
     int no_prefix, json;
 } opts;
 
-/* Report a bad command line on stderr; returns exit status 2. */
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "kvpool-engine: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'kvpool-engine --help'.\n");
-    return KVPT_EXIT_USAGE;
-}
 
-/* Parse argv into *o; returns -1 to exit 0 (help), or an exit code > 0, or
- * 0 to run. */
+/* Parse argv into *o with the tool's parser (kvpt_parse_args: each count's
+ * range in its message); returns -1 to run, else the exit code (0 after
+ * --help). */
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.requests = 64, .blocks = 4096, .block_tokens = 16, .block_size = 16,
                 .max_tokens = 16, .budget = 512, .max_running = 256, .temperature = 1.0,
                 .threads = 1};
-    static const struct {
-        const char *name;
-        size_t off;
-        uint64_t max;
-    } nums[] = {
-        {"--requests", offsetof(opts, requests), 1u << 24},
-        {"--blocks", offsetof(opts, blocks), 1u << 24},
-        {"--seed", offsetof(opts, seed), UINT64_MAX},
-        {"--block-tokens", offsetof(opts, block_tokens), TRACE_ID_TOKENS},
-        {"--block-size", offsetof(opts, block_size), 65535},
-        {"--max-tokens", offsetof(opts, max_tokens), 1u << 16},
-        {"--output-tokens", offsetof(opts, output_tokens), 1u << 16},
-        {"--budget", offsetof(opts, budget), 1u << 24},
-        {"--max-running", offsetof(opts, max_running), 1u << 20},
-        {"--spec-tokens", offsetof(opts, spec_tokens), ENG_MAX_SPEC},
-        {"--threads", offsetof(opts, threads), ENG_MAX_THREADS},
-        {"--retire-at", offsetof(opts, retire_at), 1u << 30},
-        {"--retire", offsetof(opts, retire), 1u << 24},
+    const char *trace = NULL, *temperature = NULL;
+    const kvpt_opt table[] = {
+        {"trace", KVPT_OPT_TEXT, &trace, 0, 0, NULL, NULL},
+        {"requests", KVPT_OPT_COUNT, &o->requests, 1, 1u << 24, "a request count", NULL},
+        {"blocks", KVPT_OPT_COUNT, &o->blocks, 1, 1u << 24, "a block count", NULL},
+        {"no-prefix-caching", KVPT_OPT_FLAG, &o->no_prefix, 0, 0, NULL, NULL},
+        {"seed", KVPT_OPT_COUNT, &o->seed, 0, UINT64_MAX, "a seed", NULL},
+        {"json", KVPT_OPT_FLAG, &o->json, 0, 0, NULL, NULL},
+        {"block-tokens", KVPT_OPT_COUNT, &o->block_tokens, 1, TRACE_ID_TOKENS,
+         "a token count", NULL},
+        {"block-size", KVPT_OPT_COUNT, &o->block_size, 1, 65535, "a token count", NULL},
+        {"max-tokens", KVPT_OPT_COUNT, &o->max_tokens, 1, 1u << 16, "a token count", NULL},
+        {"output-tokens", KVPT_OPT_COUNT, &o->output_tokens, 0, 1u << 16, "a token count",
+         NULL},
+        {"budget", KVPT_OPT_COUNT, &o->budget, 1, 1u << 24, "a token count", NULL},
+        {"max-running", KVPT_OPT_COUNT, &o->max_running, 1, 1u << 20, "a request count",
+         NULL},
+        {"temperature", KVPT_OPT_TEXT, &temperature, 0, 0, NULL, NULL},
+        {"threads", KVPT_OPT_COUNT, &o->threads, 1, ENG_MAX_THREADS, "a thread count", NULL},
+        {"spec-tokens", KVPT_OPT_COUNT, &o->spec_tokens, 0, ENG_MAX_SPEC, "a token count",
+         NULL},
+        {"model", KVPT_OPT_TEXT, &o->model, 0, 0, NULL, NULL},
+        {"retire-at", KVPT_OPT_COUNT, &o->retire_at, 0, 1u << 30, "a step", NULL},
+        {"retire", KVPT_OPT_COUNT, &o->retire, 0, 1u << 24, "a block count", NULL},
+        {NULL, 0, NULL, 0, 0, NULL, NULL},
     };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-prefix-caching")) {
-            o->no_prefix = 1;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return usage_error("%s needs a value (or is unknown)", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--trace")) {
-            o->trace = v;
-            continue;
-        }
-        if (!strcmp(a, "--model")) {
-            o->model = v;
-            continue;
-        }
-        if (!strcmp(a, "--temperature")) {
-            char *end;
-            o->temperature = strtod(v, &end);
-            if (*end || end == v || !(o->temperature >= 0.0 && o->temperature <= 100.0))
-                return usage_error("--temperature: not a number in 0..100: %s", v);
-            continue;
-        }
-        size_t k = 0;
-        while (k < sizeof nums / sizeof nums[0] && strcmp(a, nums[k].name))
-            k++;
-        if (k == sizeof nums / sizeof nums[0])
-            return usage_error("unknown option %s", a);
-        uint64_t *dst = (uint64_t *)((char *)o + nums[k].off);
-        if (kvpt_parse_u64(v, nums[k].max, dst))
-            return usage_error("bad value for %s", a);
-    }
+    const kvpt_cli cli = {NULL, usage_text, table, "TRACE", 0, 1};
+    int first, rc = kvpt_parse_args(&cli, argc, argv, &first);
+    if (rc >= 0)
+        return rc;
+    if (trace && first < argc)
+        return kvpt_usage_error(NULL, "give the trace once: as TRACE or as --trace FILE");
+    o->trace = trace ? trace : first < argc ? argv[first] : NULL;
     if (!o->trace)
-        return usage_error("%s", "--trace FILE is required");
-    if (!o->requests || !o->blocks || !o->block_tokens || !o->block_size || !o->max_tokens ||
-        !o->budget || !o->max_running || !o->threads)
-        return usage_error("%s", "counts must be at least 1");
+        return kvpt_usage_error(NULL, "a trace is required: kvpool-engine TRACE, or --trace "
+                                      "FILE (e.g. data/mooncake_fast25_conversation_trace."
+                                      "jsonl.gz)");
+    if (temperature) {
+        char *end;
+        o->temperature = strtod(temperature, &end);
+        if (*end || end == temperature || !(o->temperature >= 0.0 && o->temperature <= 100.0))
+            return kvpt_usage_error(NULL, "--temperature: expected a number from 0 to 100, "
+                                          "got '%s'", kvpt_safe_text(temperature));
+    }
     if (o->max_running > o->budget)
-        return usage_error("%s", "--budget must be at least --max-running");
-    return 0;
+        return kvpt_usage_error(NULL, "--budget (%llu) must be at least --max-running (%llu)",
+                                (unsigned long long)o->budget,
+                                (unsigned long long)o->max_running);
+    return -1;
 }
 
 /* Token i of the block that trace hash id `id` stands for. */
@@ -264,9 +245,10 @@ static void print_text(const eng_summary *s, const opts *o)
 int main(int argc, char **argv)
 {
     opts o;
+    kvpt_program = "kvpool-engine";
     int prc = parse(argc, argv, &o);
-    if (prc)
-        return prc < 0 ? KVPT_EXIT_OK : prc;
+    if (prc >= 0)
+        return prc;
     char err[300];
     tfm_model m;
     static const tfm_config seeded = {.dim = 64, .hidden_dim = 176, .n_layers = 2, .n_heads = 4,

@@ -216,10 +216,10 @@ int tfm_load(tfm_model *m, const char *path, char *err, size_t cap)
     tfm_config c = {h[0], h[1], h[2], h[3], h[4], vocab, h[6]};
     if (tfm_config_check(&c, err, cap))
         goto out;
-    if (layout(m, &c, h[5] > 0, err, cap))
-        goto out;
+    /* the file's size before the weights' memory: a short file claiming
+     * billions of weights costs nothing */
     size_t body = (size_t)body_floats(&c), rope = (size_t)rope_floats(&c);
-    size_t ncls = m->shared_classifier ? 0 : (size_t)c.vocab_size * (size_t)c.dim;
+    size_t ncls = h[5] > 0 ? 0 : (size_t)c.vocab_size * (size_t)c.dim;
     uint64_t want = sizeof h + (uint64_t)(body + rope + ncls) * sizeof(float);
     long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
     if (size < 0 || (uint64_t)size != want) {
@@ -227,6 +227,8 @@ int tfm_load(tfm_model *m, const char *path, char *err, size_t cap)
                  (unsigned long long)want);
         goto out;
     }
+    if (layout(m, &c, h[5] > 0, err, cap))
+        goto out;
     if (fseek(f, (long)sizeof h, SEEK_SET) || fread(m->mem, sizeof(float), body, f) != body ||
         fseek(f, (long)(rope * sizeof(float)), SEEK_CUR) ||
         fread(m->wcls, sizeof(float), ncls, f) != ncls) {

@@ -1440,6 +1440,12 @@ int mdl_events_diff(const model *m, msub *v, kvp_pool *p, const kvp_hash *conten
             v->n = 0;
             continue;
         }
+        int pat = e->kind == KVP_EVENT_STORED && e->has_parent ? sub_slot(v, e->parent, 0) : 0;
+        if (pat < 0 || (e->has_parent && v->cnt[pat] == 0)) { /* routers reject it */
+            snprintf(msg, cap, "event %zu: stored block names parent %#" PRIx64
+                     ", which the subscriber does not hold", i, e->parent);
+            return -1;
+        }
         for (size_t k = 0; k < e->n_hashes; k++) {
             int at = sub_slot(v, e->hashes[k], e->kind == KVP_EVENT_STORED);
             if (at >= 0 && e->kind == KVP_EVENT_STORED) {

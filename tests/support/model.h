@@ -226,7 +226,7 @@ typedef struct msub {
 
 /* Take pool p's queued events and apply them to v as a router would
  * (STORED adds its hashes, REMOVED removes announced ones, ALL_CLEARED
- * empties), then compare v with the model's index: each external hash
+ * empties; a STORED naming a parent v does not hold is rejected), then compare v with the model's index: each external hash
  * announced once per distinct content id indexed in any list (events are
  * per hash, not per list).  Nothing may have been dropped.  content[c] is
  * content id c's hash.  Returns 0, or -1 with the first difference in msg
