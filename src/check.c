@@ -195,7 +195,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
           (unsigned long long)p->g.fragmented, (unsigned long long)frag);
     CHECK(fill == p->g.fill_sum, "tokens in use kept %llu, counted %llu",
           (unsigned long long)p->g.fill_sum, (unsigned long long)fill);
-    CHECK(published == p->nindexed, "indexed kept %u, counted %llu", p->nindexed,
+    CHECK(published == p->idx.nindexed, "indexed kept %u, counted %llu", p->idx.nindexed,
           (unsigned long long)published);
     CHECK(p->g.peak >= p->g.in_use, "peak below in_use");
     return KVP_OK;
@@ -293,7 +293,7 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
 /* One entry of the index: a published block below top, in bucket i. */
 static kvp_status check_entry(kvp_pool *p, ctx *c, uint32_t b, uint32_t i)
 {
-    CHECK(b < p->top && p->dprev[b] < p->top, "index chain %u broken at block %u", i, b);
+    CHECK(b < p->top && p->idx.dprev[b] < p->top, "index chain %u broken at block %u", i, b);
     CHECK(p->blocks[b].flags & KVP__F_PUBLISHED, "index holds unpublished block %u", b);
     CHECK(kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b]) == i,
           "block %u in the wrong bucket", b);
@@ -313,35 +313,35 @@ static bool same_key_of(const kvp_pool *p, uint32_t a, uint32_t b)
 static kvp_status check_index(kvp_pool *p, ctx *c)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i <= p->bmask; i++) {
+    for (uint32_t i = 0; i <= p->idx.bmask; i++) {
         uint32_t f = kvp__chain_first(p, i);
         while (f != KVP__NONE) {
             kvp_status rc = check_entry(p, c, f, i);
             if (rc)
                 return rc;
-            CHECK(n++ < p->nindexed && !(p->blocks[f].flags & KVP__F_COPY),
-                  "index chain %u: more entries than %u, or copy %u first", i, p->nindexed, f);
+            CHECK(n++ < p->idx.nindexed && !(p->blocks[f].flags & KVP__F_COPY),
+                  "index chain %u: more entries than %u, or copy %u first", i, p->idx.nindexed, f);
             uint32_t last = f, x = kvp__chain_next(p, f);
             for (; x != KVP__NONE; last = x, x = kvp__chain_next(p, x)) {
                 if ((rc = check_entry(p, c, x, i)))
                     return rc;
                 if (!(p->blocks[x].flags & KVP__F_COPY))
                     break; /* x starts the next run */
-                CHECK(n++ < p->nindexed && same_key_of(p, x, f) && p->dprev[x] == last,
+                CHECK(n++ < p->idx.nindexed && same_key_of(p, x, f) && p->idx.dprev[x] == last,
                       "index chain %u: block %u in the run of block %u, after %u", i, x, f,
                       last);
             }
-            CHECK(p->dprev[f] == last, "index: run of block %u ends at %u, its last copy %u", f,
-                  last, p->dprev[f]);
+            CHECK(p->idx.dprev[f] == last, "index: run of block %u ends at %u, its last copy %u", f,
+                  last, p->idx.dprev[f]);
             uint32_t runs = 0;
             for (uint32_t g = x; g != KVP__NONE; g = kvp__chain_skip(p, g))
-                CHECK(g < p->top && p->dprev[g] < p->top && runs++ < p->nindexed &&
+                CHECK(g < p->top && p->idx.dprev[g] < p->top && runs++ < p->idx.nindexed &&
                           !same_key_of(p, f, g),
                       "index chain %u: block %u after a run of block %u's key, or broken", i, g, f);
             f = x;
         }
     }
-    CHECK(n == p->nindexed, "index holds %u entries, kept %u", n, p->nindexed);
+    CHECK(n == p->idx.nindexed, "index holds %u entries, kept %u", n, p->idx.nindexed);
     return KVP_OK;
 }
 

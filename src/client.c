@@ -114,7 +114,7 @@ void kvp__client_fill(kvp_pool *p, uint32_t b, uint32_t fill)
  * and indexed.  O(block_size) verified, else O(1). */
 void kvp__client_publish(kvp_pool *p, uint32_t b, const kvp_hash *h, const kvp__pubinfo *info)
 {
-    if (p->vtok) {
+    if (p->ver.vtok) {
         kvp__publish_verified(p, b, h, info);
     } else {
         p->hashes[b] = *h;
@@ -127,7 +127,7 @@ void kvp__client_publish(kvp_pool *p, uint32_t b, const kvp_hash *h, const kvp__
 uint32_t kvp__client_lookup(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
                             const uint32_t *tokens)
 {
-    return p->vtok ? kvp__lookup_verified(p, s, h, parent, tokens) : kvp__index_find(p, s, h);
+    return p->ver.vtok ? kvp__lookup_verified(p, s, h, parent, tokens) : kvp__index_find(p, s, h);
 }
 
 /* policy.c's priority change, when it raises.  O(1). */

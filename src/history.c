@@ -28,7 +28,7 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
     }
     o->free = o->vacant + o->cached;
     o->shared = p->g.shared;
-    o->indexed = p->nindexed;
+    o->indexed = p->idx.nindexed;
     o->fragmented = p->g.fragmented;
     o->owners = p->own.n;
     o->peak_in_use = p->g.peak;

@@ -13,7 +13,7 @@
  * decoding is one subtraction (0 - 1 wraps to KVP__NONE). */
 static inline uint32_t kvp__chain_first(const kvp_pool *p, uint32_t bucket)
 {
-    return p->buckets[bucket] - 1u;
+    return p->idx.buckets[bucket] - 1u;
 }
 
 /* The block after indexed block b in its chain (NONE at the end). */
@@ -34,7 +34,7 @@ static inline bool kvp__index_is_first(const kvp_pool *p, uint32_t b)
 static inline uint32_t kvp__chain_skip(const kvp_pool *p, uint32_t b)
 {
     uint32_t n = kvp__chain_next(p, b);
-    return n != KVP__NONE && (p->blocks[n].flags & KVP__F_COPY) ? kvp__chain_next(p, p->dprev[b])
+    return n != KVP__NONE && (p->blocks[n].flags & KVP__F_COPY) ? kvp__chain_next(p, p->idx.dprev[b])
                                                                    : n;
 }
 
@@ -43,9 +43,9 @@ static inline uint32_t kvp__chain_skip(const kvp_pool *p, uint32_t b)
  * can aim them at one bucket; the stream flips the top bits. */
 static inline uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *h)
 {
-    uint64_t x = XXH3_64bits_withSecret(h->b, sizeof h->b, p->secret, sizeof p->secret);
+    uint64_t x = XXH3_64bits_withSecret(h->b, sizeof h->b, p->idx.secret, sizeof p->idx.secret);
     x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(x ^ x >> 32) & p->bmask;
+    return (uint32_t)(x ^ x >> 32) & p->idx.bmask;
 }
 
 /* The content index's iterator: the indexed blocks of stream s holding

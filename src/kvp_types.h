@@ -329,6 +329,32 @@ typedef struct kvp__arena {
     uint8_t *next;
 } kvp__arena;
 
+/* index.c: the content index, chained through kvp__block.hnext and
+ * dprev, copies of one (stream, hash) consecutive in publish order; bucket
+ * count the power of two in [cap, 2 cap) (kvp__bucket_count): at most one
+ * distinct (stream, hash) per bucket on average. */
+typedef struct kvp__index {
+    uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
+                           zeroed array is an empty index and costs no
+                           page faults at creation */
+    uint32_t *dprev;    /* cap entries: a first copy's last copy, any other
+                           copy's (KVP__F_COPY) previous one (ids, indexed
+                           blocks only) */
+    uint32_t bmask;
+    uint32_t nindexed;
+    uint32_t rekey_in;  /* new (stream, hash) entries still to come before a
+                           chain over KVP__CHAIN_MAX may re-key the index */
+    uint8_t secret[KVP__SECRET]; /* the bucket function's key (random) */
+} kvp__index;
+
+/* index.c, verified hits (cfg.verify_hits): per block, the tokens and the
+ * parent (id and content generation) recorded at publish, and the block's
+ * own content generation, bumped whenever its indexed content goes away. */
+typedef struct kvp__verified {
+    uint32_t *vtok;   /* cap x block_size */
+    uint32_t *vparent, *vpgen, *gen;
+} kvp__verified;
+
 /* owner.c: owner slots, the owner index chained through them, and the
  * xref slab. */
 typedef struct kvp__owners {
@@ -414,27 +440,8 @@ struct kvp_pool {
     kvp__idset retired; /* retired ids below top */
     uint32_t nretired;
 
-    /* index (index.c): chained through kvp__block.hnext and dprev, copies
-     * of one (stream, hash) consecutive in publish order; bucket count the
-     * power of two in [cap, 2 cap) (kvp__bucket_count): at most one distinct
-     * (stream, hash) per bucket on average */
-    uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
-                           zeroed array is an empty index and costs no
-                           page faults at creation */
-    uint32_t *dprev;    /* cap entries: a first copy's last copy, any other
-                           copy's (KVP__F_COPY) previous one (ids, indexed
-                           blocks only) */
-    uint32_t bmask;
-    uint32_t nindexed;
-    uint32_t rekey_in;  /* new (stream, hash) entries still to come before a
-                           chain over KVP__CHAIN_MAX may re-key the index */
-    uint8_t secret[KVP__SECRET]; /* the bucket function's key (random) */
-
-    /* verified hits (cfg.verify_hits): per block, the tokens and the parent
-     * (id and content generation) recorded at publish, and the block's own
-     * content generation, bumped whenever its indexed content goes away */
-    uint32_t *vtok;   /* cap x block_size */
-    uint32_t *vparent, *vpgen, *gen;
+    kvp__index idx;       /* index.c */
+    kvp__verified ver;    /* index.c, with cfg.verify_hits */
 
     kvp__ghost ghost;     /* policy_slru.c */
     kvp__seq_hooks seq;   /* sequence.c */

@@ -89,7 +89,7 @@ static void reset_blocks(kvp_pool *p)
     p->nretired = 0;
     p->top = p->hwm = n;
     p->g.in_use = p->g.shared = p->g.fragmented = p->g.peak = p->g.fill_sum = 0;
-    p->nindexed = 0;
+    p->idx.nindexed = 0;
     if (p->cfg.null_block) {
         p->st[0].fresh_lo = 1;
         p->st[0].nvacant--;
@@ -158,8 +158,8 @@ static void free_arrays(kvp_pool *p)
 {
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
-    kvp__release(p, p->dprev, (size_t)p->cap * sizeof *p->dprev);
-    kvp__release(p, p->buckets, ((size_t)p->bmask + 1) * sizeof *p->buckets);
+    kvp__release(p, p->idx.dprev, (size_t)p->cap * sizeof *p->idx.dprev);
+    kvp__release(p, p->idx.buckets, ((size_t)p->idx.bmask + 1) * sizeof *p->idx.buckets);
     for (int s = 0; s < kvp__streams(p); s++) {
         kvp__idset_free(p, &p->st[s].vacant);
         kvp__idset_free(p, &p->st[s].cached);
@@ -167,10 +167,10 @@ static void free_arrays(kvp_pool *p)
     }
     kvp__idset_free(p, &p->retired);
     kvp__release(p, p->hist.ring, (size_t)p->cfg.history_len * sizeof *p->hist.ring);
-    kvp__release(p, p->vtok, (size_t)p->cap * p->cfg.block_size * sizeof *p->vtok);
-    kvp__release(p, p->vparent, (size_t)p->cap * sizeof *p->vparent);
-    kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
-    kvp__release(p, p->gen, (size_t)p->cap * sizeof *p->gen);
+    kvp__release(p, p->ver.vtok, (size_t)p->cap * p->cfg.block_size * sizeof *p->ver.vtok);
+    kvp__release(p, p->ver.vparent, (size_t)p->cap * sizeof *p->ver.vparent);
+    kvp__release(p, p->ver.vpgen, (size_t)p->cap * sizeof *p->ver.vpgen);
+    kvp__release(p, p->ver.gen, (size_t)p->cap * sizeof *p->ver.gen);
     kvp__policy_destroy(p);
     kvp__storage_free(p);
     kvp__events_free(p);
@@ -198,13 +198,13 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
 
     uint32_t cap = cfg->num_blocks ? cfg->num_blocks : 1;
     p->cap = cap;
-    p->bmask = kvp__bucket_count(cap) - 1;
+    p->idx.bmask = kvp__bucket_count(cap) - 1;
     p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
     p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
-    p->dprev = kvp__alloc(p, (size_t)cap * sizeof *p->dprev);
-    p->buckets = kvp__zalloc(p, ((size_t)p->bmask + 1) * sizeof *p->buckets);
+    p->idx.dprev = kvp__alloc(p, (size_t)cap * sizeof *p->idx.dprev);
+    p->idx.buckets = kvp__zalloc(p, ((size_t)p->idx.bmask + 1) * sizeof *p->idx.buckets);
     p->hist.ring = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist.ring);
-    rc = (!p->blocks || !p->hashes || !p->dprev || !p->buckets || (cfg->history_len && !p->hist.ring))
+    rc = (!p->blocks || !p->hashes || !p->idx.dprev || !p->idx.buckets || (cfg->history_len && !p->hist.ring))
              ? KVP_ENOMEM
              : KVP_OK;
     for (int s = 0; s < kvp__streams(p) && !rc; s++) {
@@ -217,7 +217,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     if (!rc)
         rc = kvp__idset_init(p, &p->retired, cap);
     if (!rc && cfg->verify_hits)
-        rc = kvp__verify_reserve(p, cap, &p->vtok, &p->vparent, &p->vpgen, &p->gen);
+        rc = kvp__verify_reserve(p, cap, &p->ver.vtok, &p->ver.vparent, &p->ver.vpgen, &p->ver.gen);
     if (!rc)
         rc = kvp__policy_create(p);
     if (!rc)
@@ -261,7 +261,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    bool had_index = pool->nindexed > 0;
+    bool had_index = pool->idx.nindexed > 0;
     if (pool->seq.clear)
         pool->seq.clear(pool);
     kvp__owners_reset(pool);
@@ -271,7 +271,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     }
     kvp__idset_clear(&pool->retired);
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
-    memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
+    memset(pool->idx.buckets, 0, ((size_t)pool->idx.bmask + 1) * sizeof *pool->idx.buckets);
     reset_blocks(pool);
     kvp__policy_forget(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);

@@ -65,9 +65,9 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     if (!rc)
         rc = kvp__idset_resize(p, &p->retired, ncap);
     uint32_t nbuckets = kvp__bucket_count(ncap);
-    if (!rc && nbuckets > p->bmask + 1)
+    if (!rc && nbuckets > p->idx.bmask + 1)
         rc = kvp__index_rebuild(p, nbuckets);
-    if (!rc && p->vtok)
+    if (!rc && p->ver.vtok)
         rc = kvp__verify_reserve(p, ncap, &vtok, &vparent, &vpgen, &gen);
     if (!rc)
         rc = kvp__storage_reserve(p, ncap);
@@ -86,22 +86,22 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     }
     memcpy(nb, p->blocks, (size_t)p->top * sizeof *nb);
     memcpy(nh, p->hashes, (size_t)p->top * sizeof *nh);
-    memcpy(nd, p->dprev, (size_t)p->top * sizeof *nd);
+    memcpy(nd, p->idx.dprev, (size_t)p->top * sizeof *nd);
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
-    kvp__release(p, p->dprev, (size_t)p->cap * sizeof *p->dprev);
+    kvp__release(p, p->idx.dprev, (size_t)p->cap * sizeof *p->idx.dprev);
     p->blocks = nb;
     p->hashes = nh;
-    p->dprev = nd;
+    p->idx.dprev = nd;
     if (vtok) {
-        kvp__release(p, p->vtok, (size_t)p->cap * bs * sizeof *vtok);
-        kvp__release(p, p->vparent, (size_t)p->cap * sizeof *vparent);
-        kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *vpgen);
-        kvp__release(p, p->gen, (size_t)p->cap * sizeof *gen);
-        p->vtok = vtok;
-        p->vparent = vparent;
-        p->vpgen = vpgen;
-        p->gen = gen;
+        kvp__release(p, p->ver.vtok, (size_t)p->cap * bs * sizeof *vtok);
+        kvp__release(p, p->ver.vparent, (size_t)p->cap * sizeof *vparent);
+        kvp__release(p, p->ver.vpgen, (size_t)p->cap * sizeof *vpgen);
+        kvp__release(p, p->ver.gen, (size_t)p->cap * sizeof *gen);
+        p->ver.vtok = vtok;
+        p->ver.vparent = vparent;
+        p->ver.vpgen = vpgen;
+        p->ver.gen = gen;
     }
     kvp__storage_commit(p, ncap);
     p->cap = ncap;
@@ -176,13 +176,13 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
 {
     kvp__block *d = &p->blocks[dst], *s = &p->blocks[src];
     kvp__storage_copy(p, s->stream, src, dst);
-    if (p->vtok) { /* the recorded tokens and parent move; src's children
+    if (p->ver.vtok) { /* the recorded tokens and parent move; src's children
                       recorded (src, gen) and must stop matching */
         size_t bs = p->cfg.block_size;
-        memcpy(p->vtok + dst * bs, p->vtok + src * bs, bs * sizeof *p->vtok);
-        p->vparent[dst] = p->vparent[src];
-        p->vpgen[dst] = p->vpgen[src];
-        p->gen[src]++;
+        memcpy(p->ver.vtok + dst * bs, p->ver.vtok + src * bs, bs * sizeof *p->ver.vtok);
+        p->ver.vparent[dst] = p->ver.vparent[src];
+        p->ver.vpgen[dst] = p->ver.vpgen[src];
+        p->ver.gen[src]++;
     }
     uint32_t hnext = d->hnext;
     *d = *s;
