@@ -468,12 +468,13 @@ static inline int kvp__nstreams(const kvp_config *c)
     return c->separate_kv ? 2 : 1;
 }
 
-/* Pool p's stream count, for loops over its streams: never more than the
- * public API's stream kinds, which lets the compiler unroll them. */
+/* Pool p's stream count, for loops over its streams: at least one, never
+ * more than the public API's stream kinds, which lets the compiler unroll
+ * them. */
 static inline int kvp__streams(const kvp_pool *p)
 {
     int n = p->nstreams;
-    if ((unsigned)n > KVP__STREAMS_MAX)
+    if (n < 1 || (unsigned)n > KVP__STREAMS_MAX)
         __builtin_unreachable();
     return n;
 }
