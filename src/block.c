@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * block.c — block states and the pool's gauges: what handing a block out,
- * adding a reference to one and releasing its last reference do to its
- * record and to the counts.
+ * block.c — block states and the pool's gauges: what handing a block out
+ * and releasing its last reference do to its record and to the counts (a
+ * claim, a client's operation, is client.c's).
  *
  * What it owns: the transitions of a block's state (free to in use, in use
  * to free) and what they do to the gauges in_use, peak, fragmented and
  * fill_sum (kvp_stats).  Where a free block sits is freelist.c's, who
  * holds a reference owner.c's, its hash index.c's.  The predicates on one
  * record (fresh, state, id checks) and the gauge updates are inline in
- * kvp_internal.h, for every file.
+ * record.h, for every file.
  *
  * Invariants (checked by check.c):
  * - A block is in exactly one state.  A free block (vacant or cached) is in
@@ -26,9 +26,13 @@
  *   fill (kvp__account), so every gauge reads in O(1).
  *
  * Who calls it: the hand-out and take-back paths: take.c, free.c,
- * sequence.c.
+ * client.c.
  */
-#include "kvp_internal.h"
+#include "block.h"
+#include "freelist.h"
+#include "index.h"
+#include "owner.h"
+#include "record.h"
 
 /* Hand out vacant block b of stream s (already out of the free
  * structures): one reference goes to `oslot`.  Stores only, no read of the
@@ -64,31 +68,12 @@ void kvp__hand_out(kvp_pool *p, uint32_t b, uint32_t oslot, unsigned format)
     kvp__count_out(p, 1);
 }
 
-/* Add a reference for owner slot `oslot` (NONE: anonymous) to block b,
- * which holds content: one more reference if in use; off the free list,
- * content kept, if cached.  A second owner's xref is reserved by the
- * caller. */
-void kvp__claim_block(kvp_pool *p, uint32_t b, uint32_t oslot)
-{
-    kvp__block *blk = &p->blocks[b];
-    kvp__policy_hit(blk);
-    if (blk->state == KVP_BLOCK_CACHED) {
-        kvp__free_remove(p, b);
-        blk->state = KVP_BLOCK_IN_USE;
-        blk->prev = blk->next = KVP__NONE;
-        kvp__account(p, blk, 1);
-        if (++p->in_use > p->peak)
-            p->peak = p->in_use;
-    }
-    kvp__ref_add(p, b, oslot);
-}
-
 /* The last reference on block b went: account for it and free it (cur:
  * the calling free's insertion point, freelist.c). */
 void kvp__release_block(kvp_pool *p, uint32_t b, kvp__cursor *cur)
 {
     kvp__assert_internal(p->blocks[b].ref == 0 && p->blocks[b].state == KVP_BLOCK_IN_USE);
     kvp__account(p, &p->blocks[b], -1);
-    p->in_use--;
+    p->g.in_use--;
     kvp__free_insert(p, b, cur);
 }

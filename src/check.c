@@ -22,7 +22,14 @@
  * guard.c's debug self-check.  It holds no public call itself, so that
  * guard.c, which runs it, reaches no file that calls guard.c back.
  */
-#include "kvp_internal.h"
+#include "check.h"
+#include "defer.h"
+#include "events.h"
+#include "idset.h"
+#include "index_walk.h"
+#include "map.h"
+#include "policy.h"
+#include "record.h"
 
 #define XXH_STATIC_LINKING_ONLY
 #include <stdarg.h>
@@ -53,7 +60,7 @@ static kvp_status fail(ctx *c, const char *fmt, ...)
 
 static int fresh_stream(const kvp_pool *p, uint32_t b)
 {
-    for (int s = 0; s < p->nstreams; s++)
+    for (int s = 0; s < kvp__streams(p); s++)
         if (b >= p->st[s].fresh_lo && b < p->st[s].fresh_hi)
             return s;
     return -1;
@@ -90,7 +97,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             continue;
         }
         int s = k->stream;
-        CHECK(s < p->nstreams, "block %u: stream %d", b, s);
+        CHECK(s < kvp__streams(p), "block %u: stream %d", b, s);
         if (k->flags & KVP__F_PENDING) { /* kvp__defer_check checked the record */
             (*owned_refs)++;
             used[s]++;
@@ -134,8 +141,8 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
             CHECK(!in_vac && !in_cac && !(k->retain & KVP__R_SEG),
                   "block %u: in use but in a free set or segment", b);
             uint32_t xn = 0;
-            for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->xcap; x = p->xrefs[x].bnext) {
-                CHECK(x < p->xcap && p->xrefs[x].block == b, "block %u: xref %u points elsewhere",
+            for (uint32_t x = k->xhead; x != KVP__NONE && xn <= p->own.xcap; x = p->own.xrefs[x].bnext) {
+                CHECK(x < p->own.xcap && p->own.xrefs[x].block == b, "block %u: xref %u points elsewhere",
                       b, x);
                 xn++;
             }
@@ -166,7 +173,7 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(p->blocks[b].state == KVP_BLOCK_RETIRED, "block %u above the top not retired", b);
     CHECK(retired == p->nretired && set_size(&p->retired) == retired,
           "retired: counted %u, kept %u", retired, p->nretired);
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         const kvp__stream *st = &p->st[s];
         CHECK(st->nvacant == vac[s] && st->ncached == cac[s],
               "stream %d: vacant %u/%u cached %u/%u (kept/counted)", s, st->nvacant, vac[s],
@@ -180,17 +187,17 @@ static kvp_status check_blocks(kvp_pool *p, ctx *c, uint32_t *owned_refs)
         CHECK(set_size(&st->cached) == (p->ordered ? cac[s] : 0), "stream %d: cached set size", s);
     }
     CHECK(p->ordered || p->cfg.reuse != KVP_REUSE_LOWEST, "LOWEST reuse without its free sets");
-    CHECK(in_use == p->in_use, "in_use kept %llu, counted %llu", (unsigned long long)p->in_use,
+    CHECK(in_use == p->g.in_use, "in_use kept %llu, counted %llu", (unsigned long long)p->g.in_use,
           (unsigned long long)in_use);
-    CHECK(shared == p->shared, "shared kept %llu, counted %llu", (unsigned long long)p->shared,
+    CHECK(shared == p->g.shared, "shared kept %llu, counted %llu", (unsigned long long)p->g.shared,
           (unsigned long long)shared);
-    CHECK(frag == p->fragmented, "fragmented kept %llu, counted %llu",
-          (unsigned long long)p->fragmented, (unsigned long long)frag);
-    CHECK(fill == p->fill_sum, "tokens in use kept %llu, counted %llu",
-          (unsigned long long)p->fill_sum, (unsigned long long)fill);
-    CHECK(published == p->nindexed, "indexed kept %u, counted %llu", p->nindexed,
+    CHECK(frag == p->g.fragmented, "fragmented kept %llu, counted %llu",
+          (unsigned long long)p->g.fragmented, (unsigned long long)frag);
+    CHECK(fill == p->g.fill_sum, "tokens in use kept %llu, counted %llu",
+          (unsigned long long)p->g.fill_sum, (unsigned long long)fill);
+    CHECK(published == p->idx.nindexed, "indexed kept %u, counted %llu", p->idx.nindexed,
           (unsigned long long)published);
-    CHECK(p->peak >= p->in_use, "peak below in_use");
+    CHECK(p->g.peak >= p->g.in_use, "peak below in_use");
     return KVP_OK;
 }
 
@@ -224,7 +231,7 @@ static kvp_status check_stack(kvp_pool *p, ctx *c, int s)
 
 static kvp_status check_lists(kvp_pool *p, ctx *c)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         const kvp__stream *st = &p->st[s];
         uint32_t total = 0;
         for (unsigned l = 0; l < KVP__LISTS; l++) {
@@ -286,7 +293,7 @@ static kvp_status check_lists(kvp_pool *p, ctx *c)
 /* One entry of the index: a published block below top, in bucket i. */
 static kvp_status check_entry(kvp_pool *p, ctx *c, uint32_t b, uint32_t i)
 {
-    CHECK(b < p->top && p->dprev[b] < p->top, "index chain %u broken at block %u", i, b);
+    CHECK(b < p->top && p->idx.dprev[b] < p->top, "index chain %u broken at block %u", i, b);
     CHECK(p->blocks[b].flags & KVP__F_PUBLISHED, "index holds unpublished block %u", b);
     CHECK(kvp__bucket_of(p, p->blocks[b].stream, &p->hashes[b]) == i,
           "block %u in the wrong bucket", b);
@@ -306,35 +313,35 @@ static bool same_key_of(const kvp_pool *p, uint32_t a, uint32_t b)
 static kvp_status check_index(kvp_pool *p, ctx *c)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i <= p->bmask; i++) {
+    for (uint32_t i = 0; i <= p->idx.bmask; i++) {
         uint32_t f = kvp__chain_first(p, i);
         while (f != KVP__NONE) {
             kvp_status rc = check_entry(p, c, f, i);
             if (rc)
                 return rc;
-            CHECK(n++ < p->nindexed && !(p->blocks[f].flags & KVP__F_COPY),
-                  "index chain %u: more entries than %u, or copy %u first", i, p->nindexed, f);
+            CHECK(n++ < p->idx.nindexed && !(p->blocks[f].flags & KVP__F_COPY),
+                  "index chain %u: more entries than %u, or copy %u first", i, p->idx.nindexed, f);
             uint32_t last = f, x = kvp__chain_next(p, f);
             for (; x != KVP__NONE; last = x, x = kvp__chain_next(p, x)) {
                 if ((rc = check_entry(p, c, x, i)))
                     return rc;
                 if (!(p->blocks[x].flags & KVP__F_COPY))
                     break; /* x starts the next run */
-                CHECK(n++ < p->nindexed && same_key_of(p, x, f) && p->dprev[x] == last,
+                CHECK(n++ < p->idx.nindexed && same_key_of(p, x, f) && p->idx.dprev[x] == last,
                       "index chain %u: block %u in the run of block %u, after %u", i, x, f,
                       last);
             }
-            CHECK(p->dprev[f] == last, "index: run of block %u ends at %u, its last copy %u", f,
-                  last, p->dprev[f]);
+            CHECK(p->idx.dprev[f] == last, "index: run of block %u ends at %u, its last copy %u", f,
+                  last, p->idx.dprev[f]);
             uint32_t runs = 0;
             for (uint32_t g = x; g != KVP__NONE; g = kvp__chain_skip(p, g))
-                CHECK(g < p->top && p->dprev[g] < p->top && runs++ < p->nindexed &&
+                CHECK(g < p->top && p->idx.dprev[g] < p->top && runs++ < p->idx.nindexed &&
                           !same_key_of(p, f, g),
                       "index chain %u: block %u after a run of block %u's key, or broken", i, g, f);
             f = x;
         }
     }
-    CHECK(n == p->nindexed, "index holds %u entries, kept %u", n, p->nindexed);
+    CHECK(n == p->idx.nindexed, "index holds %u entries, kept %u", n, p->idx.nindexed);
     return KVP_OK;
 }
 
@@ -359,7 +366,7 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
         if (first != b)
             continue;
         uint32_t marks = 0;
-        for (int s = 0; s < p->nstreams; s++) {
+        for (int s = 0; s < kvp__streams(p); s++) {
             uint32_t d = kvp__index_first(p, s, h);
             marks += d != KVP__NONE && (p->blocks[d].flags & KVP__F_ANNOUNCED);
         }
@@ -374,9 +381,9 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
 static uint32_t first_in_bucket(const kvp_pool *p, kvp_owner id)
 {
     uint32_t n = 0;
-    for (uint32_t l = p->obuckets[kvp__id_hash(id) & p->obmask];
-         l && l - 1 < p->ocap && n++ < p->ocap; l = p->owners[l - 1].link)
-        if (p->owners[l - 1].id == id)
+    for (uint32_t l = p->own.buckets[kvp__id_hash(id) & p->own.bmask];
+         l && l - 1 < p->own.cap && n++ < p->own.cap; l = p->own.slots[l - 1].link)
+        if (p->own.slots[l - 1].id == id)
             return l - 1;
     return KVP__NONE;
 }
@@ -384,14 +391,14 @@ static uint32_t first_in_bucket(const kvp_pool *p, kvp_owner id)
 static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
 {
     uint32_t active = 0, refs = 0, mapped = 0;
-    for (uint32_t i = 0; p->obuckets && i <= p->obmask; i++)
-        for (uint32_t l = p->obuckets[i]; l; l = p->owners[l - 1].link) {
-            CHECK(l - 1 < p->ocap && mapped++ < p->ocap && p->owners[l - 1].id != KVP_ANON &&
-                      (kvp__id_hash(p->owners[l - 1].id) & p->obmask) == i,
+    for (uint32_t i = 0; p->own.buckets && i <= p->own.bmask; i++)
+        for (uint32_t l = p->own.buckets[i]; l; l = p->own.slots[l - 1].link) {
+            CHECK(l - 1 < p->own.cap && mapped++ < p->own.cap && p->own.slots[l - 1].id != KVP_ANON &&
+                      (kvp__id_hash(p->own.slots[l - 1].id) & p->own.bmask) == i,
                   "owner index: bucket %u chains slot %u wrongly", i, l - 1);
         }
-    for (uint32_t slot = 0; slot < p->ocap; slot++) {
-        const kvp__owner *o = &p->owners[slot];
+    for (uint32_t slot = 0; slot < p->own.cap; slot++) {
+        const kvp__owner *o = &p->own.slots[slot];
         if (o->id == KVP_ANON)
             continue;
         active++;
@@ -413,7 +420,7 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
                       p->blocks[b].state == KVP_BLOCK_IN_USE,
                   "owner %llu: bad entry %u for block %u", (unsigned long long)o->id, i, b);
             if (node & KVP__XREF)
-                CHECK((node & ~KVP__XREF) < p->xcap && p->xrefs[node & ~KVP__XREF].owner == slot,
+                CHECK((node & ~KVP__XREF) < p->own.xcap && p->own.xrefs[node & ~KVP__XREF].owner == slot,
                       "xref of block %u: wrong owner", b);
             else
                 CHECK(p->blocks[b].owner == slot, "block %u: inline owner mismatch", b);
@@ -422,15 +429,15 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
               (unsigned long long)o->id, n, kvp__owner_live(o));
         refs += n;
     }
-    CHECK(active == p->nowners && mapped == active, "owners: %u active, %u mapped, kept %u",
-          active, mapped, p->nowners);
+    CHECK(active == p->own.n && mapped == active, "owners: %u active, %u mapped, kept %u",
+          active, mapped, p->own.n);
     CHECK(refs == owned_refs, "owner lists hold %u references, blocks %u", refs, owned_refs);
     uint32_t xfree = 0;
-    for (uint32_t x = p->xfree; x != KVP__NONE; x = p->xrefs[x].pos) {
-        CHECK(x < p->xcap && xfree++ < p->xcap && p->xrefs[x].block == KVP__NONE,
+    for (uint32_t x = p->own.xfree; x != KVP__NONE; x = p->own.xrefs[x].pos) {
+        CHECK(x < p->own.xcap && xfree++ < p->own.xcap && p->own.xrefs[x].block == KVP__NONE,
               "xref free list broken at %u", x);
     }
-    CHECK(xfree == p->nxfree, "xref free list %u, kept %u", xfree, p->nxfree);
+    CHECK(xfree == p->own.nxfree, "xref free list %u, kept %u", xfree, p->own.nxfree);
     return KVP_OK;
 }
 
@@ -482,7 +489,7 @@ static uint32_t dup_rank(const kvp_pool *p, uint32_t b)
 static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
 {
     feed32(h, p->top);
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         const kvp__stream *st = &p->st[s];
         feed32(h, st->fresh_lo);
         feed32(h, st->fresh_hi);
@@ -507,7 +514,7 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
             uint32_t id, ref, anon, sref, fill, format, stream, state, flags, retain;
             kvp_owner owner;
         } rec = {b, k->ref, k->anon, k->sref, k->fill, k->format, k->stream, k->state, k->flags, k->retain,
-                 k->owner == KVP__NONE ? KVP_ANON : p->owners[k->owner].id};
+                 k->owner == KVP__NONE ? KVP_ANON : p->own.slots[k->owner].id};
         feed(h, &rec, sizeof rec);
         if (k->flags & KVP__F_PUBLISHED) {
             feed(h, &p->hashes[b], sizeof p->hashes[b]);
@@ -518,8 +525,8 @@ static void fingerprint(const kvp_pool *p, XXH3_state_t *h)
      * digests with a commutative sum instead. */
     uint64_t owners = 0;
     XXH3_state_t oh;
-    for (uint32_t slot = 0; slot < p->ocap; slot++) {
-        const kvp__owner *o = &p->owners[slot];
+    for (uint32_t slot = 0; slot < p->own.cap; slot++) {
+        const kvp__owner *o = &p->own.slots[slot];
         if (o->id == KVP_ANON)
             continue;
         XXH3_64bits_reset(&oh);

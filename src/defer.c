@@ -14,13 +14,13 @@
  *    it on entry (guard.c), so whatever reads a counter sees it exact.
  *
  * 2. Recording.  In a run — once KVP__DEFER_AFTER owner frees and
- *    general-path takes (p->run) have passed since the last call that
+ *    general-path takes (p->def.run) have passed since the last call that
  *    settled — a take by an owner appends the block to the owner's array
  *    and leaves the block's record as it was in the stack's array (vacant,
  *    used before, next KVP__STACKED).  The block is then a pending
  *    reference.  Pending references are a suffix of their owner's array,
  *    refs[pend, len), and every slot that may hold some is on the dirty
- *    chain (p->dirty, through dnext) exactly once, pend != KVP__NONE saying
+ *    chain (p->def.dirty, through dnext) exactly once, pend != KVP__NONE saying
  *    so.  Three things end a pending reference:
  *    - kvp__defer_settle, on entry to every call that reads records
  *      (kvp__enter), writes every pending record as the take would have,
@@ -44,7 +44,9 @@
  * settle_owner), free.c (free_owner, tick), owner.c (the slot's pend as
  * owners come and go), check.c (check, uncheck, pending_from).
  */
-#include "kvp_internal.h"
+#include "defer.h"
+#include "freelist.h"
+#include "record.h"
 
 #include <stdio.h>
 
@@ -60,7 +62,7 @@ void kvp__defer_count(kvp__stream *st, uint32_t n)
 void kvp__defer_tally(kvp_pool *p)
 {
     uint64_t n = 0;
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         st->nvacant -= st->untallied;
         n += st->untallied;
@@ -78,13 +80,13 @@ void kvp__defer_tally(kvp_pool *p)
 /* May a take defer its record now (in a run)? */
 bool kvp__defer_ready(const kvp_pool *p)
 {
-    return p->run >= KVP__DEFER_AFTER;
+    return p->def.run >= KVP__DEFER_AFTER;
 }
 
 /* One more owner free or general-path take in the run. */
 void kvp__defer_tick(kvp_pool *p)
 {
-    p->run++;
+    p->def.run++;
 }
 
 /* Before a deferring take appends to owner slot `slot` (o): its pending
@@ -94,8 +96,8 @@ void kvp__defer_mark(kvp_pool *p, kvp__owner *o, uint32_t slot)
 {
     if (o->pend == KVP__NONE) {
         o->pend = o->len;
-        o->dnext = p->dirty;
-        p->dirty = slot + 1;
+        o->dnext = p->def.dirty;
+        p->def.dirty = slot + 1;
     }
 }
 
@@ -105,7 +107,7 @@ void kvp__defer_mark(kvp_pool *p, kvp__owner *o, uint32_t slot)
  * entry, its registers would be saved by every call. */
 static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
 {
-    kvp__owner *o = &p->owners[slot];
+    kvp__owner *o = &p->own.slots[slot];
     /* locals: a record store may alias the array and its length */
     const uint32_t *refs = o->refs;
     uint32_t from = o->pend, len = o->len;
@@ -125,29 +127,29 @@ static KVP__NOINLINE void settle_owner(kvp_pool *p, uint32_t slot)
  * + slots on the chain), each put there by a take. */
 static KVP__NOINLINE void settle_all(kvp_pool *p)
 {
-    for (uint32_t l = p->dirty; l;) {
-        kvp__owner *o = &p->owners[l - 1];
+    for (uint32_t l = p->def.dirty; l;) {
+        kvp__owner *o = &p->own.slots[l - 1];
         settle_owner(p, l - 1);
         o->pend = KVP__NONE;
         l = o->dnext;
     }
-    p->dirty = 0;
+    p->def.dirty = 0;
 }
 
 /* Settle every pending reference and end the run (on entry to every call
  * that reads records: a test, then out of line when there is work). */
 void kvp__defer_settle(kvp_pool *p)
 {
-    if (p->dirty)
+    if (p->def.dirty)
         settle_all(p);
-    p->run = 0;
+    p->def.run = 0;
 }
 
 /* Settle owner slot's pending references, before a call that does not
  * settle them all appends a recorded one.  The slot stays on the chain. */
 void kvp__defer_settle_owner(kvp_pool *p, uint32_t slot)
 {
-    const kvp__owner *o = &p->owners[slot];
+    const kvp__owner *o = &p->own.slots[slot];
     if (o->pend != KVP__NONE && o->pend < o->len)
         settle_owner(p, slot);
 }
@@ -187,7 +189,7 @@ uint32_t kvp__defer_free_owner(kvp_pool *p, kvp__owner *o, kvp__cursor *cur)
     if (o->pend == KVP__NONE)
         return o->len;
     uint32_t n = o->len - o->pend;
-    p->in_use -= n;
+    p->g.in_use -= n;
     kvp__free_stacked(p, o->refs + o->pend, n, cur);
     return o->pend;
 }
@@ -220,9 +222,9 @@ uint32_t kvp__defer_pending_from(const kvp__owner *o)
 kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap)
 {
     uint32_t chained = 0, flagged = 0;
-    for (uint32_t l = p->dirty; l; l = p->owners[l - 1].dnext) {
-        DCHECK(l - 1 < p->ocap && chained++ < p->ocap, "dirty chain broken at slot %u", l - 1);
-        const kvp__owner *o = &p->owners[l - 1];
+    for (uint32_t l = p->def.dirty; l; l = p->own.slots[l - 1].dnext) {
+        DCHECK(l - 1 < p->own.cap && chained++ < p->own.cap, "dirty chain broken at slot %u", l - 1);
+        const kvp__owner *o = &p->own.slots[l - 1];
         DCHECK(o->pend != KVP__NONE && o->pend <= o->len && o->len <= o->cap,
                "slot %u on the dirty chain: pending from %u of %u", l - 1, o->pend, o->len);
         DCHECK(o->id != KVP_ANON || (o->pend == 0 && o->len == 0),
@@ -236,19 +238,19 @@ kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap)
             kvp__block *k = &p->blocks[b];
             DCHECK(k->state == KVP_BLOCK_VACANT && k->flags == KVP__F_EVER &&
                        k->next == KVP__STACKED && k->ref == 0 && k->owner == KVP__NONE &&
-                       k->stream < p->nstreams,
+                       k->stream < kvp__streams(p),
                    "owner %llu: pending block %u (entry %u) is not as its take left it "
                    "(state %d, flags 0x%x, ref %u)",
                    (unsigned long long)o->id, b, i, k->state, k->flags, k->ref);
             k->flags |= KVP__F_PENDING;
         }
     }
-    for (uint32_t slot = 0; slot < p->ocap; slot++)
-        flagged += p->owners[slot].pend != KVP__NONE;
+    for (uint32_t slot = 0; slot < p->own.cap; slot++)
+        flagged += p->own.slots[slot].pend != KVP__NONE;
     DCHECK(flagged == chained, "%u slots flagged dirty, %u on the chain", flagged, chained);
-    DCHECK(p->run >= KVP__DEFER_AFTER || !p->dirty,
+    DCHECK(p->def.run >= KVP__DEFER_AFTER || !p->def.dirty,
            "%u slots on the dirty chain in a run of %llu owner frees and general takes",
-           chained, (unsigned long long)p->run);
+           chained, (unsigned long long)p->def.run);
     return KVP_OK;
 }
 
@@ -256,9 +258,9 @@ kvp_status kvp__defer_check(kvp_pool *p, char *msg, size_t cap)
 void kvp__defer_uncheck(kvp_pool *p)
 {
     uint32_t n = 0;
-    for (uint32_t l = p->dirty; l && l - 1 < p->ocap && n++ < p->ocap;
-         l = p->owners[l - 1].dnext) {
-        const kvp__owner *o = &p->owners[l - 1];
+    for (uint32_t l = p->def.dirty; l && l - 1 < p->own.cap && n++ < p->own.cap;
+         l = p->own.slots[l - 1].dnext) {
+        const kvp__owner *o = &p->own.slots[l - 1];
         for (uint32_t i = o->pend; o->len <= o->cap && i < o->len; i++)
             if (o->refs[i] < p->top)
                 p->blocks[o->refs[i]].flags &= ~KVP__F_PENDING;

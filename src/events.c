@@ -36,7 +36,9 @@
  * that follows a drop.  Buffers are allocated at creation, so recording never
  * allocates, except to intern a LoRA name not seen before.
  */
-#include "kvp_internal.h"
+#include "events.h"
+#include "index_walk.h"
+#include "mem.h"
 
 /* The callback marker: the pool whose callback this thread is running, so
  * that a call back into it is refused in both locking modes (guard.c).
@@ -191,7 +193,7 @@ uint64_t kvp_hash_external(const kvp_hash *h)
  * per stream, as a router has no notion of kvpool's K and V lists. */
 static uint32_t copy_of(const kvp_pool *p, const kvp_hash *h, uint32_t b, uint8_t flags)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         uint32_t c = kvp__index_first(p, s, h);
         if (c != KVP__NONE && c == b)
             c = kvp__index_next(p, b);

@@ -20,7 +20,13 @@
  *
  * Who calls it: the public API.
  */
-#include "kvp_internal.h"
+#include "block.h"
+#include "client.h"
+#include "defer.h"
+#include "freelist.h"
+#include "guard.h"
+#include "owner.h"
+#include "record.h"
 
 /* kvp_free's check of one id outside the usual case: it exists, is in use,
  * and the owner holds as many references on it as it is named so far in this
@@ -88,17 +94,15 @@ KVP__FLATTEN kvp_status kvp_free(kvp_pool *pool, const kvp_block *ids, size_t n,
         while (i-- > 0)
             pool->blocks[ids[i]].flags &= (uint8_t)~KVP__F_MARK;
     } else if (n) {
-        kvp__cursor cur = KVP__CURSOR(n);
+        kvp__cursor cur = kvp__cursor_start(n);
         for (i = 0; i < n; i++) {
             uint32_t b = ids[i];
             pool->blocks[b].flags &= (uint8_t)~KVP__F_MARK;
-            kvp__ref_drop(pool, b, slot);
-            if (pool->blocks[b].ref == 0)
-                kvp__release_block(pool, b, &cur);
+            kvp__client_drop(pool, b, slot, &cur);
         }
         kvp__free_end(pool, &cur);
-        if (slot != KVP__NONE && kvp__owner_live(&pool->owners[slot]) == 0 &&
-            !pool->owners[slot].registered)
+        if (slot != KVP__NONE && kvp__owner_live(&pool->own.slots[slot]) == 0 &&
+            !pool->own.slots[slot].registered)
             kvp__owner_remove(pool, slot);
         pool->ctr.free_calls++;
         pool->ctr.blocks_freed += n;
@@ -124,8 +128,8 @@ KVP__FLATTEN kvp_status kvp_free_owner(kvp_pool *pool, kvp_owner owner, size_t *
         return KVP_ENOTFOUND;
     }
     slot = *link - 1;
-    kvp__owner *o = &pool->owners[slot];
-    kvp__cursor cur = KVP__CURSOR(o->len);
+    kvp__owner *o = &pool->own.slots[slot];
+    kvp__cursor cur = kvp__cursor_start(o->len);
     size_t n = kvp__owner_live(o);
     uint32_t end = kvp__defer_free_owner(pool, o, &cur);
     /* The owner's blocks lie anywhere in the pool (at 1M blocks their misses

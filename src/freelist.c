@@ -37,7 +37,11 @@
  * block records, so a free structure costs no memory of its own but the
  * LIFO array's 4 bytes per block, which buys the take its prefetch.
  */
-#include "kvp_internal.h"
+#include "freelist.h"
+#include "idset.h"
+#include "mem.h"
+#include "policy.h"
+#include "record.h"
 
 #include <string.h>
 
@@ -194,7 +198,7 @@ void kvp__free_listed(kvp_pool *p, int s, kvp__cursor *cur)
  * O(blocks freed) in that case. */
 void kvp__free_end(kvp_pool *p, kvp__cursor *cur)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         uint32_t w = cur->w[s];
         if (w == KVP__NONE || w == KVP__LISTED)
@@ -283,7 +287,7 @@ void kvp__order(kvp_pool *p)
 {
     if (p->ordered)
         return;
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         for (uint32_t i = 0; i < st->nstk; i++)
             kvp__idset_add(&st->vacant, st->stk[i]);
@@ -320,7 +324,7 @@ void kvp__fast_reset(kvp_pool *p)
  * fresh block gets its record here. */
 void kvp__free_remove(kvp_pool *p, uint32_t b)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         if (b < st->fresh_lo || b >= st->fresh_hi)
             continue;

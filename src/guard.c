@@ -19,7 +19,12 @@
  * history.c (per-call history) and check.c (debug self-check), none of
  * which holds a public function, so nothing it reaches calls it back.
  */
-#include "kvp_internal.h"
+#include "guard.h"
+#include "check.h"
+#include "defer.h"
+#include "events.h"
+#include "history.h"
+#include "record.h"
 
 #include <stdio.h>
 #include <stdlib.h>

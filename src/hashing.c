@@ -19,7 +19,9 @@
  * no shared context, so they are also the thread-safe choice here.
  */
 #define OPENSSL_SUPPRESS_DEPRECATED
-#include "kvp_internal.h"
+#include "hashing.h"
+#include "mem.h"
+#include "status.h"
 
 #include <openssl/sha.h>
 #include <sys/random.h>

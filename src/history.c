@@ -13,24 +13,25 @@
  * Who calls it: stats.c's public calls, and guard.c after every call that
  * changed the pool when cfg.history_every_call is set.
  */
-#include "kvp_internal.h"
+#include "history.h"
+#include "record.h"
 
 /* The pool's kvp_stats as it stands (the caller entered). */
 void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
 {
     memset(o, 0, sizeof *o);
     o->blocks = kvp__managed(p);
-    o->in_use = p->in_use;
-    for (int s = 0; s < p->nstreams; s++) {
+    o->in_use = p->g.in_use;
+    for (int s = 0; s < kvp__streams(p); s++) {
         o->vacant += p->st[s].nvacant;
         o->cached += p->st[s].ncached;
     }
     o->free = o->vacant + o->cached;
-    o->shared = p->shared;
-    o->indexed = p->nindexed;
-    o->fragmented = p->fragmented;
-    o->owners = p->nowners;
-    o->peak_in_use = p->peak;
+    o->shared = p->g.shared;
+    o->indexed = p->idx.nindexed;
+    o->fragmented = p->g.fragmented;
+    o->owners = p->own.n;
+    o->peak_in_use = p->g.peak;
     o->alloc_calls = p->ctr.alloc_calls;
     o->blocks_allocated = p->ctr.blocks_allocated;
     o->free_calls = p->ctr.free_calls;
@@ -48,7 +49,7 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
     o->prefix_tokens_hit = p->ctr.prefix_hits * p->cfg.block_size;
     o->admitted_tokens = p->ctr.admitted_tokens;
     o->cow_copies = p->ctr.cow_copies;
-    o->tokens_in_use = p->fill_sum;
+    o->tokens_in_use = p->g.fill_sum;
     o->events_dropped = p->ctr.events_dropped;
     o->fragmentation = o->blocks ? (double)o->fragmented / (double)o->blocks : 0.0;
     o->usage = o->blocks ? (double)o->in_use / (double)o->blocks : 0.0;
@@ -59,9 +60,9 @@ void kvp__stats_fill(const kvp_pool *p, kvp_stats *o)
 void kvp__history_push(kvp_pool *p)
 {
     uint32_t len = p->cfg.history_len;
-    kvp__stats_fill(p, &p->hist[(p->hist_head + p->hist_count) % len]);
-    if (p->hist_count < len)
-        p->hist_count++;
+    kvp__stats_fill(p, &p->hist.ring[(p->hist.head + p->hist.count) % len]);
+    if (p->hist.count < len)
+        p->hist.count++;
     else
-        p->hist_head = (p->hist_head + 1) % len;
+        p->hist.head = (p->hist.head + 1) % len;
 }

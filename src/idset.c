@@ -13,7 +13,8 @@
  * Invariant: for every level l > 0, bit i of level l is set iff word i of
  * level l-1 is non-zero.  The top level is a single word.
  */
-#include "kvp_internal.h"
+#include "idset.h"
+#include "mem.h"
 
 static uint32_t words_for(uint32_t bits) { return (bits + 63u) / 64u; }
 
@@ -80,7 +81,7 @@ kvp_status kvp__idset_resize(kvp_pool *p, kvp__idset *set, uint32_t cap)
 }
 
 /* The upper levels of add and delete: reached only when a level-0 word
- * turns non-empty or empty (the inline parts in kvp_internal.h do the rest). */
+ * turns non-empty or empty (the inline parts in idset.h do the rest). */
 void kvp__idset_add_up(kvp__idset *set, uint32_t id)
 {
     for (int l = 1; l < set->levels; l++) {

@@ -4,7 +4,7 @@
  * that publish, find, evict and forget content.
  *
  * What it owns: the bucket array, its secret, each published block's digest
- * and its place in a bucket chain (kvp__block.hnext and p->dprev), and the
+ * and its place in a bucket chain (kvp__block.hnext and p->idx.dprev), and the
  * eviction count.
  *
  * Shape.  Chaining through the block records rather than a separate table
@@ -20,7 +20,7 @@
  * appends after its run's last copy, and a removal relinks the copy's
  * neighbours.  Every call costs O(distinct
  * hashes in one chain), however many copies a hash has.  Other files read
- * the index through kvp__index_first / kvp__index_next (kvp_internal.h),
+ * the index through kvp__index_first / kvp__index_next (index_walk.h),
  * never by walking the chains (check.c, which verifies them, aside).
  *
  * Chain length.  kvp__bucket_of is XXH3 keyed with a random secret drawn
@@ -40,7 +40,15 @@
  *   lookup returns the first published still indexed.
  * - A cached block is always published (free, content findable).
  */
-#include "kvp_internal.h"
+#include "index.h"
+#include "events.h"
+#include "freelist.h"
+#include "guard.h"
+#include "hashing.h"
+#include "index_walk.h"
+#include "mem.h"
+#include "policy.h"
+#include "record.h"
 
 /* Is indexed block c a copy of (s, h)? */
 static bool same_key(const kvp_pool *p, uint32_t c, int s, const kvp_hash *h)
@@ -52,9 +60,9 @@ static bool same_key(const kvp_pool *p, uint32_t c, int s, const kvp_hash *h)
  * the previous run's last copy.  O(distinct hashes in the chain). */
 static uint32_t *link_to_first(kvp_pool *p, uint32_t f)
 {
-    uint32_t *link = &p->buckets[kvp__bucket_of(p, p->blocks[f].stream, &p->hashes[f])];
+    uint32_t *link = &p->idx.buckets[kvp__bucket_of(p, p->blocks[f].stream, &p->hashes[f])];
     while (*link != f + 1)
-        link = &p->blocks[p->dprev[*link - 1]].hnext;
+        link = &p->blocks[p->idx.dprev[*link - 1]].hnext;
     return link;
 }
 
@@ -71,9 +79,9 @@ static bool is_last(const kvp_pool *p, uint32_t b)
     return n == KVP__NONE || kvp__index_is_first(p, n);
 }
 
-/* Move every run of the n chains of `old` to its chain in p->buckets
+/* Move every run of the n chains of `old` to its chain in p->idx.buckets
  * (under the current secret and mask), whole and in order.  `old` may be
- * p->buckets itself: the chains are first strung into one list through the
+ * p->idx.buckets itself: the chains are first strung into one list through the
  * runs' last copies, emptying `old`, then dealt out.  O(n + entries). */
 static void rechain(kvp_pool *p, uint32_t *old, uint32_t n)
 {
@@ -83,14 +91,14 @@ static void rechain(kvp_pool *p, uint32_t *old, uint32_t n)
             continue;
         *tail = old[i];
         old[i] = 0;
-        uint32_t last = p->dprev[*tail - 1];
+        uint32_t last = p->idx.dprev[*tail - 1];
         while (p->blocks[last].hnext)
-            last = p->dprev[p->blocks[last].hnext - 1];
+            last = p->idx.dprev[p->blocks[last].hnext - 1];
         tail = &p->blocks[last].hnext;
     }
     for (uint32_t f = list - 1u; f != KVP__NONE;) {
-        uint32_t last = p->dprev[f], next = kvp__chain_next(p, last);
-        uint32_t *head = &p->buckets[kvp__bucket_of(p, p->blocks[f].stream, &p->hashes[f])];
+        uint32_t last = p->idx.dprev[f], next = kvp__chain_next(p, last);
+        uint32_t *head = &p->idx.buckets[kvp__bucket_of(p, p->blocks[f].stream, &p->hashes[f])];
         p->blocks[last].hnext = *head;
         *head = f + 1;
         f = next;
@@ -103,15 +111,15 @@ static void rechain(kvp_pool *p, uint32_t *old, uint32_t n)
  * stays as it is, correct, its chain long). */
 static KVP__COLD void rekey(kvp_pool *p)
 {
-    if (p->rekey_in || kvp__random(p->secret, sizeof p->secret))
+    if (p->idx.rekey_in || kvp__random(p->idx.secret, sizeof p->idx.secret))
         return;
-    rechain(p, p->buckets, p->bmask + 1);
-    p->rekey_in = p->bmask + 1;
+    rechain(p, p->idx.buckets, p->idx.bmask + 1);
+    p->idx.rekey_in = p->idx.bmask + 1;
 }
 
 kvp_status kvp__index_init(kvp_pool *p)
 {
-    return kvp__random(p->secret, sizeof p->secret);
+    return kvp__random(p->idx.secret, sizeof p->idx.secret);
 }
 
 /* Link b (digest already stored) after the last copy of its run, or as a
@@ -120,26 +128,26 @@ kvp_status kvp__index_init(kvp_pool *p)
 void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 {
     int s = p->blocks[b].stream;
-    uint32_t *head = &p->buckets[kvp__bucket_of(p, s, &p->hashes[b])], distinct = 0, f;
+    uint32_t *head = &p->idx.buckets[kvp__bucket_of(p, s, &p->hashes[b])], distinct = 0, f;
     for (f = *head - 1u; f != KVP__NONE && !same_key(p, f, s, &p->hashes[b]);
          f = kvp__chain_skip(p, f))
         distinct++;
     if (f != KVP__NONE) {
-        uint32_t last = p->dprev[f];
+        uint32_t last = p->idx.dprev[f];
         p->blocks[b].hnext = p->blocks[last].hnext;
         p->blocks[last].hnext = b + 1;
-        p->dprev[b] = last;
-        p->dprev[f] = b;
+        p->idx.dprev[b] = last;
+        p->idx.dprev[f] = b;
         p->blocks[b].flags |= KVP__F_COPY;
     } else {
-        p->dprev[b] = b;
+        p->idx.dprev[b] = b;
         p->blocks[b].hnext = *head;
         *head = b + 1;
-        if (p->rekey_in)
-            p->rekey_in--;
+        if (p->idx.rekey_in)
+            p->idx.rekey_in--;
     }
     p->blocks[b].flags |= KVP__F_PUBLISHED;
-    p->nindexed++;
+    p->idx.nindexed++;
     if (f == KVP__NONE && distinct >= KVP__CHAIN_MAX)
         rekey(p);
     kvp__policy_published(p, b);
@@ -150,18 +158,18 @@ void kvp__index_insert(kvp_pool *p, uint32_t b, const kvp__pubinfo *info)
 static void unlink_entry(kvp_pool *p, uint32_t b)
 {
     kvp__block *blk = &p->blocks[b];
-    uint32_t prev = p->dprev[b], next = blk->hnext - 1u;
+    uint32_t prev = p->idx.dprev[b], next = blk->hnext - 1u;
     if (kvp__index_is_first(p, b)) {
         uint32_t *link = link_to_first(p, b);
         if (prev == b) { /* the only copy */
             *link = blk->hnext;
         } else {         /* the second copy becomes the first */
-            p->dprev[next] = prev;
+            p->idx.dprev[next] = prev;
             p->blocks[next].flags &= (uint8_t)~KVP__F_COPY;
             *link = next + 1;
         }
     } else {
-        p->dprev[is_last(p, b) ? first_of(p, b) : next] = prev;
+        p->idx.dprev[is_last(p, b) ? first_of(p, b) : next] = prev;
         p->blocks[prev].hnext = blk->hnext;
     }
     blk->hnext = 0;
@@ -173,25 +181,25 @@ void kvp__index_remove(kvp_pool *p, uint32_t b)
     unlink_entry(p, b);
     p->blocks[b].flags &=
         (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED | KVP__F_COPY);
-    p->nindexed--;
-    if (p->gen)
-        p->gen[b]++; /* children recorded against this content no longer match */
+    p->idx.nindexed--;
+    if (p->ver.gen)
+        p->ver.gen[b]++; /* children recorded against this content no longer match */
 }
 
 /* Block `to` takes over `from`'s entry, at the same place in its run.
  * `to` already carries from's digest and stream. */
 void kvp__index_replace(kvp_pool *p, uint32_t from, uint32_t to)
 {
-    uint32_t prev = p->dprev[from], next = p->blocks[from].hnext - 1u;
+    uint32_t prev = p->idx.dprev[from], next = p->blocks[from].hnext - 1u;
     if (kvp__index_is_first(p, from)) {
         *link_to_first(p, from) = to + 1;
-        p->dprev[to] = prev == from ? to : prev;
+        p->idx.dprev[to] = prev == from ? to : prev;
         if (prev != from)
-            p->dprev[next] = to;
+            p->idx.dprev[next] = to;
     } else {
-        p->dprev[is_last(p, from) ? first_of(p, from) : next] = to;
+        p->idx.dprev[is_last(p, from) ? first_of(p, from) : next] = to;
         p->blocks[prev].hnext = to + 1;
-        p->dprev[to] = prev;
+        p->idx.dprev[to] = prev;
     }
     p->blocks[to].hnext = p->blocks[from].hnext;
     p->blocks[from].hnext = 0;
@@ -219,9 +227,9 @@ kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
     uint32_t *nb = kvp__zalloc(p, (size_t)nbuckets * sizeof *nb);
     if (!nb)
         return KVP_ENOMEM;
-    uint32_t *old = p->buckets, oldn = p->bmask + 1;
-    p->buckets = nb;
-    p->bmask = nbuckets - 1;
+    uint32_t *old = p->idx.buckets, oldn = p->idx.bmask + 1;
+    p->idx.buckets = nb;
+    p->idx.bmask = nbuckets - 1;
     rechain(p, old, oldn);
     kvp__release(p, old, (size_t)oldn * sizeof *old);
     return KVP_OK;
@@ -232,24 +240,24 @@ kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
  * per-block callbacks and no eviction counts. */
 void kvp__forget_all(kvp_pool *p)
 {
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         for (uint32_t b; (b = kvp__policy_victim(st)) != KVP__NONE;)
             kvp__cached_to_vacant(p, b); /* unindexed below, silently */
     }
-    for (uint32_t i = 0; i <= p->bmask; i++) {
+    for (uint32_t i = 0; i <= p->idx.bmask; i++) {
         for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE;) {
             uint32_t next = kvp__chain_next(p, b);
             p->blocks[b].hnext = 0;
             p->blocks[b].flags &=
                 (uint8_t)~(KVP__F_PUBLISHED | KVP__F_VERIFIED | KVP__F_ANNOUNCED | KVP__F_COPY);
-            if (p->gen)
-                p->gen[b]++;
+            if (p->ver.gen)
+                p->ver.gen[b]++;
             b = next;
         }
-        p->buckets[i] = 0;
+        p->idx.buckets[i] = 0;
     }
-    p->nindexed = 0;
+    p->idx.nindexed = 0;
     kvp__policy_forget(p);
     kvp__ev_cleared(p);
     kvp__notify_evict(p, NULL, KVP_NO_BLOCK);
@@ -278,11 +286,11 @@ kvp_status kvp__verify_reserve(kvp_pool *p, uint32_t ncap, uint32_t **vtok, uint
         *vtok = *vparent = *vpgen = *gen = NULL;
         return KVP_ENOMEM;
     }
-    if (p->vtok) {
-        memcpy(*vtok, p->vtok, (size_t)p->top * bs * sizeof(uint32_t));
-        memcpy(*vparent, p->vparent, (size_t)p->top * sizeof(uint32_t));
-        memcpy(*vpgen, p->vpgen, (size_t)p->top * sizeof(uint32_t));
-        memcpy(*gen, p->gen, (size_t)p->top * sizeof(uint32_t));
+    if (p->ver.vtok) {
+        memcpy(*vtok, p->ver.vtok, (size_t)p->top * bs * sizeof(uint32_t));
+        memcpy(*vparent, p->ver.vparent, (size_t)p->top * sizeof(uint32_t));
+        memcpy(*vpgen, p->ver.vpgen, (size_t)p->top * sizeof(uint32_t));
+        memcpy(*gen, p->ver.gen, (size_t)p->top * sizeof(uint32_t));
     }
     return KVP_OK;
 }
@@ -291,9 +299,9 @@ void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h,
                            const kvp__pubinfo *info)
 {
     size_t bs = p->cfg.block_size;
-    memcpy(p->vtok + (size_t)b * bs, info->tokens, bs * sizeof *info->tokens);
-    p->vparent[b] = info->parent;
-    p->vpgen[b] = info->parent == KVP__NONE ? 0 : p->gen[info->parent];
+    memcpy(p->ver.vtok + (size_t)b * bs, info->tokens, bs * sizeof *info->tokens);
+    p->ver.vparent[b] = info->parent;
+    p->ver.vpgen[b] = info->parent == KVP__NONE ? 0 : p->ver.gen[info->parent];
     p->hashes[b] = *h;
     kvp__index_insert(p, b, info);
     p->blocks[b].flags |= KVP__F_VERIFIED;
@@ -303,12 +311,12 @@ void kvp__publish_verified(kvp_pool *p, uint32_t b, const kvp_hash *h,
 static bool verified(const kvp_pool *p, uint32_t b, uint32_t parent, const uint32_t *tokens)
 {
     size_t bs = p->cfg.block_size;
-    if (!(p->blocks[b].flags & KVP__F_VERIFIED) || p->vparent[b] != parent)
+    if (!(p->blocks[b].flags & KVP__F_VERIFIED) || p->ver.vparent[b] != parent)
         return false;
     if (parent != KVP__NONE && (!(p->blocks[parent].flags & KVP__F_PUBLISHED) ||
-                                p->gen[parent] != p->vpgen[b]))
+                                p->ver.gen[parent] != p->ver.vpgen[b]))
         return false;
-    return memcmp(p->vtok + (size_t)b * bs, tokens, bs * sizeof *tokens) == 0;
+    return memcmp(p->ver.vtok + (size_t)b * bs, tokens, bs * sizeof *tokens) == 0;
 }
 
 uint32_t kvp__lookup_verified(const kvp_pool *p, int s, const kvp_hash *h, uint32_t parent,
@@ -474,7 +482,7 @@ kvp_status kvp_reset_prefix_cache(kvp_pool *pool)
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    if (pool->in_use > (pool->cfg.null_block ? 1u : 0u))
+    if (pool->g.in_use > (pool->cfg.null_block ? 1u : 0u))
         rc = KVP_EBUSY;
     else
         kvp__forget_all(pool);

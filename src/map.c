@@ -22,7 +22,8 @@
  * this map would shift a run back.  A sequence lookup is once per call, not per
  * block, so a plain map serves it best.
  */
-#include "kvp_internal.h"
+#include "map.h"
+#include "mem.h"
 
 static uint32_t map_home(uint64_t key, uint32_t mask)
 {

@@ -11,7 +11,7 @@
  * through kvp__release with the same size, so a counting allocator sees
  * every allocation the pool makes.
  */
-#include "kvp_internal.h"
+#include "mem.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>

@@ -39,7 +39,12 @@
  * thousands of owners.  The block index's shape (index.c) differs again
  * because its keys are 32-byte digests kept beside the records.
  */
-#include "kvp_internal.h"
+#include "owner.h"
+#include "defer.h"
+#include "guard.h"
+#include "map.h"
+#include "mem.h"
+#include "record.h"
 
 /* ------------------------------------------------------------------------ */
 /* Reference nodes and owner arrays                                          */
@@ -48,7 +53,7 @@
 static void set_pos(kvp_pool *p, uint32_t node, uint32_t pos)
 {
     if (node & KVP__XREF)
-        p->xrefs[node & ~KVP__XREF].pos = pos;
+        p->own.xrefs[node & ~KVP__XREF].pos = pos;
     else
         p->blocks[node].opos = pos;
 }
@@ -92,7 +97,7 @@ static void arr_remove(kvp_pool *p, kvp__owner *o, uint32_t pos)
  * half of kvp__refs_reserve.  A failure changes nothing visible. */
 KVP__COLD kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
 {
-    kvp__owner *o = &p->owners[oslot];
+    kvp__owner *o = &p->own.slots[oslot];
     uint32_t len = o->id == KVP_ANON ? 0 : o->len;
     uint64_t ncap = o->cap ? o->cap : 8;
     while (ncap < (uint64_t)len + n)
@@ -119,11 +124,11 @@ KVP__COLD kvp_status kvp__refs_grow(kvp_pool *p, uint32_t oslot, uint32_t n)
  * there.  Finding an owner and unlinking it share this one walk. */
 uint32_t *kvp__owner_link(const kvp_pool *p, kvp_owner id)
 {
-    if (!p->obuckets)
+    if (!p->own.buckets)
         return NULL;
-    for (uint32_t *l = &p->obuckets[kvp__id_hash(id) & p->obmask]; *l;
-         l = &p->owners[*l - 1].link)
-        if (p->owners[*l - 1].id == id)
+    for (uint32_t *l = &p->own.buckets[kvp__id_hash(id) & p->own.bmask]; *l;
+         l = &p->own.slots[*l - 1].link)
+        if (p->own.slots[*l - 1].id == id)
             return l;
     return NULL;
 }
@@ -145,15 +150,15 @@ static void index_link(kvp__owner *owners, uint32_t *buckets, uint32_t mask, uin
 /* Release the slot array and the index buckets (not the owners' arrays). */
 static void free_table(kvp_pool *p)
 {
-    kvp__release(p, p->omem, (size_t)p->ocap * sizeof(kvp__owner) + KVP__LINE - 1);
-    kvp__release(p, p->obuckets, (size_t)p->ocap * KVP__OWNER_BUCKETS * sizeof *p->obuckets);
+    kvp__release(p, p->own.mem, (size_t)p->own.cap * sizeof(kvp__owner) + KVP__LINE - 1);
+    kvp__release(p, p->own.buckets, (size_t)p->own.cap * KVP__OWNER_BUCKETS * sizeof *p->own.buckets);
 }
 
 /* Double the slots and the index buckets (KVP__OWNER_BUCKETS per slot)
  * together; on failure nothing changes. */
 KVP__COLD static kvp_status grow_table(kvp_pool *p)
 {
-    uint32_t ncap = p->ocap ? p->ocap * 2 : 16;
+    uint32_t ncap = p->own.cap ? p->own.cap * 2 : 16;
     void *mem = kvp__alloc(p, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
     uint32_t *nb = kvp__zalloc(p, (size_t)ncap * KVP__OWNER_BUCKETS * sizeof *nb);
     if (!mem || !nb) {
@@ -164,11 +169,11 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
     /* Line-aligned, so where records cross lines does not depend on the
      * allocator. */
     kvp__owner *no = (kvp__owner *)(((uintptr_t)mem + KVP__LINE - 1) & ~(uintptr_t)(KVP__LINE - 1));
-    if (p->ocap)
-        memcpy(no, p->owners, (size_t)p->ocap * sizeof *no);
-    memset(no + p->ocap, 0, (size_t)(ncap - p->ocap) * sizeof *no);
+    if (p->own.cap)
+        memcpy(no, p->own.slots, (size_t)p->own.cap * sizeof *no);
+    memset(no + p->own.cap, 0, (size_t)(ncap - p->own.cap) * sizeof *no);
     for (uint32_t i = 0; i < ncap; i++) {
-        if (i >= p->ocap) {
+        if (i >= p->own.cap) {
             no[i].id = KVP_ANON;
             kvp__defer_slot_init(&no[i]);
             no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
@@ -177,12 +182,12 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
         }
     }
     free_table(p);
-    p->ofree = p->ocap;
-    p->omem = mem;
-    p->owners = no;
-    p->obuckets = nb;
-    p->obmask = ncap * KVP__OWNER_BUCKETS - 1;
-    p->ocap = ncap;
+    p->own.free = p->own.cap;
+    p->own.mem = mem;
+    p->own.slots = no;
+    p->own.buckets = nb;
+    p->own.bmask = ncap * KVP__OWNER_BUCKETS - 1;
+    p->own.cap = ncap;
     return KVP_OK;
 }
 
@@ -191,20 +196,20 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
  * use is then p->ofree. */
 kvp_status kvp__owner_reserve(kvp_pool *p)
 {
-    return p->ofree != KVP__NONE ? KVP_OK : grow_table(p);
+    return p->own.free != KVP__NONE ? KVP_OK : grow_table(p);
 }
 
 /* Add owner `id` (not present; room reserved).  Returns its slot. */
 uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
 {
-    uint32_t slot = p->ofree;
-    kvp__owner *o = &p->owners[slot];
-    p->ofree = o->link;
+    uint32_t slot = p->own.free;
+    kvp__owner *o = &p->own.slots[slot];
+    p->own.free = o->link;
     o->id = id;
     o->len = o->dead = 0;
     o->registered = 0;
-    index_link(p->owners, p->obuckets, p->obmask, slot);
-    p->nowners++;
+    index_link(p->own.slots, p->own.buckets, p->own.bmask, slot);
+    p->own.n++;
     return slot;
 }
 
@@ -212,54 +217,54 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
  * the index; its array keeps its capacity for the slot's next owner. */
 void kvp__owner_unlink(kvp_pool *p, uint32_t *link, uint32_t slot)
 {
-    kvp__owner *o = &p->owners[slot];
+    kvp__owner *o = &p->own.slots[slot];
     kvp__assert(*link == slot + 1);
     *link = o->link;
     o->id = KVP_ANON;
     o->len = o->dead = 0;
     kvp__defer_slot_freed(o);
-    o->link = p->ofree;
-    p->ofree = slot;
-    p->nowners--;
+    o->link = p->own.free;
+    p->own.free = slot;
+    p->own.n--;
 }
 
 /* Remove the owner in `slot`: kvp__owner_unlink, after the walk to its link. */
 void kvp__owner_remove(kvp_pool *p, uint32_t slot)
 {
-    kvp__owner_unlink(p, kvp__owner_link(p, p->owners[slot].id), slot);
+    kvp__owner_unlink(p, kvp__owner_link(p, p->own.slots[slot].id), slot);
 }
 
 /* Forget every owner and xref, keeping the memory (kvp_pool_clear). */
 void kvp__owners_reset(kvp_pool *p)
 {
-    if (p->obuckets)
-        memset(p->obuckets, 0, (size_t)p->ocap * KVP__OWNER_BUCKETS * sizeof *p->obuckets);
-    p->ofree = KVP__NONE;
-    for (uint32_t i = p->ocap; i-- > 0;) {
-        kvp__owner *o = &p->owners[i];
+    if (p->own.buckets)
+        memset(p->own.buckets, 0, (size_t)p->own.cap * KVP__OWNER_BUCKETS * sizeof *p->own.buckets);
+    p->own.free = KVP__NONE;
+    for (uint32_t i = p->own.cap; i-- > 0;) {
+        kvp__owner *o = &p->own.slots[i];
         o->id = KVP_ANON;
         o->len = o->dead = 0;
         kvp__defer_slot_init(o);
-        o->link = p->ofree;
-        p->ofree = i;
+        o->link = p->own.free;
+        p->own.free = i;
     }
-    kvp__assert_internal(!p->dirty); /* the caller entered, which settles */
-    p->nowners = 0;
-    p->xfree = KVP__NONE;
-    for (uint32_t i = p->xcap; i-- > 0;) {
-        p->xrefs[i].block = KVP__NONE;
-        p->xrefs[i].pos = p->xfree;
-        p->xfree = i;
+    kvp__assert_internal(!p->def.dirty); /* the caller entered, which settles */
+    p->own.n = 0;
+    p->own.xfree = KVP__NONE;
+    for (uint32_t i = p->own.xcap; i-- > 0;) {
+        p->own.xrefs[i].block = KVP__NONE;
+        p->own.xrefs[i].pos = p->own.xfree;
+        p->own.xfree = i;
     }
-    p->nxfree = p->xcap;
+    p->own.nxfree = p->own.xcap;
 }
 
 void kvp__owners_destroy(kvp_pool *p)
 {
-    for (uint32_t i = 0; i < p->ocap; i++)
-        kvp__release(p, p->owners[i].refs, (size_t)p->owners[i].cap * sizeof(uint32_t));
+    for (uint32_t i = 0; i < p->own.cap; i++)
+        kvp__release(p, p->own.slots[i].refs, (size_t)p->own.slots[i].cap * sizeof(uint32_t));
     free_table(p);
-    kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
+    kvp__release(p, p->own.xrefs, (size_t)p->own.xcap * sizeof *p->own.xrefs);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -269,27 +274,27 @@ void kvp__owners_destroy(kvp_pool *p)
 /* Make sure n xref nodes are free; doubles the slab when short. */
 kvp_status kvp__xref_reserve(kvp_pool *p, uint32_t n)
 {
-    if (p->nxfree >= n)
+    if (p->own.nxfree >= n)
         return KVP_OK;
-    uint64_t ncap = p->xcap ? (uint64_t)p->xcap * 2 : 16;
-    while (ncap - p->xcap + p->nxfree < n)
+    uint64_t ncap = p->own.xcap ? (uint64_t)p->own.xcap * 2 : 16;
+    while (ncap - p->own.xcap + p->own.nxfree < n)
         ncap *= 2;
     if (ncap > KVP__XREF)
         return KVP_ENOMEM;
     kvp__xref *nx = kvp__alloc(p, (size_t)ncap * sizeof *nx);
     if (!nx)
         return KVP_ENOMEM;
-    if (p->xcap)
-        memcpy(nx, p->xrefs, (size_t)p->xcap * sizeof *nx);
-    for (uint32_t i = (uint32_t)ncap; i-- > p->xcap;) {
+    if (p->own.xcap)
+        memcpy(nx, p->own.xrefs, (size_t)p->own.xcap * sizeof *nx);
+    for (uint32_t i = (uint32_t)ncap; i-- > p->own.xcap;) {
         nx[i].block = KVP__NONE;
-        nx[i].pos = p->xfree;
-        p->xfree = i;
+        nx[i].pos = p->own.xfree;
+        p->own.xfree = i;
     }
-    kvp__release(p, p->xrefs, (size_t)p->xcap * sizeof *p->xrefs);
-    p->nxfree += (uint32_t)ncap - p->xcap;
-    p->xrefs = nx;
-    p->xcap = (uint32_t)ncap;
+    kvp__release(p, p->own.xrefs, (size_t)p->own.xcap * sizeof *p->own.xrefs);
+    p->own.nxfree += (uint32_t)ncap - p->own.xcap;
+    p->own.xrefs = nx;
+    p->own.xcap = (uint32_t)ncap;
     return KVP_OK;
 }
 
@@ -307,7 +312,7 @@ void kvp__ref_first(kvp_pool *p, uint32_t b, uint32_t oslot)
         blk->sref = 1;
     } else {
         blk->owner = oslot;
-        arr_append(p, &p->owners[oslot], b);
+        arr_append(p, &p->own.slots[oslot], b);
     }
 }
 
@@ -323,44 +328,44 @@ void kvp__ref_add(kvp_pool *p, uint32_t b, uint32_t oslot)
     }
     kvp__assert_internal(blk->state == KVP_BLOCK_IN_USE && blk->ref < UINT32_MAX);
     if (++blk->ref == 2)
-        p->shared++;
+        p->g.shared++;
     if (oslot == KVP__NONE) {
         blk->anon++;
     } else if (oslot == KVP__SEQ) {
         blk->sref++;
     } else if (blk->owner == KVP__NONE) {
         blk->owner = oslot;
-        arr_append(p, &p->owners[oslot], b);
+        arr_append(p, &p->own.slots[oslot], b);
     } else {
-        uint32_t xi = p->xfree;
-        kvp__assert_internal(xi != KVP__NONE && p->nxfree > 0);
-        kvp__xref *x = &p->xrefs[xi];
-        p->xfree = x->pos;
-        p->nxfree--;
+        uint32_t xi = p->own.xfree;
+        kvp__assert_internal(xi != KVP__NONE && p->own.nxfree > 0);
+        kvp__xref *x = &p->own.xrefs[xi];
+        p->own.xfree = x->pos;
+        p->own.nxfree--;
         x->block = b;
         x->owner = oslot;
         x->bprev = KVP__NONE;
         x->bnext = blk->xhead;
         if (blk->xhead != KVP__NONE)
-            p->xrefs[blk->xhead].bprev = xi;
+            p->own.xrefs[blk->xhead].bprev = xi;
         blk->xhead = xi;
-        arr_append(p, &p->owners[oslot], xi | KVP__XREF);
+        arr_append(p, &p->own.slots[oslot], xi | KVP__XREF);
     }
 }
 
 static void xref_unchain(kvp_pool *p, kvp__block *blk, uint32_t xi)
 {
-    kvp__xref *x = &p->xrefs[xi];
+    kvp__xref *x = &p->own.xrefs[xi];
     if (x->bprev != KVP__NONE)
-        p->xrefs[x->bprev].bnext = x->bnext;
+        p->own.xrefs[x->bprev].bnext = x->bnext;
     else
         blk->xhead = x->bnext;
     if (x->bnext != KVP__NONE)
-        p->xrefs[x->bnext].bprev = x->bprev;
+        p->own.xrefs[x->bnext].bprev = x->bprev;
     x->block = KVP__NONE;
-    x->pos = p->xfree;
-    p->xfree = xi;
-    p->nxfree++;
+    x->pos = p->own.xfree;
+    p->own.xfree = xi;
+    p->own.nxfree++;
 }
 
 /* Drop the reference that `node` stands for.  `whole` is set while the
@@ -373,28 +378,28 @@ void kvp__node_drop(kvp_pool *p, uint32_t node, bool whole)
     if (node & KVP__XREF) {
         uint32_t xi = node & ~KVP__XREF;
         if (!whole)
-            arr_remove(p, &p->owners[p->xrefs[xi].owner], p->xrefs[xi].pos);
+            arr_remove(p, &p->own.slots[p->own.xrefs[xi].owner], p->own.xrefs[xi].pos);
         xref_unchain(p, blk, xi);
     } else {
         if (!whole)
-            arr_remove(p, &p->owners[blk->owner], blk->opos);
+            arr_remove(p, &p->own.slots[blk->owner], blk->opos);
         blk->owner = KVP__NONE;
         if (blk->xhead != KVP__NONE) {
             /* Promote the oldest xref (the chain's tail: new ones go to the
              * head) so the inline owner stays the earliest holder. */
             uint32_t xi = blk->xhead;
-            while (p->xrefs[xi].bnext != KVP__NONE)
-                xi = p->xrefs[xi].bnext;
-            kvp__xref *x = &p->xrefs[xi];
+            while (p->own.xrefs[xi].bnext != KVP__NONE)
+                xi = p->own.xrefs[xi].bnext;
+            kvp__xref *x = &p->own.xrefs[xi];
             blk->owner = x->owner;
             blk->opos = x->pos;
-            p->owners[x->owner].refs[x->pos] = b;
+            p->own.slots[x->owner].refs[x->pos] = b;
             xref_unchain(p, blk, xi);
         }
     }
     kvp__assert_internal(blk->ref > 0);
     if (--blk->ref == 1)
-        p->shared--;
+        p->g.shared--;
 }
 
 /* Drop one reference on b held by `oslot` (NONE: anonymous, KVP__SEQ: a
@@ -410,7 +415,7 @@ void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
         else
             blk->sref--;
         if (--blk->ref == 1)
-            p->shared--;
+            p->g.shared--;
         return;
     }
     if (blk->owner == oslot) {
@@ -419,8 +424,8 @@ void kvp__ref_drop(kvp_pool *p, uint32_t b, uint32_t oslot)
     }
     /* The owner's oldest xref: the chain runs newest first. */
     uint32_t xi = KVP__NONE;
-    for (uint32_t x = blk->xhead; x != KVP__NONE; x = p->xrefs[x].bnext)
-        if (p->xrefs[x].owner == oslot)
+    for (uint32_t x = blk->xhead; x != KVP__NONE; x = p->own.xrefs[x].bnext)
+        if (p->own.xrefs[x].owner == oslot)
             xi = x;
     kvp__assert_internal(xi != KVP__NONE);
     kvp__node_drop(p, xi | KVP__XREF, false);
@@ -430,8 +435,8 @@ uint32_t kvp__refs_held(const kvp_pool *p, uint32_t b, uint32_t oslot)
 {
     const kvp__block *blk = &p->blocks[b];
     uint32_t n = blk->owner == oslot;
-    for (uint32_t xi = blk->xhead; xi != KVP__NONE; xi = p->xrefs[xi].bnext)
-        n += p->xrefs[xi].owner == oslot;
+    for (uint32_t xi = blk->xhead; xi != KVP__NONE; xi = p->own.xrefs[xi].bnext)
+        n += p->own.xrefs[xi].owner == oslot;
     return n;
 }
 
@@ -441,9 +446,9 @@ void kvp__owner_relocate(kvp_pool *p, uint32_t to)
 {
     kvp__block *blk = &p->blocks[to];
     if (blk->owner != KVP__NONE)
-        p->owners[blk->owner].refs[blk->opos] = to;
-    for (uint32_t xi = blk->xhead; xi != KVP__NONE; xi = p->xrefs[xi].bnext)
-        p->xrefs[xi].block = to;
+        p->own.slots[blk->owner].refs[blk->opos] = to;
+    for (uint32_t xi = blk->xhead; xi != KVP__NONE; xi = p->own.xrefs[xi].bnext)
+        p->own.xrefs[xi].block = to;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -473,7 +478,7 @@ kvp_status kvp_owner_register(kvp_pool *pool, kvp_owner owner)
     else
         rc = kvp__owner_reserve(pool);
     if (!rc)
-        pool->owners[kvp__owner_add(pool, owner)].registered = 1;
+        pool->own.slots[kvp__owner_add(pool, owner)].registered = 1;
     kvp__leave(pool, rc == KVP_OK);
     return rc;
 }
@@ -486,7 +491,7 @@ kvp_status kvp_owner_release(kvp_pool *pool, kvp_owner owner)
         return rc;
     if (slot == KVP__NONE)
         rc = KVP_ENOTFOUND;
-    else if (kvp__owner_live(&pool->owners[slot]))
+    else if (kvp__owner_live(&pool->own.slots[slot]))
         rc = KVP_EBUSY;
     else
         kvp__owner_remove(pool, slot);
@@ -506,7 +511,7 @@ kvp_status kvp_owner_blocks(kvp_pool *pool, kvp_owner owner, kvp_block *ids, siz
     if (slot == KVP__NONE) {
         rc = KVP_ENOTFOUND;
     } else {
-        const kvp__owner *o = &pool->owners[slot];
+        const kvp__owner *o = &pool->own.slots[slot];
         *n_out = kvp__owner_live(o);
         if (ids_cap < *n_out) {
             rc = KVP_ESPACE;

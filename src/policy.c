@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * policy.c — the eviction order of cached free blocks: the lists every
- * policy orders blocks in, and the table of policies (kvp_policy) that
- * decides where a block goes.
+ * policy orders blocks in, and the dispatch to the pool's policy (p->pol,
+ * its row of policy_table.c's table) that decides where a block goes.
  *
  * What it owns: each stream's eviction lists (lhead, ltail, lmask, nseg),
  * the lprev/lnext links of cached blocks and the KVP__R_SEG bits of their
  * records (block.c and freelist.c clear every KVP__R_* bit when a block's
  * content goes, and kvp__policy_hit sets KVP__R_HIT on a claim), and the
- * choice of the pool's policy (p->pol, a copy of its row of the table).
- * Each policy's file (policy_lru.c, policy_slru.c, policy_lfu.c) owns what
+ * calls through the pool's row (p->pol).  The table of policies and the
+ * choice of the pool's row are policy_table.c's.  Each policy's file (policy_lru.c, policy_slru.c, policy_lfu.c) owns what
  * only it keeps.
  *
  * Invariants (checked by check.c and each policy's check):
@@ -33,54 +33,15 @@
  * recent end without a call (LRU's every insertion, SLRU's of blocks never
  * claimed), so the common step stays inline.
  */
-#include "kvp_internal.h"
+#include "policy.h"
 
 #include <string.h>
-
-/* ------------------------------------------------------------------------ */
-/* The table                                                                 */
-/* ------------------------------------------------------------------------ */
-
-/* The policies, indexed by kvp_policy: one row each, in its own file. */
-static const kvp__policy *const policies[] = {
-    [KVP_POLICY_LRU] = &kvp__policy_lru,
-    [KVP_POLICY_SLRU] = &kvp__policy_slru,
-    [KVP_POLICY_LFU] = &kvp__policy_lfu,
-};
-#define NPOLICIES (sizeof policies / sizeof policies[0])
-
-/* See kvpool.h. */
-const char *kvp_policy_name(int policy)
-{
-    return policy >= 0 && (size_t)policy < NPOLICIES ? policies[policy]->name : NULL;
-}
-
-/* See kvpool.h. */
-KVP__DEFINE_PARSE(kvp_policy_parse, kvp_policy, kvp_policy_name)
-
-/* The configuration names a policy of the table and meets its rules.
- * KVP_OK or KVP_EINVAL (pool.c's validation). */
-kvp_status kvp__policy_config_valid(const kvp_config *c)
-{
-    if ((unsigned)c->policy >= NPOLICIES || c->protected_percent > 100)
-        return KVP_EINVAL;
-    const kvp__policy *pol = policies[c->policy];
-    return pol->valid ? pol->valid(c) : KVP_OK;
-}
 
 /* A policy's rule for `valid`: refuse FIFO reuse, which reuses free blocks
  * in the order freed, whatever the policy would say. */
 kvp_status kvp__policy_refuse_fifo(const kvp_config *c)
 {
     return c->reuse == KVP_REUSE_FIFO ? KVP_EINVAL : KVP_OK;
-}
-
-/* Choose the pool's policy (its configuration was validated) and set up
- * what the policy keeps.  All or nothing: KVP_OK or KVP_ENOMEM. */
-kvp_status kvp__policy_create(kvp_pool *p)
-{
-    p->pol = *policies[p->cfg.policy];
-    return p->pol.create ? p->pol.create(p) : KVP_OK;
 }
 
 /* Release what the policy keeps (also after a failed create, or none). */

@@ -27,7 +27,7 @@
  * costs O(1) amortized per insertion: each block moved down was moved there
  * by an insertion, at most KVP__SEGS - 1 moves per block freed.
  */
-#include "kvp_internal.h"
+#include "policy.h"
 
 #include <stdio.h>
 
@@ -67,7 +67,7 @@ static void lfu_insert(kvp_pool *p, uint32_t b)
  * KVP_ECORRUPT with a message in msg. */
 static kvp_status lfu_check(const kvp_pool *p, char *msg, size_t cap)
 {
-    for (int s = 0; s < p->nstreams; s++)
+    for (int s = 0; s < kvp__streams(p); s++)
         for (unsigned l = 0; l < KVP__LISTS; l++)
             for (uint32_t b = p->st[s].lhead[l]; b != KVP__NONE; b = p->blocks[b].lnext)
                 if (kvp__segment(&p->blocks[b]) != lfu_class(&p->blocks[b])) {

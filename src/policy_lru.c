@@ -6,7 +6,7 @@
  * 0 of its priority, so each insertion is policy.c's inline append (no slow
  * bits) and the victim rule alone gives the order.
  */
-#include "kvp_internal.h"
+#include "policy.h"
 
 const kvp__policy kvp__policy_lru = {
     .name = "lru",

@@ -20,7 +20,9 @@
  * needs to recognise content that comes back; finding a key walks one short
  * chain, with no table to probe or shift.
  */
-#include "kvp_internal.h"
+#include "policy.h"
+#include "hashing.h"
+#include "mem.h"
 
 #include <stdio.h>
 #include <string.h>

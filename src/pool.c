@@ -21,7 +21,22 @@
  *
  * Who calls it: the public API only.
  */
-#include "kvp_internal.h"
+#include "check.h"
+#include "client.h"
+#include "events.h"
+#include "freelist.h"
+#include "guard.h"
+#include "hashing.h"
+#include "idset.h"
+#include "index.h"
+#include "mem.h"
+#include "owner.h"
+#include "policy.h"
+#include "policy_table.h"
+#include "record.h"
+#include "resize.h"
+#include "status.h"
+#include "storage.h"
 
 
 /* ------------------------------------------------------------------------ */
@@ -42,12 +57,13 @@ kvp_status kvp_config_default(kvp_config *cfg)
     return KVP_OK;
 }
 
-/* Blocks of stream s at creation (and after kvp_pool_clear): one stream
- * has them all; with separate K and V, K has the first half, rounded up. */
+/* Blocks of stream s at creation (and after kvp_pool_clear): an equal
+ * share, the first streams one more while blocks remain (with K and V
+ * apart, K has the first half, rounded up). */
 static uint32_t initial_blocks(const kvp_pool *p, int s)
 {
-    uint32_t n = p->cfg.num_blocks, k = p->nstreams == 2 ? (n + 1) / 2 : n;
-    return s == 0 ? k : n - k;
+    uint32_t n = p->cfg.num_blocks, per = n / (uint32_t)p->nstreams, rest = n % (uint32_t)p->nstreams;
+    return per + ((uint32_t)s < rest);
 }
 
 /* Lay out the initial blocks: stream ranges, all fresh, and the null block.
@@ -57,11 +73,11 @@ static uint32_t initial_blocks(const kvp_pool *p, int s)
 static void reset_blocks(kvp_pool *p)
 {
     uint32_t n = p->cfg.num_blocks;
-    for (int s = 0; s < p->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__stream *st = &p->st[s];
         st->qhead = st->qtail = st->fresh_mark = KVP__NONE;
         kvp__policy_reset(st);
-        st->fresh_lo = s == 0 ? 0 : initial_blocks(p, 0);
+        st->fresh_lo = s == 0 ? 0 : p->st[s - 1].fresh_hi;
         st->fresh_hi = st->fresh_lo + initial_blocks(p, s);
         st->nblocks = st->nvacant = st->fresh_hi - st->fresh_lo;
         st->ncached = 0;
@@ -72,15 +88,15 @@ static void reset_blocks(kvp_pool *p)
     kvp__fast_reset(p);
     p->nretired = 0;
     p->top = p->hwm = n;
-    p->in_use = p->shared = p->fragmented = p->peak = p->fill_sum = 0;
-    p->nindexed = 0;
+    p->g.in_use = p->g.shared = p->g.fragmented = p->g.peak = p->g.fill_sum = 0;
+    p->idx.nindexed = 0;
     if (p->cfg.null_block) {
         p->st[0].fresh_lo = 1;
         p->st[0].nvacant--;
         kvp__init_block(p, 0, 0, KVP_BLOCK_IN_USE);
         p->blocks[0].ref = p->blocks[0].anon = 1;
         p->blocks[0].flags = KVP__F_NULL | KVP__F_EVER;
-        p->in_use = p->peak = 1;
+        p->g.in_use = p->g.peak = 1;
     }
 }
 
@@ -132,7 +148,7 @@ static kvp_status validate_config(const kvp_config *c)
      * growth cap (storage.c): refused here when that size does not fit
      * size_t, so no arena size or block address computed later can wrap. */
     size_t arena;
-    for (int s = 0; s < 2 && c->host_arena; s++)
+    for (unsigned s = 0; s < KVP__STREAMS_MAX && c->host_arena; s++)
         if (!kvp__mul_size(c->block_bytes[s], kvp__growth_cap(c), &arena))
             return KVP_EINVAL;
     return KVP_OK;
@@ -142,19 +158,19 @@ static void free_arrays(kvp_pool *p)
 {
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
-    kvp__release(p, p->dprev, (size_t)p->cap * sizeof *p->dprev);
-    kvp__release(p, p->buckets, ((size_t)p->bmask + 1) * sizeof *p->buckets);
-    for (int s = 0; s < 2; s++) {
+    kvp__release(p, p->idx.dprev, (size_t)p->cap * sizeof *p->idx.dprev);
+    kvp__release(p, p->idx.buckets, ((size_t)p->idx.bmask + 1) * sizeof *p->idx.buckets);
+    for (int s = 0; s < kvp__streams(p); s++) {
         kvp__idset_free(p, &p->st[s].vacant);
         kvp__idset_free(p, &p->st[s].cached);
         kvp__release(p, p->st[s].stk, (size_t)p->st[s].stkcap * sizeof *p->st[s].stk);
     }
     kvp__idset_free(p, &p->retired);
-    kvp__release(p, p->hist, (size_t)p->cfg.history_len * sizeof *p->hist);
-    kvp__release(p, p->vtok, (size_t)p->cap * p->cfg.block_size * sizeof *p->vtok);
-    kvp__release(p, p->vparent, (size_t)p->cap * sizeof *p->vparent);
-    kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *p->vpgen);
-    kvp__release(p, p->gen, (size_t)p->cap * sizeof *p->gen);
+    kvp__release(p, p->hist.ring, (size_t)p->cfg.history_len * sizeof *p->hist.ring);
+    kvp__release(p, p->ver.vtok, (size_t)p->cap * p->cfg.block_size * sizeof *p->ver.vtok);
+    kvp__release(p, p->ver.vparent, (size_t)p->cap * sizeof *p->ver.vparent);
+    kvp__release(p, p->ver.vpgen, (size_t)p->cap * sizeof *p->ver.vpgen);
+    kvp__release(p, p->ver.gen, (size_t)p->cap * sizeof *p->ver.gen);
     kvp__policy_destroy(p);
     kvp__storage_free(p);
     kvp__events_free(p);
@@ -168,39 +184,40 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
     if (rc)
         return rc;
     const kvp_allocator *mem = cfg->allocator ? cfg->allocator : &kvp__std_allocator;
-    kvp_pool *p = mem->alloc(mem->user, sizeof *p);
+    int nstreams = kvp__nstreams(cfg);
+    kvp_pool *p = mem->alloc(mem->user, kvp__pool_bytes(nstreams));
     if (!p)
         return KVP_ENOMEM;
-    memset(p, 0, sizeof *p);
+    memset(p, 0, kvp__pool_bytes(nstreams));
     p->cfg = *cfg;
     p->mem = *mem;
     p->cfg.allocator = NULL; /* the copy in p->mem is the one used */
-    p->nstreams = cfg->separate_kv ? 2 : 1;
+    p->nstreams = nstreams;
     p->ts = cfg->thread_safe != 0;
-    p->ofree = p->xfree = KVP__NONE;
+    p->own.free = p->own.xfree = KVP__NONE;
 
     uint32_t cap = cfg->num_blocks ? cfg->num_blocks : 1;
     p->cap = cap;
-    p->bmask = kvp__bucket_count(cap) - 1;
+    p->idx.bmask = kvp__bucket_count(cap) - 1;
     p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
     p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
-    p->dprev = kvp__alloc(p, (size_t)cap * sizeof *p->dprev);
-    p->buckets = kvp__zalloc(p, ((size_t)p->bmask + 1) * sizeof *p->buckets);
-    p->hist = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist);
-    rc = (!p->blocks || !p->hashes || !p->dprev || !p->buckets || (cfg->history_len && !p->hist))
+    p->idx.dprev = kvp__alloc(p, (size_t)cap * sizeof *p->idx.dprev);
+    p->idx.buckets = kvp__zalloc(p, ((size_t)p->idx.bmask + 1) * sizeof *p->idx.buckets);
+    p->hist.ring = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist.ring);
+    rc = (!p->blocks || !p->hashes || !p->idx.dprev || !p->idx.buckets || (cfg->history_len && !p->hist.ring))
              ? KVP_ENOMEM
              : KVP_OK;
-    for (int s = 0; s < 2 && !rc; s++) {
-        rc = kvp__idset_init(p, &p->st[s].vacant, s < p->nstreams ? cap : 0);
+    for (int s = 0; s < kvp__streams(p) && !rc; s++) {
+        rc = kvp__idset_init(p, &p->st[s].vacant, cap);
         if (!rc)
-            rc = kvp__idset_init(p, &p->st[s].cached, s < p->nstreams ? cap : 0);
-        if (!rc && s < p->nstreams)
+            rc = kvp__idset_init(p, &p->st[s].cached, cap);
+        if (!rc)
             rc = kvp__stk_reserve(p, s, initial_blocks(p, s));
     }
     if (!rc)
         rc = kvp__idset_init(p, &p->retired, cap);
     if (!rc && cfg->verify_hits)
-        rc = kvp__verify_reserve(p, cap, &p->vtok, &p->vparent, &p->vpgen, &p->gen);
+        rc = kvp__verify_reserve(p, cap, &p->ver.vtok, &p->ver.vparent, &p->ver.vpgen, &p->ver.gen);
     if (!rc)
         rc = kvp__policy_create(p);
     if (!rc)
@@ -215,7 +232,7 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
         rc = KVP_ENOMEM;
     if (rc) {
         free_arrays(p);
-        p->mem.release(p->mem.user, p, sizeof *p);
+        p->mem.release(p->mem.user, p, kvp__pool_bytes(nstreams));
         return rc;
     }
     p->hooked = p->ts || p->evq || (p->cfg.history_every_call && p->cfg.history_len) ||
@@ -229,14 +246,14 @@ void kvp_pool_destroy(kvp_pool *pool)
 {
     if (!pool)
         return;
-    if (pool->seq_clear)
-        pool->seq_clear(pool);
+    if (pool->seq.clear)
+        pool->seq.clear(pool);
     kvp__owners_destroy(pool);
     free_arrays(pool);
     if (pool->ts)
         pthread_mutex_destroy(&pool->lock);
     kvp_allocator mem = pool->mem;
-    mem.release(mem.user, pool, sizeof *pool);
+    mem.release(mem.user, pool, kvp__pool_bytes(pool->nstreams));
 }
 
 kvp_status kvp_pool_clear(kvp_pool *pool)
@@ -244,21 +261,21 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    bool had_index = pool->nindexed > 0;
-    if (pool->seq_clear)
-        pool->seq_clear(pool);
+    bool had_index = pool->idx.nindexed > 0;
+    if (pool->seq.clear)
+        pool->seq.clear(pool);
     kvp__owners_reset(pool);
-    for (int s = 0; s < pool->nstreams; s++) {
+    for (int s = 0; s < kvp__streams(pool); s++) {
         kvp__idset_clear(&pool->st[s].vacant);
         kvp__idset_clear(&pool->st[s].cached);
     }
     kvp__idset_clear(&pool->retired);
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
-    memset(pool->buckets, 0, ((size_t)pool->bmask + 1) * sizeof *pool->buckets);
+    memset(pool->idx.buckets, 0, ((size_t)pool->idx.bmask + 1) * sizeof *pool->idx.buckets);
     reset_blocks(pool);
     kvp__policy_forget(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);
-    pool->hist_head = pool->hist_count = 0;
+    pool->hist.head = pool->hist.count = 0;
     /* Queued events stay (a subscriber may already know their hashes); the
      * clear that follows them makes its view empty, as the index is. */
     kvp__ev_cleared(pool);
@@ -282,12 +299,8 @@ kvp_status kvp_set_fill(kvp_pool *pool, kvp_block id, uint32_t fill)
         rc = KVP_EINVAL;
     if (!rc && kvp__state(pool, id) != KVP_BLOCK_IN_USE)
         rc = KVP_EDOUBLEFREE;
-    if (!rc) {
-        kvp__block *blk = &pool->blocks[id];
-        kvp__account(pool, blk, -1);
-        blk->fill = (uint16_t)fill;
-        kvp__account(pool, blk, 1);
-    }
+    if (!rc)
+        kvp__client_fill(pool, id, fill);
     kvp__leave(pool, rc == KVP_OK);
     return rc;
 }
@@ -339,11 +352,6 @@ kvp_status kvp_set_priority(kvp_pool *pool, kvp_block id, unsigned priority)
     return rc;
 }
 
-static kvp_stream public_stream(const kvp_pool *p, int s)
-{
-    return p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);
-}
-
 kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
 {
     if (!pool || !out)
@@ -360,14 +368,14 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
     out->priority = KVP_PRIORITY_NORMAL;
     if (id >= pool->top) {
         out->state = KVP_BLOCK_RETIRED;
-        out->stream = public_stream(pool, pool->blocks[id].stream);
+        out->stream = kvp__stream_value(pool, pool->blocks[id].stream);
     } else if (kvp__is_fresh(pool, id)) {
         out->state = KVP_BLOCK_VACANT;
-        out->stream = public_stream(pool, kvp__stream_of(pool, id));
+        out->stream = kvp__stream_value(pool, kvp__stream_of(pool, id));
     } else {
         const kvp__block *blk = &pool->blocks[id];
         out->state = blk->state;
-        out->stream = public_stream(pool, blk->stream);
+        out->stream = kvp__stream_value(pool, blk->stream);
         out->format = blk->format;
         out->ref_count = blk->ref;
         out->anon_refs = blk->anon;
@@ -378,7 +386,7 @@ kvp_status kvp_block_get(kvp_pool *pool, kvp_block id, kvp_block_info *out)
         out->is_null = (blk->flags & KVP__F_NULL) != 0;
         out->priority = kvp__priority(blk);
         if (blk->owner != KVP__NONE)
-            out->owner = pool->owners[blk->owner].id;
+            out->owner = pool->own.slots[blk->owner].id;
         if (out->published)
             out->hash = pool->hashes[id];
     }

@@ -14,7 +14,15 @@
  * anything is switched over, so a failed growth leaves the pool as it was
  * (larger internal capacities are not part of the state).
  */
-#include "kvp_internal.h"
+#include "resize.h"
+#include "freelist.h"
+#include "guard.h"
+#include "idset.h"
+#include "index.h"
+#include "mem.h"
+#include "owner.h"
+#include "record.h"
+#include "storage.h"
 
 uint32_t kvp__pow2_at_least(uint32_t n)
 {
@@ -48,9 +56,8 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     kvp_hash *nh = kvp__alloc(p, (size_t)ncap * sizeof *nh);
     uint32_t *nd = kvp__alloc(p, (size_t)ncap * sizeof *nd);
     uint32_t *vtok = NULL, *vparent = NULL, *vpgen = NULL, *gen = NULL;
-    uint8_t *arena[2] = {NULL, NULL};
     kvp_status rc = nb && nh && nd ? KVP_OK : KVP_ENOMEM;
-    for (int s = 0; s < p->nstreams && !rc; s++) {
+    for (int s = 0; s < kvp__streams(p) && !rc; s++) {
         rc = kvp__idset_resize(p, &p->st[s].vacant, ncap);
         if (!rc)
             rc = kvp__idset_resize(p, &p->st[s].cached, ncap);
@@ -58,12 +65,12 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     if (!rc)
         rc = kvp__idset_resize(p, &p->retired, ncap);
     uint32_t nbuckets = kvp__bucket_count(ncap);
-    if (!rc && nbuckets > p->bmask + 1)
+    if (!rc && nbuckets > p->idx.bmask + 1)
         rc = kvp__index_rebuild(p, nbuckets);
-    if (!rc && p->vtok)
+    if (!rc && p->ver.vtok)
         rc = kvp__verify_reserve(p, ncap, &vtok, &vparent, &vpgen, &gen);
     if (!rc)
-        rc = kvp__storage_reserve(p, ncap, arena);
+        rc = kvp__storage_reserve(p, ncap);
     size_t bs = p->cfg.block_size;
     if (rc) {
         kvp__release(p, nb, (size_t)ncap * sizeof *nb);
@@ -79,24 +86,24 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     }
     memcpy(nb, p->blocks, (size_t)p->top * sizeof *nb);
     memcpy(nh, p->hashes, (size_t)p->top * sizeof *nh);
-    memcpy(nd, p->dprev, (size_t)p->top * sizeof *nd);
+    memcpy(nd, p->idx.dprev, (size_t)p->top * sizeof *nd);
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
-    kvp__release(p, p->dprev, (size_t)p->cap * sizeof *p->dprev);
+    kvp__release(p, p->idx.dprev, (size_t)p->cap * sizeof *p->idx.dprev);
     p->blocks = nb;
     p->hashes = nh;
-    p->dprev = nd;
+    p->idx.dprev = nd;
     if (vtok) {
-        kvp__release(p, p->vtok, (size_t)p->cap * bs * sizeof *vtok);
-        kvp__release(p, p->vparent, (size_t)p->cap * sizeof *vparent);
-        kvp__release(p, p->vpgen, (size_t)p->cap * sizeof *vpgen);
-        kvp__release(p, p->gen, (size_t)p->cap * sizeof *gen);
-        p->vtok = vtok;
-        p->vparent = vparent;
-        p->vpgen = vpgen;
-        p->gen = gen;
+        kvp__release(p, p->ver.vtok, (size_t)p->cap * bs * sizeof *vtok);
+        kvp__release(p, p->ver.vparent, (size_t)p->cap * sizeof *vparent);
+        kvp__release(p, p->ver.vpgen, (size_t)p->cap * sizeof *vpgen);
+        kvp__release(p, p->ver.gen, (size_t)p->cap * sizeof *gen);
+        p->ver.vtok = vtok;
+        p->ver.vparent = vparent;
+        p->ver.vpgen = vpgen;
+        p->ver.gen = gen;
     }
-    kvp__storage_commit(p, arena, ncap);
+    kvp__storage_commit(p, ncap);
     p->cap = ncap;
     return KVP_OK;
 }
@@ -111,7 +118,7 @@ KVP__COLD kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n)
         rc = reserve(p, p->top + (n - from_retired));
     if (rc)
         return rc;
-    kvp__cursor cur = KVP__CURSOR(n);
+    kvp__cursor cur = kvp__cursor_start(n);
     kvp__free_listed(p, s, &cur);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b;
@@ -169,13 +176,13 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
 {
     kvp__block *d = &p->blocks[dst], *s = &p->blocks[src];
     kvp__storage_copy(p, s->stream, src, dst);
-    if (p->vtok) { /* the recorded tokens and parent move; src's children
+    if (p->ver.vtok) { /* the recorded tokens and parent move; src's children
                       recorded (src, gen) and must stop matching */
         size_t bs = p->cfg.block_size;
-        memcpy(p->vtok + dst * bs, p->vtok + src * bs, bs * sizeof *p->vtok);
-        p->vparent[dst] = p->vparent[src];
-        p->vpgen[dst] = p->vpgen[src];
-        p->gen[src]++;
+        memcpy(p->ver.vtok + dst * bs, p->ver.vtok + src * bs, bs * sizeof *p->ver.vtok);
+        p->ver.vparent[dst] = p->ver.vparent[src];
+        p->ver.vpgen[dst] = p->ver.vpgen[src];
+        p->ver.gen[src]++;
     }
     uint32_t hnext = d->hnext;
     *d = *s;
@@ -186,8 +193,8 @@ static void adopt(kvp_pool *p, uint32_t dst, uint32_t src)
         kvp__index_replace(p, src, dst);
     }
     kvp__owner_relocate(p, dst);
-    if (p->seq_relocate)
-        p->seq_relocate(p, src, dst);
+    if (p->seq.relocate)
+        p->seq.relocate(p, src, dst);
 }
 
 kvp_status kvp_extend(kvp_pool *pool, kvp_stream stream, uint32_t n, uint32_t *n_added)

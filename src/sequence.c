@@ -9,8 +9,11 @@
  *
  * Sequences are a client of the pool like an engine would be: they hold
  * references of their own kind (KVP__SEQ: neither an owner's nor anonymous,
- * so no owner call or kvp_free can drop them) and use the pool's internal calls for taking,
- * claiming, publishing and freeing blocks.  The pool knows nothing of them
+ * so no owner call or kvp_free can drop them) and take, claim, publish,
+ * look up and drop blocks through the internal client interface
+ * (client.h), which the public takes and frees use too; besides it they
+ * call only hashing (hashing.h), block bytes (storage.h) and their
+ * registry's map (map.h).  The pool knows nothing of them
  * except two hooks registered here: relocation (rewrite tables when
  * kvp_retire_top moves a block) and clear (drop every sequence).
  *
@@ -32,7 +35,10 @@
  * holds one sequence reference per appearance; blocks [0, nhashes) are
  * full, the last block's fill is ntokens % block_size (or full).
  */
-#include "kvp_internal.h"
+#include "client.h" /* with guard.h and mem.h: every client enters, leaves and allocates */
+#include "hashing.h"
+#include "map.h" /* the registry */
+#include "storage.h"
 
 struct kvp_seq {
     kvp_pool *pool;
@@ -73,7 +79,7 @@ static void seq_free(kvp_pool *p, kvp_seq *q)
 /* Put an empty record (no blocks, not registered) on the spare list. */
 static void seq_retire(kvp_pool *p, kvp_seq *q)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     q->next_spare = r->spare;
     r->spare = q;
 }
@@ -82,7 +88,7 @@ static void seq_retire(kvp_pool *p, kvp_seq *q)
  * walks all live sequences (relocation is rare: a shrinking boundary). */
 static void on_relocate(kvp_pool *p, uint32_t from, uint32_t to)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     for (uint32_t i = 0; i < r->n; i++)
         for (size_t k = 0; k < r->seqs[i]->nblocks; k++)
             if (r->seqs[i]->blocks[k] == from)
@@ -93,7 +99,7 @@ static void on_relocate(kvp_pool *p, uint32_t from, uint32_t to)
  * reset wholesale, so the sequences just go. */
 static void on_clear(kvp_pool *p)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     for (uint32_t i = 0; i < r->n; i++)
         seq_free(p, r->seqs[i]);
     while (r->spare) {
@@ -104,23 +110,23 @@ static void on_clear(kvp_pool *p)
     kvp__map_free(p, &r->map);
     kvp__release(p, r->seqs, r->cap * sizeof *r->seqs);
     kvp__release(p, r, sizeof *r);
-    p->seqs = NULL;
-    p->seq_relocate = NULL;
-    p->seq_clear = NULL;
+    p->seq.reg = NULL;
+    p->seq.relocate = NULL;
+    p->seq.clear = NULL;
 }
 
 /* Room for one more sequence in the registry (created on first use). */
 static kvp_status registry_reserve(kvp_pool *p)
 {
-    if (!p->seqs) {
+    if (!p->seq.reg) {
         registry *r = kvp__zalloc(p, sizeof *r);
         if (!r)
             return KVP_ENOMEM;
-        p->seqs = r;
-        p->seq_relocate = on_relocate;
-        p->seq_clear = on_clear;
+        p->seq.reg = r;
+        p->seq.relocate = on_relocate;
+        p->seq.clear = on_clear;
     }
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     if (r->n == r->cap) {
         uint32_t ncap = r->cap ? r->cap * 2 : 16;
         kvp_seq **ns = kvp__alloc(p, ncap * sizeof *ns);
@@ -137,7 +143,7 @@ static kvp_status registry_reserve(kvp_pool *p)
 
 static void registry_add(kvp_pool *p, kvp_seq *q)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     q->index = r->n;
     r->seqs[r->n++] = q;
     kvp__map_put(&r->map, q->id, q->index);
@@ -145,7 +151,7 @@ static void registry_add(kvp_pool *p, kvp_seq *q)
 
 static void registry_remove(kvp_pool *p, kvp_seq *q)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     kvp__map_del(&r->map, q->id);
     kvp_seq *last = r->seqs[--r->n];
     if (last != q) { /* move the last one into q's place */
@@ -158,7 +164,7 @@ static void registry_remove(kvp_pool *p, kvp_seq *q)
 
 static kvp_seq *registry_find(const kvp_pool *p, uint64_t id)
 {
-    const registry *r = p->seqs;
+    const registry *r = p->seq.reg;
     uint32_t i = r ? kvp__map_get(&r->map, id) : KVP__NONE;
     return i == KVP__NONE ? NULL : r->seqs[i];
 }
@@ -245,7 +251,7 @@ static kvp_status seq_reserve(kvp_pool *p, kvp_seq *q, size_t nblocks)
 static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, size_t nblocks,
                           kvp_seq **out)
 {
-    registry *r = p->seqs;
+    registry *r = p->seq.reg;
     kvp_seq *q = r->spare;
     if (q) {
         r->spare = q->next_spare;
@@ -279,48 +285,24 @@ static kvp_status seq_new(kvp_pool *p, uint64_t id, const kvp_extra_keys *x, siz
 /* A fresh block (one sequence reference) for a sequence. */
 static uint32_t take_block(kvp_pool *p)
 {
-    return kvp__take_block(p, 0, KVP__SEQ, KVP_FMT_FP16);
-}
-
-static void set_fill(kvp_pool *p, uint32_t b, uint32_t fill)
-{
-    kvp__block *blk = &p->blocks[b];
-    kvp__account(p, blk, -1);
-    blk->fill = (uint16_t)fill;
-    kvp__account(p, blk, 1);
+    return kvp__client_take(p, 0, KVP__SEQ, KVP_FMT_FP16);
 }
 
 /* Publish full block i of q (its hash is q->hashes[i], its tokens `tokens`). */
 static void publish_block(kvp_pool *p, kvp_seq *q, size_t i, const uint32_t *tokens)
 {
     uint32_t b = q->blocks[i];
-    if (!p->cfg.prefix_caching || (p->blocks[b].flags & KVP__F_PUBLISHED))
+    if (!p->cfg.prefix_caching || kvp__client_published(p, b))
         return;
     kvp__pubinfo info = {i ? q->blocks[i - 1] : KVP__NONE, i ? &q->hashes[i - 1] : NULL, tokens,
                          extra_of(q), i * p->cfg.block_size};
-    if (p->vtok) {
-        kvp__publish_verified(p, b, &q->hashes[i], &info);
-    } else {
-        p->hashes[b] = q->hashes[i];
-        kvp__index_insert(p, b, &info);
-    }
+    kvp__client_publish(p, b, &q->hashes[i], &info);
 }
 
 /* Drop the sequence's references, last block first. */
 static void release_all(kvp_pool *p, kvp_seq *q)
 {
-    kvp__cursor cur = KVP__CURSOR(q->nblocks);
-    for (size_t j = q->nblocks; j-- > 0 && q->nblocks - j <= KVP__PREFETCH;)
-        kvp__prefetch_block(p, q->blocks[j]);
-    for (size_t i = q->nblocks; i-- > 0;) {
-        uint32_t b = q->blocks[i];
-        if (i >= KVP__PREFETCH)
-            kvp__prefetch_block(p, q->blocks[i - KVP__PREFETCH]);
-        kvp__ref_drop(p, b, KVP__SEQ);
-        if (p->blocks[b].ref == 0)
-            kvp__release_block(p, b, &cur);
-    }
-    kvp__free_end(p, &cur);
+    kvp__client_drop_each(p, q->blocks, q->nblocks, KVP__SEQ);
     p->ctr.blocks_freed += q->nblocks;
     q->nblocks = q->nhashes = q->ntokens = 0;
 }
@@ -332,15 +314,11 @@ static bool refs_would_wrap(kvp_pool *p, const kvp_seq *q)
 {
     bool wrap = false;
     for (size_t i = 0; i < q->nblocks; i++) {
-        kvp__block *blk = &p->blocks[q->blocks[i]];
-        if (!(blk->flags & KVP__F_MARK)) {
-            blk->flags |= KVP__F_MARK;
-            blk->count = 0;
-        }
-        wrap |= blk->ref > UINT32_MAX - ++blk->count;
+        uint32_t b = q->blocks[i];
+        wrap |= kvp__client_refs(p, b) > UINT32_MAX - kvp__client_tally(p, b);
     }
     for (size_t i = 0; i < q->nblocks; i++)
-        p->blocks[q->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+        kvp__client_unmark(p, q->blocks[i]);
     return wrap;
 }
 
@@ -430,13 +408,8 @@ kvp_status kvp_seq_raise_priority(kvp_seq *seq, size_t n_blocks, unsigned priori
         return rc;
     size_t n = n_blocks < seq->nblocks ? n_blocks : seq->nblocks;
     bool changed = false;
-    for (size_t i = 0; i < n; i++) {
-        const kvp__block *blk = &p->blocks[seq->blocks[i]];
-        if (kvp__priority(blk) < priority) {
-            kvp__set_priority(p, seq->blocks[i], priority);
-            changed = true;
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        changed |= kvp__client_raise(p, seq->blocks[i], priority);
     kvp__leave(p, changed);
     return KVP_OK;
 }
@@ -455,7 +428,7 @@ static kvp_status admit_enter(kvp_seq *seq, const uint32_t *tokens, size_t n, si
     *nblocks = n / bs + (n % bs != 0); /* no overflow */
     if (*nblocks > KVP_MAX_BLOCKS)
         return KVP_EINVAL;
-    if (seq->ntokens || kvp__cb_pool == p)
+    if (seq->ntokens || kvp__client_in_callback(p))
         return KVP_EBUSY;
     kvp_status rc = seq_reserve(p, seq, *nblocks);
     if (!rc && p->cfg.prefix_caching)
@@ -473,24 +446,22 @@ static size_t match_prefix(kvp_pool *p, kvp_seq *seq, const uint32_t *tokens, si
     size_t bs = p->cfg.block_size;
     size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0, k = 0;
     for (uint32_t parent = KVP__NONE; k < max_hit; k++) {
-        uint32_t b = p->vtok ? kvp__lookup_verified(p, 0, &seq->hashes[k], parent, tokens + k * bs)
-                             : kvp__index_find(p, 0, &seq->hashes[k]);
+        uint32_t b = kvp__client_lookup(p, 0, &seq->hashes[k], parent, tokens + k * bs);
         /* A block that could not take one more reference for each time it
          * may be named here (k earlier matches and this one) without its
          * 32-bit count wrapping is a miss. */
-        if (b == KVP__NONE || p->blocks[b].ref > UINT32_MAX - 1 - k)
+        if (b == KVP__NONE || kvp__client_refs(p, b) > UINT32_MAX - 1 - k)
             break;
         seq->blocks[k] = parent = b;
     }
     /* Count each cached block once (a mark flag catches repeats). */
     uint32_t nfree = 0;
     for (size_t i = 0; i < k; i++) {
-        kvp__block *blk = &p->blocks[seq->blocks[i]];
-        nfree += blk->state == KVP_BLOCK_CACHED && !(blk->flags & KVP__F_MARK);
-        blk->flags |= KVP__F_MARK;
+        uint32_t b = seq->blocks[i];
+        nfree += kvp__client_cached(p, b) && kvp__client_mark(p, b);
     }
     for (size_t i = 0; i < k; i++)
-        p->blocks[seq->blocks[i]].flags &= (uint8_t)~KVP__F_MARK;
+        kvp__client_unmark(p, seq->blocks[i]);
     *matched_free = nfree;
     return k;
 }
@@ -507,15 +478,15 @@ KVP__FLATTEN kvp_status kvp_seq_admit(kvp_seq *seq, const uint32_t *tokens, size
     size_t max_hit = p->cfg.prefix_caching ? (n - 1) / bs : 0;
     uint32_t matched_free;
     size_t k = match_prefix(p, seq, tokens, n, &matched_free);
-    uint32_t avail = p->st[0].nvacant + p->st[0].ncached - matched_free;
-    rc = kvp__room_for(p, 0, avail, nblocks - k);
+    uint32_t avail = kvp__client_free_blocks(p, 0) - matched_free;
+    rc = kvp__client_room(p, 0, avail, nblocks - k);
     if (!rc) {
         for (size_t i = 0; i < k; i++)
-            kvp__claim_block(p, seq->blocks[i], KVP__SEQ);
+            kvp__client_claim(p, seq->blocks[i], KVP__SEQ);
         for (size_t i = k; i < nblocks; i++)
             seq->blocks[i] = take_block(p);
         for (size_t i = k; i < nblocks; i++)
-            set_fill(p, seq->blocks[i], i < nfull ? (uint32_t)bs : (uint32_t)(n % bs));
+            kvp__client_fill(p, seq->blocks[i], i < nfull ? (uint32_t)bs : (uint32_t)(n % bs));
         seq->nblocks = nblocks;
         seq->nhashes = p->cfg.prefix_caching ? nfull : 0;
         seq->ntokens = n;
@@ -567,7 +538,7 @@ KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, siz
     if (!seq || (!tokens && n))
         return KVP_EINVAL;
     kvp_pool *p = seq->pool;
-    if (kvp__cb_pool == p)
+    if (kvp__client_in_callback(p))
         return KVP_EBUSY; /* before touching the sequence's arrays */
     if (n == 0)
         return KVP_OK;
@@ -600,22 +571,22 @@ KVP__FLATTEN kvp_status kvp_seq_append(kvp_seq *seq, const uint32_t *tokens, siz
         return rc;
     /* Copy-on-write: a write lands in a shared partial last block. */
     uint32_t last = seq->nblocks ? seq->blocks[seq->nblocks - 1] : KVP__NONE;
-    bool cow = old_fill && p->blocks[last].ref > 1;
+    bool cow = old_fill && kvp__client_refs(p, last) > 1;
     size_t fresh = nblocks - seq->nblocks;
-    rc = kvp__room_for(p, 0, p->st[0].nvacant + p->st[0].ncached, fresh + cow);
+    rc = kvp__client_room(p, 0, kvp__client_free_blocks(p, 0), fresh + cow);
     if (!rc) {
         if (cow) {
             uint32_t b = take_block(p);
             kvp__storage_copy(p, 0, last, b);
-            set_fill(p, b, p->blocks[last].fill);
-            kvp__ref_drop(p, last, KVP__SEQ); /* still referenced: ref > 1 */
+            kvp__client_fill(p, b, kvp__client_fill_of(p, last));
+            kvp__client_drop_each(p, &last, 1, KVP__SEQ); /* still referenced: ref > 1 */
             seq->blocks[seq->nblocks - 1] = b;
             p->ctr.cow_copies++;
         }
         for (size_t i = seq->nblocks; i < nblocks; i++)
             seq->blocks[i] = take_block(p);
         for (size_t i = first; i < nblocks; i++)
-            set_fill(p, seq->blocks[i], i < nfull ? (uint32_t)bs : (uint32_t)(total % bs));
+            kvp__client_fill(p, seq->blocks[i], i < nfull ? (uint32_t)bs : (uint32_t)(total % bs));
         seq->nblocks = nblocks;
         if (hashing) {
             for (size_t i = first; i < nfull; i++)
@@ -641,7 +612,7 @@ static uint32_t sole_blocks(const kvp_pool *p, const kvp_seq *q, size_t from)
 {
     uint32_t n = 0;
     for (size_t i = from; i < q->nblocks; i++)
-        n += p->blocks[q->blocks[i]].ref == 1;
+        n += kvp__client_refs(p, q->blocks[i]) == 1;
     return n;
 }
 
@@ -669,38 +640,26 @@ kvp_status kvp_seq_truncate(kvp_seq *seq, const uint32_t *tokens, size_t n)
     /* A new partial last block that others hold or that is published keeps
      * its content for them: the sequence continues in a copy. */
     uint32_t last = fill ? seq->blocks[keep - 1] : KVP__NONE;
-    bool copy = fill && (p->blocks[last].ref > 1 || (p->blocks[last].flags & KVP__F_PUBLISHED));
+    bool copy = fill && (kvp__client_refs(p, last) > 1 || kvp__client_published(p, last));
     if (!rc && copy)
-        rc = kvp__room_for(p, 0, p->st[0].nvacant + p->st[0].ncached + sole_blocks(p, seq, keep),
-                           1);
+        rc = kvp__client_room(p, 0, kvp__client_free_blocks(p, 0) + sole_blocks(p, seq, keep), 1);
     if (!rc) {
         size_t dropped = seq->nblocks - keep;
         /* The tail first (its blocks may serve the copy), its free
          * insertions closed before the take. */
-        kvp__cursor cur = KVP__CURSOR(dropped);
-        for (size_t i = seq->nblocks; i-- > keep;) {
-            uint32_t b = seq->blocks[i];
-            kvp__ref_drop(p, b, KVP__SEQ);
-            if (p->blocks[b].ref == 0)
-                kvp__release_block(p, b, &cur);
-        }
-        kvp__free_end(p, &cur);
+        kvp__client_drop_each(p, seq->blocks + keep, dropped, KVP__SEQ);
         seq->nblocks = keep;
         if (copy) {
             uint32_t b = take_block(p);
             kvp__storage_copy(p, 0, last, b);
-            set_fill(p, b, (uint32_t)fill);
+            kvp__client_fill(p, b, (uint32_t)fill);
             seq->blocks[keep - 1] = b;
-            kvp__cursor one = KVP__CURSOR(1);
-            kvp__ref_drop(p, last, KVP__SEQ);
-            if (p->blocks[last].ref == 0)
-                kvp__release_block(p, last, &one);
-            kvp__free_end(p, &one);
+            kvp__client_drop_each(p, &last, 1, KVP__SEQ);
             p->ctr.cow_copies++;
             p->ctr.alloc_calls++;
             dropped++;
         } else if (fill) {
-            set_fill(p, last, (uint32_t)fill);
+            kvp__client_fill(p, last, (uint32_t)fill);
         }
         p->ctr.free_calls += dropped > 0;
         p->ctr.blocks_freed += dropped;
@@ -732,7 +691,7 @@ kvp_status kvp_seq_fork(kvp_seq *parent, uint64_t child_id, kvp_seq **child)
         q->nhashes = parent->nhashes;
         q->ntokens = parent->ntokens;
         for (size_t i = 0; i < q->nblocks; i++)
-            kvp__ref_add(p, q->blocks[i], KVP__SEQ);
+            kvp__client_share(p, q->blocks[i], KVP__SEQ);
         registry_add(p, q);
         *child = q;
     }

@@ -15,7 +15,8 @@
  * format requires; "group" and "tier" stay free for samples split by those
  * dimensions.
  */
-#include "kvp_internal.h"
+#include "guard.h"
+#include "history.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,7 +40,7 @@ kvp_status kvp_stats_reset(kvp_pool *pool)
     if (rc)
         return rc;
     memset(&pool->ctr, 0, sizeof pool->ctr);
-    pool->peak = pool->in_use;
+    pool->g.peak = pool->g.in_use;
     kvp__leave(pool, false);
     return KVP_OK;
 }
@@ -67,12 +68,12 @@ kvp_status kvp_stats_history(kvp_pool *pool, kvp_stats *out, size_t cap, size_t 
     kvp_status rc = kvp__enter(pool);
     if (rc)
         return rc;
-    *n_out = pool->hist_count;
-    if (cap < pool->hist_count)
+    *n_out = pool->hist.count;
+    if (cap < pool->hist.count)
         rc = KVP_ESPACE;
     else
-        for (uint32_t i = 0; i < pool->hist_count; i++)
-            out[i] = pool->hist[(pool->hist_head + i) % pool->cfg.history_len];
+        for (uint32_t i = 0; i < pool->hist.count; i++)
+            out[i] = pool->hist.ring[(pool->hist.head + i) % pool->cfg.history_len];
     kvp__leave(pool, false);
     return rc;
 }

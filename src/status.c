@@ -7,7 +7,7 @@
  * kvp_strerror and kvp_status_name are a bounds check and an array read.
  * Also the lookup by name that every parse call of kvpool.h shares.
  */
-#include "kvp_internal.h"
+#include "status.h"
 
 #define MESSAGE(name, value, word, msg) [value] = msg,
 static const char *const messages[] = {KVP_STATUS_MAP(MESSAGE)};
@@ -36,7 +36,7 @@ const char *kvp_status_name(int status)
     return names[status];
 }
 
-/* See kvp_internal.h.  O(values). */
+/* See status.h.  O(values). */
 kvp_status kvp__name_parse(const char *name, const char *(*name_of)(int), int *out)
 {
     if (!name)

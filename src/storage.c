@@ -16,7 +16,11 @@
  * needs page alignment and huge-page advice that a malloc-style hook cannot
  * give.  It grows with the pool (a new mapping, contents copied).
  */
-#include "kvp_internal.h"
+#include "storage.h"
+#include "events.h"
+#include "guard.h"
+#include "mem.h"
+#include "record.h"
 
 #include <sys/mman.h>
 
@@ -40,57 +44,78 @@ static uint8_t *map_arena(size_t bytes)
     return m;
 }
 
-/* New arenas for `ncap` blocks holding the current contents; NULL entries
- * for streams without an arena.  All or nothing. */
-kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap, uint8_t **arena)
+/* Map each stream's next arena (kvp__arena.next) for `ncap` blocks, holding
+ * the current contents; streams without bytes get none.  All or nothing:
+ * on ENOMEM no arena is left mapped. */
+kvp_status kvp__storage_reserve(kvp_pool *p, uint32_t ncap)
 {
-    arena[0] = arena[1] = NULL;
-    if (!p->cfg.host_arena)
-        return KVP_OK;
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < kvp__streams(p) && p->store.arenas; s++) {
+        kvp__arena *a = &p->store.arenas[s];
         size_t bytes = arena_size(p, s, ncap);
         if (!bytes)
             continue;
-        arena[s] = map_arena(bytes);
-        if (!arena[s]) {
-            if (s == 1 && arena[0])
-                munmap(arena[0], arena_size(p, 0, ncap));
-            arena[0] = arena[1] = NULL;
+        a->next = map_arena(bytes);
+        if (!a->next) {
+            kvp__storage_unreserve(p, ncap);
             return KVP_ENOMEM;
         }
-        if (p->arena[s])
-            memcpy(arena[s], p->arena[s], arena_size(p, s, p->top));
+        if (a->base)
+            memcpy(a->next, a->base, arena_size(p, s, p->top));
     }
     return KVP_OK;
 }
 
-void kvp__storage_commit(kvp_pool *p, uint8_t **arena, uint32_t ncap)
+/* Unmap the arenas kvp__storage_reserve mapped for `ncap` blocks. */
+void kvp__storage_unreserve(kvp_pool *p, uint32_t ncap)
 {
-    for (int s = 0; s < 2; s++) {
-        if (!arena[s])
-            continue;
-        if (p->arena[s])
-            munmap(p->arena[s], p->arena_bytes[s]);
-        p->arena[s] = arena[s];
-        p->arena_bytes[s] = arena_size(p, s, ncap);
+    for (int s = 0; s < kvp__streams(p) && p->store.arenas; s++) {
+        kvp__arena *a = &p->store.arenas[s];
+        if (a->next)
+            munmap(a->next, arena_size(p, s, ncap));
+        a->next = NULL;
     }
 }
 
+/* Make the reserved arenas the streams' own, for `ncap` blocks. */
+void kvp__storage_commit(kvp_pool *p, uint32_t ncap)
+{
+    for (int s = 0; s < kvp__streams(p) && p->store.arenas; s++) {
+        kvp__arena *a = &p->store.arenas[s];
+        if (!a->next)
+            continue;
+        if (a->base)
+            munmap(a->base, a->bytes);
+        a->base = a->next;
+        a->bytes = arena_size(p, s, ncap);
+        a->next = NULL;
+    }
+}
+
+/* The streams' arena records and their first arenas, for the pool's
+ * capacity; nothing without host_arena. */
 kvp_status kvp__storage_init(kvp_pool *p)
 {
-    uint8_t *arena[2];
-    kvp_status rc = kvp__storage_reserve(p, p->cap, arena);
+    if (!p->cfg.host_arena)
+        return KVP_OK;
+    p->store.arenas = kvp__zalloc(p, (size_t)p->nstreams * sizeof *p->store.arenas);
+    if (!p->store.arenas)
+        return KVP_ENOMEM;
+    kvp_status rc = kvp__storage_reserve(p, p->cap);
     if (!rc)
-        kvp__storage_commit(p, arena, p->cap);
+        kvp__storage_commit(p, p->cap);
     return rc;
 }
 
+/* Unmap every arena and release their records. */
 void kvp__storage_free(kvp_pool *p)
 {
-    for (int s = 0; s < 2; s++)
-        if (p->arena[s])
-            munmap(p->arena[s], p->arena_bytes[s]);
-    p->arena[0] = p->arena[1] = NULL;
+    if (!p->store.arenas)
+        return;
+    for (int s = 0; s < kvp__streams(p); s++)
+        if (p->store.arenas[s].base)
+            munmap(p->store.arenas[s].base, p->store.arenas[s].bytes);
+    kvp__release(p, p->store.arenas, (size_t)p->nstreams * sizeof *p->store.arenas);
+    p->store.arenas = NULL;
 }
 
 /* Copy block src's bytes to block dst (stream s): within the arena, or
@@ -98,13 +123,13 @@ void kvp__storage_free(kvp_pool *p)
 void kvp__storage_copy(kvp_pool *p, int s, uint32_t src, uint32_t dst)
 {
     size_t bytes = p->cfg.block_bytes[s];
-    if (p->arena[s]) {
-        memcpy(p->arena[s] + dst * bytes, p->arena[s] + src * bytes, bytes);
+    uint8_t *base = p->store.arenas ? p->store.arenas[s].base : NULL;
+    if (base) {
+        memcpy(base + dst * bytes, base + src * bytes, bytes);
     } else if (p->cfg.copy) {
         const kvp_pool *outer = kvp__cb_pool;
         kvp__cb_pool = p;
-        kvp_stream st = p->nstreams == 1 ? KVP_STREAM_SHARED : (kvp_stream)(s + 1);
-        p->cfg.copy(p->cfg.copy_user, st, src, dst);
+        p->cfg.copy(p->cfg.copy_user, kvp__stream_value(p, s), src, dst);
         kvp__cb_pool = outer;
     }
 }
@@ -118,10 +143,10 @@ kvp_status kvp_block_ptr(kvp_pool *pool, kvp_block id, void **out)
         return rc;
     rc = id < pool->top && kvp__state(pool, id) != KVP_BLOCK_RETIRED ? KVP_OK : KVP_ERANGE;
     int s = rc ? 0 : kvp__stream_of(pool, id);
-    if (!rc && !pool->arena[s])
+    if (!rc && !pool->store.arenas[s].base)
         rc = KVP_EINVAL;
     if (!rc)
-        *out = pool->arena[s] + id * pool->cfg.block_bytes[s];
+        *out = pool->store.arenas[s].base + id * pool->cfg.block_bytes[s];
     kvp__leave(pool, false);
     return rc;
 }

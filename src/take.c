@@ -28,10 +28,17 @@
  * Invariant: a take either hands out exactly the block the reuse order
  * names and changes nothing else visible, or fails and changes nothing.
  *
- * Who calls it: the public API; sequence.c (kvp__take_block,
- * kvp__room_for).
+ * Who calls it: the public API.  Its general path takes and claims
+ * through client.c, as sequence.c does.
  */
-#include "kvp_internal.h"
+#include "block.h"
+#include "client.h"
+#include "defer.h"
+#include "freelist.h"
+#include "guard.h"
+#include "index.h"
+#include "owner.h"
+#include "record.h"
 
 /* ------------------------------------------------------------------------ */
 /* Owners and room                                                           */
@@ -44,11 +51,11 @@
  * KVP_ANON, so no value of hint can pick another owner's slot. */
 static inline uint32_t owner_slot(const kvp_pool *p, kvp_owner owner, uint32_t hint)
 {
-    return hint < p->ocap && p->owners[hint].id == owner ? hint : kvp__owner_find(p, owner);
+    return hint < p->own.cap && p->own.slots[hint].id == owner ? hint : kvp__owner_find(p, owner);
 }
 
 /* Find `owner`'s slot (owner_slot, with `hint`), or make room to create it
- * (*create set; the slot it will get is p->ofree), and room in its array
+ * (*create set; the slot it will get is p->own.free), and room in its array
  * for n more references.  For KVP_ANON *slot is NONE.  Changes nothing
  * visible. */
 static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uint32_t n,
@@ -64,29 +71,11 @@ static kvp_status owner_prepare(kvp_pool *p, kvp_owner owner, uint32_t hint, uin
         if (rc)
             return rc;
         *create = true;
-        s = p->ofree;
+        s = p->own.free;
     }
     kvp_status rc = kvp__refs_reserve(p, s, n);
     if (!rc && !*create)
         *slot = s;
-    return rc;
-}
-
-/* Make sure `need` blocks can be taken from stream s when `avail` of its
- * free blocks may be used: grow just enough if the configuration allows,
- * else count an exhausted attempt.  Changes nothing else on failure. */
-kvp_status kvp__room_for(kvp_pool *p, int s, uint32_t avail, uint64_t need)
-{
-    if (avail >= need)
-        return KVP_OK;
-    uint64_t more = need - avail;
-    if (!p->cfg.grow_on_exhaustion || more > kvp__max_blocks(p) - kvp__managed(p)) {
-        p->ctr.exhausted++;
-        return KVP_EEXHAUSTED;
-    }
-    kvp_status rc = kvp__grow(p, s, (uint32_t)more);
-    if (!rc)
-        p->ctr.grown += more;
     return rc;
 }
 
@@ -121,7 +110,7 @@ static inline uint32_t pop_top(kvp_pool *p, int s, uint32_t oslot, unsigned form
 static inline uint32_t take_to_owner(kvp_pool *p, kvp__stream *st, uint32_t slot, bool defer)
 {
     uint32_t b = st->stk[--st->nstk];
-    kvp__owner *o = &p->owners[slot];
+    kvp__owner *o = &p->own.slots[slot];
     if (!defer) {
         kvp__record_owned(p, b, slot, o->len, (int)(st - p->st));
         prefetch_ahead(p, st, st->qhead);
@@ -186,16 +175,6 @@ static KVP__NOINLINE uint32_t pop_list(kvp_pool *p, int s, uint32_t oslot, uint3
     return pop_vacant(p, s, 1, oslot, KVP_FMT_FP16, out);
 }
 
-/* Take the next free block of stream s in reuse order for fresh content,
- * with one reference for owner slot `oslot` (room checked by the caller). */
-uint32_t kvp__take_block(kvp_pool *p, int s, uint32_t oslot, unsigned format)
-{
-    uint32_t b = kvp__pick(p, s);
-    kvp__free_remove(p, b);
-    kvp__hand_out(p, b, oslot, format);
-    return b;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The general path                                                          */
 /* ------------------------------------------------------------------------ */
@@ -211,7 +190,7 @@ static kvp_status take_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner, 
     bool create;
     kvp_status rc = owner_prepare(p, owner, hint ? *hint : KVP__NONE, nb, &slot, &create);
     if (!rc)
-        rc = kvp__room_for(p, s, p->st[s].nvacant + p->st[s].ncached, nb);
+        rc = kvp__client_room(p, s, kvp__client_free_blocks(p, s), nb);
     if (rc)
         return rc;
     if (create)
@@ -219,7 +198,7 @@ static kvp_status take_locked(kvp_pool *p, int s, uint32_t nb, kvp_owner owner, 
     else if (slot != KVP__NONE)
         kvp__defer_settle_owner(p, slot); /* entered lazily by take_general */
     for (uint32_t i = pop_vacant(p, s, nb, slot, format, ids); i < nb; i++)
-        ids[i] = kvp__take_block(p, s, slot, format);
+        ids[i] = kvp__client_take(p, s, slot, format);
     p->ctr.alloc_calls++;
     if (hint && slot != KVP__NONE)
         *hint = slot;
@@ -259,8 +238,8 @@ take_fast(kvp_pool *pool, kvp__stream *st, const kvp_owner *owners, uint32_t *hi
 {
     if (!kvp__defer_ready(pool))
         return i;
-    kvp__owner *own = pool->owners;
-    uint32_t ocap = pool->ocap, *stk = st->stk, nstk = st->nstk;
+    kvp__owner *own = pool->own.slots;
+    uint32_t ocap = pool->own.cap, *stk = st->stk, nstk = st->nstk;
     size_t first = i;
     for (; i < n; i++) {
         size_t r = rows ? rows[i] : i;
@@ -299,11 +278,11 @@ static KVP__NOINLINE kvp_status take_slow(kvp_pool *p, kvp_stream stream, kvp_ow
     if (owner != KVP_ANON) {
         slot = owner_slot(p, owner, hint ? *hint : KVP__NONE);
         if (slot == KVP__NONE) {
-            if (p->ofree == KVP__NONE || !p->owners[p->ofree].cap || !st->nstk)
+            if (p->own.free == KVP__NONE || !p->own.slots[p->own.free].cap || !st->nstk)
                 return take_general(p, stream, owner, hint, out);
             slot = kvp__owner_add(p, owner);
             kvp__defer_tick(p);
-        } else if (p->owners[slot].len >= p->owners[slot].cap) {
+        } else if (p->own.slots[slot].len >= p->own.slots[slot].cap) {
             return take_general(p, stream, owner, hint, out);
         }
     }
@@ -471,7 +450,7 @@ kvp_status kvp_take_id(kvp_pool *pool, kvp_block id, kvp_owner owner)
 
 /* One more reference for `owner` on block id, which must hold content (the
  * caller entered): every check and reservation first, then
- * kvp__claim_block; a refusal changes nothing. */
+ * kvp__client_claim; a refusal changes nothing. */
 static kvp_status claim_locked(kvp_pool *pool, kvp_block id, kvp_owner owner)
 {
     uint32_t slot = KVP__NONE;
@@ -493,7 +472,7 @@ static kvp_status claim_locked(kvp_pool *pool, kvp_block id, kvp_owner owner)
     if (!rc) {
         if (create)
             slot = kvp__owner_add(pool, owner);
-        kvp__claim_block(pool, id, slot);
+        kvp__client_claim(pool, id, slot);
     }
     return rc;
 }

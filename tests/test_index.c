@@ -21,7 +21,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvptest.h"
-#include "kvp_internal.h" /* bucket spread and count: internal properties */
+#include "index_walk.h"
+#include "resize.h" /* bucket spread and count: internal properties */
 
 #include <stdio.h>
 #include <string.h>
@@ -895,7 +896,7 @@ static void test_crafted_hashes_spread(void **state)
         KVP_ASSERT_OK(kvp_publish(pool, b, &h));
     }
     uint32_t longest = 0;
-    for (uint32_t i = 0; i <= pool->bmask; i++) {
+    for (uint32_t i = 0; i <= pool->idx.bmask; i++) {
         uint32_t n = 0;
         for (uint32_t f = kvp__chain_first(pool, i); f != KVP__NONE; f = kvp__chain_skip(pool, f))
             n++;
@@ -934,8 +935,8 @@ static void test_rekey_on_long_chain(void **state)
         if (kvp__bucket_of(pool, 0, &h) == 0)
             hs[k++] = h;
     }
-    uint8_t secret[sizeof pool->secret];
-    memcpy(secret, pool->secret, sizeof secret);
+    uint8_t secret[sizeof pool->idx.secret];
+    memcpy(secret, pool->idx.secret, sizeof secret);
     kvp_block first[K], second[K];
     for (int k = 0; k < K; k++) {
         first[k] = kvptest_take(pool, KVP_STREAM_SHARED, 1);
@@ -945,8 +946,8 @@ static void test_rekey_on_long_chain(void **state)
             KVP_ASSERT_OK(kvp_publish(pool, second[k], &hs[k]));
     }
     KVP_ASSERT_OK(kvp_publish(pool, second[K - 1], &hs[K - 1]));
-    assert_true(memcmp(secret, pool->secret, sizeof secret) != 0);
-    for (uint32_t i = 0; i <= pool->bmask; i++) {
+    assert_true(memcmp(secret, pool->idx.secret, sizeof secret) != 0);
+    for (uint32_t i = 0; i <= pool->idx.bmask; i++) {
         uint32_t n = 0;
         for (uint32_t f = kvp__chain_first(pool, i); f != KVP__NONE; f = kvp__chain_skip(pool, f))
             n++;
@@ -1020,10 +1021,10 @@ static void test_bucket_count(void **state)
     kvp_config cfg = kvptest_config(10000);
     cfg.grow_on_exhaustion = 1;
     kvp_pool *pool = kvptest_create(&cfg);
-    KVP_ASSERT_EQ(pool->bmask + 1, 16384);
+    KVP_ASSERT_EQ(pool->idx.bmask + 1, 16384);
     kvp_block ids[16];
     KVP_ASSERT_OK(kvp_extend(pool, KVP_STREAM_SHARED, 10000, NULL));
-    KVP_ASSERT_EQ(pool->bmask + 1, kvp__bucket_count(pool->cap));
+    KVP_ASSERT_EQ(pool->idx.bmask + 1, kvp__bucket_count(pool->cap));
     KVP_ASSERT_EQ(kvptest_alloc(pool, KVP_STREAM_SHARED, 16 * 16, 1, ids, 16), 16);
     kvptest_done(pool);
 }

@@ -12,11 +12,11 @@
  *
  * Reference counts are 32 bits.  Bringing one to 2^32 - 1 through the API
  * takes 2^32 claims (minutes), so the rows that need a block that close to
- * the limit set its count directly (force_refs, through kvp_internal.h),
+ * the limit set its count directly (force_refs, through kvp_types.h),
  * as that many anonymous claims would leave it.
  */
 #include "kvptest.h"
-#include "kvp_internal.h" /* force_refs: a block's reference count */
+#include "kvp_types.h" /* force_refs: a block's reference count */
 
 #include <string.h>
 
@@ -158,7 +158,7 @@ static void force_refs(kvp_pool *p, kvp_block b, uint32_t refs)
 {
     kvp__block *blk = &p->blocks[b];
     if (blk->ref < 2 && refs >= 2)
-        p->shared++;
+        p->g.shared++;
     blk->anon += refs - blk->ref;
     blk->ref = refs;
     kvptest_check(p);

@@ -13,11 +13,11 @@
  *
  * Pending references (defer.c): the fast take leaves the
  * block's record unwritten until another call settles it; the tests look
- * inside the pool (kvp_internal.h) to see what is pending, and compare
+ * inside the pool (owner.h) to see what is pending, and compare
  * every outcome with a hooked twin pool, whose takes write records at once.
  */
 #include "kvptest.h"
-#include "kvp_internal.h" /* what is pending: internal state */
+#include "owner.h" /* what is pending: internal state */
 
 #include <stdlib.h>
 #include <string.h>
@@ -614,9 +614,9 @@ static void twins_done(kvp_pool *lazy, kvp_pool *eager)
 static uint32_t pending_of(const kvp_pool *p, kvp_owner o)
 {
     uint32_t slot = kvp__owner_find(p, o);
-    if (slot == KVP__NONE || p->owners[slot].pend == KVP__NONE)
+    if (slot == KVP__NONE || p->own.slots[slot].pend == KVP__NONE)
         return 0;
-    return p->owners[slot].len - p->owners[slot].pend;
+    return p->own.slots[slot].len - p->own.slots[slot].pend;
 }
 
 /* Take on both twins (hinted on the lazy one, plain on the other) and
@@ -652,7 +652,7 @@ static void start_run(kvp_pool *lazy, kvp_pool *eager, kvp_stream s)
             kvptest_take(both[k], s, 999);
             KVP_ASSERT_OK(kvp_free_owner(both[k], 999, NULL));
         }
-    KVP_ASSERT_EQ(lazy->run >= KVP__DEFER_AFTER, 1);
+    KVP_ASSERT_EQ(lazy->def.run >= KVP__DEFER_AFTER, 1);
 }
 
 /* Fast takes leave the records alone; kvp_free_owner puts the blocks back
@@ -684,13 +684,13 @@ static void test_pending_take_free(void **state)
     free_both(lazy, eager, 1);
     KVP_ASSERT_EQ(pending_of(lazy, 2), 3);
     KVP_ASSERT_EQ(lazy->blocks[b2[1]].state, KVP_BLOCK_VACANT);
-    KVP_ASSERT_EQ(lazy->dirty != 0, 1); /* 1's slot stays on the chain, unused */
+    KVP_ASSERT_EQ(lazy->def.dirty != 0, 1); /* 1's slot stays on the chain, unused */
     /* LIFO as with records written: 1's blocks come back newest first */
     for (int i = 0; i < 4; i++)
         take_both(lazy, eager, KVP_STREAM_SHARED, 3, &h[3]);
     uint64_t before = lazy->ctr.free_calls;
     kvp_stats sl = kvptest_stats(lazy), se = kvptest_stats(eager); /* settles */
-    KVP_ASSERT_EQ(lazy->dirty, 0);
+    KVP_ASSERT_EQ(lazy->def.dirty, 0);
     KVP_ASSERT_EQ(pending_of(lazy, 2) + pending_of(lazy, 3), 0);
     KVP_ASSERT_EQ(lazy->ctr.free_calls, before);
     KVP_ASSERT_EQ(sl.in_use, se.in_use);
@@ -723,7 +723,7 @@ static void test_pending_settled_on_read(void **state)
     EXPECT_BLOCKS(lazy, 6, ids[0], ids[1], ids[2], ids[3], ids[4]);
     /* A call that settles ends the run of takes: the next take writes its
      * record, and takes defer again only in a new run. */
-    KVP_ASSERT_EQ(lazy->run, 0);
+    KVP_ASSERT_EQ(lazy->def.run, 0);
     kvp_block more = take_both(lazy, eager, KVP_STREAM_SHARED, 6, &h2);
     KVP_ASSERT_EQ(pending_of(lazy, 6), 0);
     KVP_ASSERT_EQ(lazy->blocks[more].state, KVP_BLOCK_IN_USE);
@@ -820,22 +820,22 @@ static void test_pending_run_length(void **state)
         take_both(lazy, eager, KVP_STREAM_SHARED, 9, &h);
     free_both(lazy, eager, 9); /* the stack's array holds 150 */
     kvptest_stats(lazy);        /* settles: a new run */
-    KVP_ASSERT_EQ(lazy->run, 0);
+    KVP_ASSERT_EQ(lazy->def.run, 0);
     h = KVP_HINT_NONE;
     take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h); /* a new owner: general */
-    KVP_ASSERT_EQ(lazy->run, 1);
+    KVP_ASSERT_EQ(lazy->def.run, 1);
     for (int i = 0; i < 40; i++) /* fast, and not counted */
         take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
-    KVP_ASSERT_EQ(lazy->run, 1);
-    while (lazy->run + 2 < KVP__DEFER_AFTER) { /* a general take and a free: +2 */
+    KVP_ASSERT_EQ(lazy->def.run, 1);
+    while (lazy->def.run + 2 < KVP__DEFER_AFTER) { /* a general take and a free: +2 */
         take_both(lazy, eager, KVP_STREAM_SHARED, 2, &hs);
         free_both(lazy, eager, 2);
     }
-    KVP_ASSERT_EQ(lazy->run, KVP__DEFER_AFTER - 1);
+    KVP_ASSERT_EQ(lazy->def.run, KVP__DEFER_AFTER - 1);
     take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
     KVP_ASSERT_EQ(pending_of(lazy, 1), 0);
     take_both(lazy, eager, KVP_STREAM_SHARED, 2, &hs); /* the run is long enough */
-    KVP_ASSERT_EQ(lazy->run, KVP__DEFER_AFTER);
+    KVP_ASSERT_EQ(lazy->def.run, KVP__DEFER_AFTER);
     take_both(lazy, eager, KVP_STREAM_SHARED, 1, &h);
     KVP_ASSERT_EQ(pending_of(lazy, 1), 1);
     for (int i = 0; i < 40; i++) /* more than the settle prefetches ahead */
@@ -866,7 +866,7 @@ static void test_pending_check(void **state)
         b[i] = kvptest_take(p, KVP_STREAM_SHARED, i ? 2 : 3);
     b[3] = kvptest_take(p, KVP_STREAM_SHARED, 2);
     uint32_t slot = kvp__owner_find(p, 2);
-    kvp__owner *o = &p->owners[slot];
+    kvp__owner *o = &p->own.slots[slot];
     const uint32_t pend = o->pend;
     KVP_ASSERT_EQ(o->len - pend, 3);
     char msg[256];
@@ -885,17 +885,17 @@ static void test_pending_check(void **state)
     st->stk[st->nstk++] = b[3]; /* also in the stack's array */
     KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
     st->nstk--;
-    uint32_t head = p->dirty;
-    p->dirty = o->dnext; /* flagged, off the chain */
+    uint32_t head = p->def.dirty;
+    p->def.dirty = o->dnext; /* flagged, off the chain */
     KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
-    p->dirty = head;
+    p->def.dirty = head;
     o->pend = o->len + 1; /* past the end */
     KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
     o->pend = pend;
-    uint64_t run = p->run;
-    p->run = 0; /* pending, yet no run to defer in */
+    uint64_t run = p->def.run;
+    p->def.run = 0; /* pending, yet no run to defer in */
     KVP_ASSERT_STATUS(kvp_pool_check(p, msg, sizeof msg), KVP_ECORRUPT);
-    p->run = run;
+    p->def.run = run;
     for (uint32_t i = 0; i < p->top; i++) /* no mark left behind by a refusal */
         KVP_ASSERT_EQ(p->blocks[i].flags & (KVP__F_PENDING | KVP__F_MARK), 0);
     KVP_ASSERT_OK(kvp_pool_check(p, msg, sizeof msg));
