@@ -690,7 +690,10 @@ KVP_API kvp_status kvp_claim(kvp_pool *pool, kvp_block id, kvp_owner owner);
  * distinct hashes still meet in one place, the publish that finds them
  * draws a fresh secret and re-places every entry (O(blocks), at most once
  * per pool size of new hashes: O(1) amortized).  Copies of one hash cost
- * nothing extra to find, add or remove.
+ * nothing extra to find, add or remove.  The tables of owner ids and of
+ * sequences' request ids are keyed the same way (a random seed per pool),
+ * and draw a fresh seed when a chain or probe grows past a bound, so ids a
+ * caller picks keep those calls O(1) expected too.
  */
 KVP_API kvp_status kvp_publish(kvp_pool *pool, kvp_block id, const kvp_hash *hash);
 

@@ -381,7 +381,7 @@ static kvp_status check_announced(kvp_pool *p, ctx *c)
 static uint32_t first_in_bucket(const kvp_pool *p, kvp_owner id)
 {
     uint32_t n = 0;
-    for (uint32_t l = p->own.buckets[kvp__id_hash(id) & p->own.bmask];
+    for (uint32_t l = p->own.buckets[kvp__id_hash(id, p->own.seed) & p->own.bmask];
          l && l - 1 < p->own.cap && n++ < p->own.cap; l = p->own.slots[l - 1].link)
         if (p->own.slots[l - 1].id == id)
             return l - 1;
@@ -394,7 +394,7 @@ static kvp_status check_owners(kvp_pool *p, ctx *c, uint32_t owned_refs)
     for (uint32_t i = 0; p->own.buckets && i <= p->own.bmask; i++)
         for (uint32_t l = p->own.buckets[i]; l; l = p->own.slots[l - 1].link) {
             CHECK(l - 1 < p->own.cap && mapped++ < p->own.cap && p->own.slots[l - 1].id != KVP_ANON &&
-                      (kvp__id_hash(p->own.slots[l - 1].id) & p->own.bmask) == i,
+                      (kvp__id_hash(p->own.slots[l - 1].id, p->own.seed) & p->own.bmask) == i,
                   "owner index: bucket %u chains slot %u wrongly", i, l - 1);
         }
     for (uint32_t slot = 0; slot < p->own.cap; slot++) {

@@ -263,7 +263,12 @@ typedef struct kvp__map_entry {
 typedef struct kvp__map {
     kvp__map_entry *e;
     uint32_t mask, count;
+    uint32_t longest; /* the longest probe of a put since the table was built */
+    uint64_t seed;    /* kvp__id_hash's key, drawn when the table is built */
 } kvp__map;
+/* A put that probes past KVP__PROBE_MAX slots has the next reserve rebuild
+ * the map under a fresh seed. */
+#define KVP__PROBE_MAX 64u
 
 /* Ordered set of ids: a 64-ary tree of bitmaps (idset.c). */
 #define KVP__IDSET_MAXLV 6
@@ -362,6 +367,9 @@ typedef struct kvp__owners {
     void *mem;
     uint32_t *buckets;  /* owner index: chain heads (slot + 1; 0 = empty) */
     uint32_t bmask;
+    uint64_t seed;      /* kvp__id_hash's key, random; an insertion that makes a
+                           chain longer than KVP__CHAIN_MAX draws a new one */
+    uint32_t rekey_in;  /* insertions before the index may re-key again */
     uint32_t cap, n, free; /* slots, slots in use, first free slot */
     kvp__xref *xrefs;
     uint32_t xcap, xfree, nxfree;

@@ -37,11 +37,16 @@
  * and then the owner record it needs anyway, where a map of (id, slot)
  * pairs would be one more dependent cache miss per take once there are
  * thousands of owners.  The block index's shape (index.c) differs again
- * because its keys are 32-byte digests kept beside the records.
+ * because its keys are 32-byte digests kept beside the records.  Owner ids
+ * are the caller's, so a bucket is a keyed hash of the id (the index's
+ * random seed), and an insertion that makes its chain longer than
+ * KVP__CHAIN_MAX draws a fresh seed and relinks every owner (at most once
+ * per cap insertions), so chains stay short whatever ids a caller picks.
  */
 #include "owner.h"
 #include "defer.h"
 #include "guard.h"
+#include "hashing.h"
 #include "map.h"
 #include "mem.h"
 #include "record.h"
@@ -126,7 +131,7 @@ uint32_t *kvp__owner_link(const kvp_pool *p, kvp_owner id)
 {
     if (!p->own.buckets)
         return NULL;
-    for (uint32_t *l = &p->own.buckets[kvp__id_hash(id) & p->own.bmask]; *l;
+    for (uint32_t *l = &p->own.buckets[kvp__id_hash(id, p->own.seed) & p->own.bmask]; *l;
          l = &p->own.slots[*l - 1].link)
         if (p->own.slots[*l - 1].id == id)
             return l;
@@ -139,12 +144,22 @@ uint32_t kvp__owner_find(const kvp_pool *p, kvp_owner id)
     return l ? *l - 1 : KVP__NONE;
 }
 
-/* Chain slot into the index (its id set). */
-static void index_link(kvp__owner *owners, uint32_t *buckets, uint32_t mask, uint32_t slot)
+/* Chain slot into the index (its id set) under seed. */
+static void index_link(kvp__owner *owners, uint32_t *buckets, uint32_t mask, uint64_t seed,
+                       uint32_t slot)
 {
-    uint32_t *head = &buckets[kvp__id_hash(owners[slot].id) & mask];
+    uint32_t *head = &buckets[kvp__id_hash(owners[slot].id, seed) & mask];
     owners[slot].link = *head;
     *head = slot + 1;
+}
+
+/* Chain every owner in use into nb (mask + 1 buckets, zeroed) under seed. */
+static void owner_index_build(kvp__owner *owners, uint32_t cap, uint32_t *nb, uint32_t mask,
+                        uint64_t seed)
+{
+    for (uint32_t i = 0; i < cap; i++)
+        if (owners[i].id != KVP_ANON)
+            index_link(owners, nb, mask, seed, i);
 }
 
 /* Release the slot array and the index buckets (not the owners' arrays). */
@@ -159,6 +174,8 @@ static void free_table(kvp_pool *p)
 KVP__COLD static kvp_status grow_table(kvp_pool *p)
 {
     uint32_t ncap = p->own.cap ? p->own.cap * 2 : 16;
+    if (!p->own.cap && kvp__random(&p->own.seed, sizeof p->own.seed))
+        p->own.seed = 0; /* no random bytes: still correct, and re-keying retries */
     void *mem = kvp__alloc(p, (size_t)ncap * sizeof(kvp__owner) + KVP__LINE - 1);
     uint32_t *nb = kvp__zalloc(p, (size_t)ncap * KVP__OWNER_BUCKETS * sizeof *nb);
     if (!mem || !nb) {
@@ -172,15 +189,12 @@ KVP__COLD static kvp_status grow_table(kvp_pool *p)
     if (p->own.cap)
         memcpy(no, p->own.slots, (size_t)p->own.cap * sizeof *no);
     memset(no + p->own.cap, 0, (size_t)(ncap - p->own.cap) * sizeof *no);
-    for (uint32_t i = 0; i < ncap; i++) {
-        if (i >= p->own.cap) {
-            no[i].id = KVP_ANON;
-            kvp__defer_slot_init(&no[i]);
-            no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
-        } else if (no[i].id != KVP_ANON) {
-            index_link(no, nb, ncap * KVP__OWNER_BUCKETS - 1, i);
-        }
+    for (uint32_t i = p->own.cap; i < ncap; i++) {
+        no[i].id = KVP_ANON;
+        kvp__defer_slot_init(&no[i]);
+        no[i].link = i + 1 < ncap ? i + 1 : KVP__NONE;
     }
+    owner_index_build(no, p->own.cap, nb, ncap * KVP__OWNER_BUCKETS - 1, p->own.seed);
     free_table(p);
     p->own.free = p->own.cap;
     p->own.mem = mem;
@@ -200,6 +214,28 @@ kvp_status kvp__owner_reserve(kvp_pool *p)
 }
 
 /* Add owner `id` (not present; room reserved).  Returns its slot. */
+/* The length of the index chain slot heads (it was just linked there). */
+static uint32_t owner_chain_length(const kvp_pool *p, uint32_t slot)
+{
+    uint32_t n = 0;
+    for (uint32_t l = slot + 1; l; l = p->own.slots[l - 1].link)
+        n++;
+    return n;
+}
+
+/* A chain grew past KVP__CHAIN_MAX: draw a fresh seed and relink every
+ * owner under it, in place (O(cap)); the next cap insertions do not re-key
+ * again, so the cost is amortized O(1).  Without random bytes the index
+ * stays as it is (correct, its chains longer). */
+KVP__COLD static void owner_rekey(kvp_pool *p)
+{
+    p->own.rekey_in = p->own.cap;
+    if (kvp__random(&p->own.seed, sizeof p->own.seed))
+        return;
+    memset(p->own.buckets, 0, ((size_t)p->own.bmask + 1) * sizeof *p->own.buckets);
+    owner_index_build(p->own.slots, p->own.cap, p->own.buckets, p->own.bmask, p->own.seed);
+}
+
 uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
 {
     uint32_t slot = p->own.free;
@@ -208,8 +244,12 @@ uint32_t kvp__owner_add(kvp_pool *p, kvp_owner id)
     o->id = id;
     o->len = o->dead = 0;
     o->registered = 0;
-    index_link(p->own.slots, p->own.buckets, p->own.bmask, slot);
+    index_link(p->own.slots, p->own.buckets, p->own.bmask, p->own.seed, slot);
     p->own.n++;
+    if (p->own.rekey_in)
+        p->own.rekey_in--;
+    else if (owner_chain_length(p, slot) > KVP__CHAIN_MAX)
+        owner_rekey(p);
     return slot;
 }
 
