@@ -313,7 +313,7 @@ static bool same_key_of(const kvp_pool *p, uint32_t a, uint32_t b)
 static kvp_status check_index(kvp_pool *p, ctx *c)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i <= p->idx.bmask; i++) {
+    for (uint32_t i = 0; i < p->idx.nbuckets; i++) {
         uint32_t f = kvp__chain_first(p, i);
         while (f != KVP__NONE) {
             kvp_status rc = check_entry(p, c, f, i);

@@ -113,8 +113,8 @@ static KVP__COLD void rekey(kvp_pool *p)
 {
     if (p->idx.rekey_in || kvp__random(p->idx.secret, sizeof p->idx.secret))
         return;
-    rechain(p, p->idx.buckets, p->idx.bmask + 1);
-    p->idx.rekey_in = p->idx.bmask + 1;
+    rechain(p, p->idx.buckets, p->idx.nbuckets);
+    p->idx.rekey_in = p->idx.nbuckets;
 }
 
 kvp_status kvp__index_init(kvp_pool *p)
@@ -227,9 +227,9 @@ kvp_status kvp__index_rebuild(kvp_pool *p, uint32_t nbuckets)
     uint32_t *nb = kvp__zalloc(p, (size_t)nbuckets * sizeof *nb);
     if (!nb)
         return KVP_ENOMEM;
-    uint32_t *old = p->idx.buckets, oldn = p->idx.bmask + 1;
+    uint32_t *old = p->idx.buckets, oldn = p->idx.nbuckets;
     p->idx.buckets = nb;
-    p->idx.bmask = nbuckets - 1;
+    p->idx.nbuckets = nbuckets;
     rechain(p, old, oldn);
     kvp__release(p, old, (size_t)oldn * sizeof *old);
     return KVP_OK;
@@ -245,7 +245,7 @@ void kvp__forget_all(kvp_pool *p)
         for (uint32_t b; (b = kvp__policy_victim(st)) != KVP__NONE;)
             kvp__cached_to_vacant(p, b); /* unindexed below, silently */
     }
-    for (uint32_t i = 0; i <= p->idx.bmask; i++) {
+    for (uint32_t i = 0; i < p->idx.nbuckets; i++) {
         for (uint32_t b = kvp__chain_first(p, i); b != KVP__NONE;) {
             uint32_t next = kvp__chain_next(p, b);
             p->blocks[b].hnext = 0;

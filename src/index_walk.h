@@ -45,7 +45,7 @@ static inline uint32_t kvp__bucket_of(const kvp_pool *p, int s, const kvp_hash *
 {
     uint64_t x = XXH3_64bits_withSecret(h->b, sizeof h->b, p->idx.secret, sizeof p->idx.secret);
     x ^= (uint64_t)s * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(x ^ x >> 32) & p->idx.bmask;
+    return (uint32_t)(((x ^ x >> 32) & 0xffffffffu) * p->idx.nbuckets >> 32);
 }
 
 /* The content index's iterator: the indexed blocks of stream s holding

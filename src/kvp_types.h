@@ -335,9 +335,9 @@ typedef struct kvp__arena {
 } kvp__arena;
 
 /* index.c: the content index, chained through kvp__block.hnext and
- * dprev, copies of one (stream, hash) consecutive in publish order; bucket
- * count the power of two in [cap, 2 cap) (kvp__bucket_count): at most one
- * distinct (stream, hash) per bucket on average. */
+ * dprev, copies of one (stream, hash) consecutive in publish order; about
+ * 1.5 buckets per block (kvp__bucket_count): at most two distinct (stream,
+ * hash) per three buckets on average. */
 typedef struct kvp__index {
     uint32_t *buckets;  /* chain heads, as links (id + 1; 0 = empty), so a
                            zeroed array is an empty index and costs no
@@ -345,7 +345,7 @@ typedef struct kvp__index {
     uint32_t *dprev;    /* cap entries: a first copy's last copy, any other
                            copy's (KVP__F_COPY) previous one (ids, indexed
                            blocks only) */
-    uint32_t bmask;
+    uint32_t nbuckets;
     uint32_t nindexed;
     uint32_t rekey_in;  /* new (stream, hash) entries still to come before a
                            chain over KVP__CHAIN_MAX may re-key the index */

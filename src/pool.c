@@ -159,7 +159,7 @@ static void free_arrays(kvp_pool *p)
     kvp__release(p, p->blocks, (size_t)p->cap * sizeof *p->blocks);
     kvp__release(p, p->hashes, (size_t)p->cap * sizeof *p->hashes);
     kvp__release(p, p->idx.dprev, (size_t)p->cap * sizeof *p->idx.dprev);
-    kvp__release(p, p->idx.buckets, ((size_t)p->idx.bmask + 1) * sizeof *p->idx.buckets);
+    kvp__release(p, p->idx.buckets, (size_t)p->idx.nbuckets * sizeof *p->idx.buckets);
     for (int s = 0; s < kvp__streams(p); s++) {
         kvp__idset_free(p, &p->st[s].vacant);
         kvp__idset_free(p, &p->st[s].cached);
@@ -198,11 +198,11 @@ kvp_status kvp_pool_create(const kvp_config *cfg, kvp_pool **out)
 
     uint32_t cap = cfg->num_blocks ? cfg->num_blocks : 1;
     p->cap = cap;
-    p->idx.bmask = kvp__bucket_count(cap) - 1;
+    p->idx.nbuckets = kvp__bucket_count(cap);
     p->blocks = kvp__zalloc(p, (size_t)cap * sizeof *p->blocks);
     p->hashes = kvp__zalloc(p, (size_t)cap * sizeof *p->hashes);
     p->idx.dprev = kvp__alloc(p, (size_t)cap * sizeof *p->idx.dprev);
-    p->idx.buckets = kvp__zalloc(p, ((size_t)p->idx.bmask + 1) * sizeof *p->idx.buckets);
+    p->idx.buckets = kvp__zalloc(p, (size_t)p->idx.nbuckets * sizeof *p->idx.buckets);
     p->hist.ring = kvp__zalloc(p, (size_t)cfg->history_len * sizeof *p->hist.ring);
     rc = (!p->blocks || !p->hashes || !p->idx.dprev || !p->idx.buckets || (cfg->history_len && !p->hist.ring))
              ? KVP_ENOMEM
@@ -271,7 +271,7 @@ kvp_status kvp_pool_clear(kvp_pool *pool)
     }
     kvp__idset_clear(&pool->retired);
     memset(pool->blocks, 0, (size_t)pool->cfg.num_blocks * sizeof *pool->blocks); /* fresh again */
-    memset(pool->idx.buckets, 0, ((size_t)pool->idx.bmask + 1) * sizeof *pool->idx.buckets);
+    memset(pool->idx.buckets, 0, (size_t)pool->idx.nbuckets * sizeof *pool->idx.buckets);
     reset_blocks(pool);
     kvp__policy_forget(pool);
     memset(&pool->ctr, 0, sizeof pool->ctr);

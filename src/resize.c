@@ -24,23 +24,17 @@
 #include "record.h"
 #include "storage.h"
 
-uint32_t kvp__pow2_at_least(uint32_t n)
-{
-    uint32_t b = 1;
-    while (b < n)
-        b <<= 1;
-    return b;
-}
-
-/* Index buckets for `cap` blocks: the power of two in [cap, 2 cap), so
- * there is at most one distinct (stream, hash) per bucket on average and
- * the buckets cost at most 8 bytes per block (above 2^31 blocks: 2^31
- * buckets, the most a 32-bit mask holds).  A publish, lookup or eviction
+/* Index buckets for `cap` blocks: cap + cap / 2 (at least 1, at most
+ * 2^31), so there are at most two distinct (stream, hash) per three
+ * buckets on average and the buckets cost 6 bytes per block; a hash picks
+ * its bucket by multiplying 32 bits of its keyed hash by the count, which
+ * needs no power of two.  A publish, lookup or eviction
  * walks the distinct hashes of one chain (index.c), each step a read of
  * another block's record, so the load factor bounds their cost. */
 uint32_t kvp__bucket_count(uint32_t cap)
 {
-    return kvp__pow2_at_least(cap > (1u << 31) ? (1u << 31) : cap);
+    uint64_t n = (uint64_t)cap + cap / 2;
+    return n == 0 ? 1 : n > (1u << 31) ? (1u << 31) : (uint32_t)n;
 }
 
 /* Make the arrays hold at least `need` ids. */
@@ -65,7 +59,7 @@ static kvp_status reserve(kvp_pool *p, uint32_t need)
     if (!rc)
         rc = kvp__idset_resize(p, &p->retired, ncap);
     uint32_t nbuckets = kvp__bucket_count(ncap);
-    if (!rc && nbuckets > p->idx.bmask + 1)
+    if (!rc && nbuckets > p->idx.nbuckets)
         rc = kvp__index_rebuild(p, nbuckets);
     if (!rc && p->ver.vtok)
         rc = kvp__verify_reserve(p, ncap, &vtok, &vparent, &vpgen, &gen);

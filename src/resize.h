@@ -8,7 +8,6 @@
 #include "kvp_types.h"
 
 kvp_status kvp__grow(kvp_pool *p, int s, uint32_t n);
-uint32_t kvp__pow2_at_least(uint32_t n);
 uint32_t kvp__bucket_count(uint32_t cap);
 
 #endif /* KVP_RESIZE_H */
