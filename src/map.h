@@ -9,18 +9,17 @@
 #include "kvp_types.h"
 
 /* Hash of a caller's 64-bit id (owner, request) for a power-of-two table,
- * keyed with the table's random seed: the id and the seed mixed as
- * MurmurHash3's 64-bit finalizer mixes one word, so every bit of the result
- * depends on every bit of both, sequential ids spread, and a caller who
- * does not know the seed cannot choose ids that share a bucket.  The tables
- * also bound their chains (probes) and draw a fresh seed past the bound. */
+ * keyed with the table's random seed: the id and the seed mixed by one
+ * round of MurmurHash3's 64-bit finalizer (the top half folded into the
+ * bottom, so sequential ids spread), one multiply on the take's path.  A
+ * mix this short is no secret-keeping hash, so the tables also bound their
+ * chains (probes) and draw a fresh seed past the bound: ids crafted for one
+ * seed spread under the next. */
 static inline uint32_t kvp__id_hash(uint64_t key, uint64_t seed)
 {
     key ^= seed;
     key ^= key >> 33;
     key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    key *= 0xc4ceb9fe1a85ec53ull;
     key ^= key >> 33;
     return (uint32_t)key;
 }
